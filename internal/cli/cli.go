@@ -1,0 +1,47 @@
+// Package cli defines the daemonguard command tree. Each subcommand is a thin layer over a package
+// that does the work, so the same logic serves the binary, the kubectl plugin and the tests.
+package cli
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// Version is stamped at build time with -ldflags "-X github.com/daemonguard/daemonguard/internal/cli.Version=...".
+var Version = ""
+
+// New returns the root command.
+func New() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "daemonguard",
+		Short:         "Admission policy and progressive rollouts for Kubernetes DaemonSets",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newVersionCommand())
+	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the daemonguard version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "daemonguard", version())
+			return err
+		},
+	}
+}
+
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "(devel)"
+}

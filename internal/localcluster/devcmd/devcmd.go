@@ -1,0 +1,127 @@
+// Package devcmd holds the commands of the localcluster developer tool: build the test binaries,
+// run a local control plane until interrupted, run the demo, and clean up after a killed demo.
+package devcmd
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/daemonguard/daemonguard/internal/demo"
+	"github.com/daemonguard/daemonguard/internal/localcluster"
+)
+
+// New returns the root command.
+func New() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "localcluster",
+		Short:         "Build and run daemonguard's embedded local Kubernetes control plane",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newBuildCommand(), newUpCommand(), newDemoCommand(), newDownCommand())
+	return root
+}
+
+func newBuildCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "build [BINARY...]",
+		Short: "Build (or find cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and helm",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := localcluster.EnsureBinaries(cmd.Context(), cmd.ErrOrStderr(), args...); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.ErrOrStderr(), "Test binaries are built.")
+			return nil
+		},
+	}
+}
+
+// stateDir is where clusters started by this tool live, so `down` finds them after a SIGKILL.
+func stateDir() (string, error) {
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, ".cache", "clusters"), nil
+}
+
+func newUpCommand() *cobra.Command {
+	var workers int
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start a local control plane (one control-plane node plus workers) and keep it running until Ctrl-C",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			parent, err := stateDir()
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(parent, 0o755); err != nil {
+				return err
+			}
+			nodes := append([]localcluster.Node{localcluster.ControlPlaneNode("control-plane-0")}, localcluster.WorkerNodes("worker", workers)...)
+			c, err := localcluster.Start(cmd.Context(), localcluster.Config{Nodes: nodes, ParentDir: parent, Log: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			defer c.Stop()
+			fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", c.KubeconfigPath)
+			fmt.Fprintln(cmd.ErrOrStderr(), "Press Ctrl-C to stop the cluster.")
+			<-cmd.Context().Done()
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&workers, "workers", 4, "number of untainted worker nodes")
+	return cmd
+}
+
+func newDemoCommand() *cobra.Command {
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Start a local cluster, apply testdata/demo and show where each DaemonSet runs",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			root, err := localcluster.RepoRoot()
+			if err != nil {
+				return err
+			}
+			parent, err := stateDir()
+			if err != nil {
+				return err
+			}
+			return demo.Run(cmd.Context(), demo.Options{Out: cmd.OutOrStdout(), Repo: root, ParentDir: parent, Wait: wait})
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", true, "keep the cluster running until Ctrl-C")
+	return cmd
+}
+
+func newDownCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Stop every cluster started by up or demo, also ones whose terminal was killed",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			parent, err := stateDir()
+			if err != nil {
+				return err
+			}
+			entries, err := os.ReadDir(parent)
+			if os.IsNotExist(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			for _, e := range entries {
+				dir := filepath.Join(parent, e.Name())
+				if err := localcluster.Reap(dir); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "Removed %s\n", dir)
+			}
+			return nil
+		},
+	}
+}
