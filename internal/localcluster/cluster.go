@@ -487,7 +487,7 @@ func (c *Cluster) AddNodes(ctx context.Context, nodes ...Node) error {
 
 func (c *Cluster) createNode(ctx context.Context, n Node) error {
 	labels := map[string]string{
-		HostnameLabel:       n.Name,
+		HostnameLabel:        n.Name,
 		"kubernetes.io/os":   "linux",
 		"kubernetes.io/arch": "amd64",
 		"type":               "kwok",

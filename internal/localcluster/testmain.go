@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -12,11 +13,16 @@ import (
 
 // RunTests is a TestMain body: it starts one cluster shared by the package's tests, hands it to
 // use, runs the tests and always stops the cluster, also on SIGINT/SIGTERM. When tests fail the
-// cluster folder (component logs included) is kept and its path printed.
+// cluster folder (component logs included) is kept and its path printed. With -short no cluster
+// is started and *use stays nil; tests that need one skip themselves.
 //
 //	var cluster *localcluster.Cluster
 //	func TestMain(m *testing.M) { os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster)) }
 func RunTests(m *testing.M, cfg Config, use **Cluster) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run()
+	}
 	if cfg.Log == nil {
 		cfg.Log = os.Stderr
 	}
