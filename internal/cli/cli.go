@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"runtime/debug"
 
@@ -20,7 +21,7 @@ func New() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand())
+	root.AddCommand(newVersionCommand(), newWebhookCommand(), newCheckCommand())
 	return root
 }
 
@@ -45,3 +46,7 @@ func version() string {
 	}
 	return "(devel)"
 }
+
+// IsReported tells errors whose story the command already printed (a denial report), so main
+// exits non-zero without an extra error line.
+func IsReported(err error) bool { return errors.Is(err, errDenied) }

@@ -1,7 +1,8 @@
-// Package demo runs `make demo`: it starts the embedded local control plane, applies the demo
-// DaemonSets from testdata/demo with the real kubectl, waits for the real DaemonSet controller,
-// scheduler and kwok kubelets to settle, and prints where each DaemonSet runs and why it does not
-// run elsewhere. The cluster is then left up for exploration until the context is cancelled.
+// Package demo runs `make demo`: it starts the embedded local control plane and daemonguard's
+// admission webhook against it, applies the demo DaemonSets from testdata/demo with the real
+// kubectl, waits for the real DaemonSet controller, scheduler and kwok kubelets to settle, and
+// prints where each DaemonSet runs, what daemonguard injected, and how its policies deny and warn.
+// The cluster is then left up for exploration until the context is cancelled.
 package demo
 
 import (
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 )
 
@@ -43,15 +46,16 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer c.Stop()
 
-	manifests := filepath.Join(opts.Repo, "testdata", "demo")
-	fmt.Fprintf(out, "\n$ kubectl apply -f %s\n", manifests)
-	apply := exec.CommandContext(ctx, "kubectl", "apply", "-f", manifests)
-	apply.Env = c.Env()
-	apply.Stdout, apply.Stderr = out, out
-	if err := apply.Run(); err != nil {
-		return fmt.Errorf("kubectl apply demo manifests: %w", err)
+	hook, err := harness.StartWebhook(ctx, c)
+	if err != nil {
+		return err
 	}
+	defer hook.Stop()
+	fmt.Fprintf(out, "daemonguard webhook serving at %s, registered as MutatingWebhookConfiguration and ValidatingWebhookConfiguration \"daemonguard\"\n", hook.URL)
 
+	if _, err := kubectl(ctx, c, out, "apply", "-f", filepath.Join(opts.Repo, "testdata", "demo")); err != nil {
+		return err
+	}
 	reports, err := settle(ctx, c.Client, 2*time.Minute)
 	if err != nil {
 		return err
@@ -60,9 +64,17 @@ func Run(ctx context.Context, opts Options) error {
 	if err := Render(out, reports); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "Coming next: daemonguard's mutating webhook adds control-plane tolerations and a priorityClassName")
-	fmt.Fprintln(out, "to DaemonSet templates (so nginx-ds covers 5 of 5 nodes), a Rego policy engine validates update")
-	fmt.Fprintln(out, "strategies, and a rollout controller performs progressive, restart-safe rollouts.")
+
+	fmt.Fprintln(out, "Policies at admission (built-in Rego, see policies/README.md):")
+	policyDir := filepath.Join(opts.Repo, "testdata", "demo-policy")
+	if _, err := kubectl(ctx, c, out, "apply", "-f", filepath.Join(policyDir, "wide-budget.yaml")); err == nil {
+		return fmt.Errorf("the wide-budget DaemonSet was admitted; the rolling_update_budget policy should deny it")
+	}
+	if _, err := kubectl(ctx, c, out, "apply", "-f", filepath.Join(policyDir, "on-delete.yaml")); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nComing next: a rollout controller for progressive, restart-safe rollouts of OnDelete DaemonSets,")
+	fmt.Fprintln(out, "the Helm chart with cert-manager TLS, and Argo CD integration.")
 
 	if !opts.Wait {
 		return nil
@@ -72,6 +84,19 @@ func Run(ctx context.Context, opts Options) error {
 	<-ctx.Done()
 	fmt.Fprintln(out, "\nStopping the local cluster.")
 	return nil
+}
+
+// kubectl runs the real kubectl against the cluster, echoing the command and its output the way a
+// person would see them in a terminal.
+func kubectl(ctx context.Context, c *localcluster.Cluster, out io.Writer, args ...string) (string, error) {
+	fmt.Fprintf(out, "\n$ kubectl %s\n", strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, "kubectl", args...)
+	cmd.Env = c.Env()
+	var buf strings.Builder
+	cmd.Stdout = io.MultiWriter(out, &buf)
+	cmd.Stderr = io.MultiWriter(out, &buf)
+	err := cmd.Run()
+	return buf.String(), err
 }
 
 // settle waits until every DaemonSet in the cluster has observed its spec and has all its desired

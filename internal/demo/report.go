@@ -32,6 +32,9 @@ type DaemonSetReport struct {
 	Nodes                                        int   // nodes in the cluster
 	Running                                      int   // nodes with a running, ready pod
 	Placements                                   []Placement
+	Tolerations                                  []string // of the stored template
+	PriorityClassName                            string   // of the stored template
+	PodPriorities                                []int32  // distinct spec.priority of the pods
 }
 
 // BuildReport explains, for every node, whether ds has a pod there and if not, why: a taint the
@@ -51,6 +54,18 @@ func BuildReport(ds *appsv1.DaemonSet, nodes []corev1.Node, pods []corev1.Pod) D
 		Ready: ds.Status.NumberReady, UpToDate: ds.Status.UpdatedNumberScheduled,
 		Available: ds.Status.NumberAvailable, Nodes: len(nodes),
 	}
+	for _, t := range ds.Spec.Template.Spec.Tolerations {
+		r.Tolerations = append(r.Tolerations, tolerationString(t))
+	}
+	r.PriorityClassName = ds.Spec.Template.Spec.PriorityClassName
+	seen := map[int32]bool{}
+	for i := range pods {
+		if p := pods[i].Spec.Priority; p != nil && !seen[*p] {
+			seen[*p] = true
+			r.PodPriorities = append(r.PodPriorities, *p)
+		}
+	}
+	sort.Slice(r.PodPriorities, func(i, j int) bool { return r.PodPriorities[i] < r.PodPriorities[j] })
 	sorted := append([]corev1.Node(nil), nodes...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for i := range sorted {
@@ -71,6 +86,21 @@ func BuildReport(ds *appsv1.DaemonSet, nodes []corev1.Node, pods []corev1.Pod) D
 		r.Placements = append(r.Placements, pl)
 	}
 	return r
+}
+
+// tolerationString writes a toleration the way kubectl describe does: key[=value]:effect, with
+// "op=Exists" for Exists.
+func tolerationString(t corev1.Toleration) string {
+	s := t.Key
+	if t.Operator == corev1.TolerationOpExists {
+		s += " op=Exists"
+	} else if t.Value != "" {
+		s += "=" + t.Value
+	}
+	if t.Effect != "" {
+		s = strings.TrimSpace(s) + ":" + string(t.Effect)
+	}
+	return s
 }
 
 const runningReady = "Running, ready"
@@ -115,6 +145,12 @@ func Render(w io.Writer, reports []DaemonSetReport) error {
 	for _, r := range reports {
 		fmt.Fprintf(&b, "DaemonSet %s/%s runs on %d of %d nodes (desired %d, current %d, ready %d, up-to-date %d, available %d)\n",
 			r.Namespace, r.Name, r.Running, r.Nodes, r.Desired, r.Current, r.Ready, r.UpToDate, r.Available)
+		if len(r.Tolerations) > 0 {
+			fmt.Fprintf(&b, "  template tolerations: %s\n", strings.Join(r.Tolerations, ", "))
+		}
+		if r.PriorityClassName != "" {
+			fmt.Fprintf(&b, "  template priorityClassName: %s (pod priority %v)\n", r.PriorityClassName, r.PodPriorities)
+		}
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  NODE\tROLE\tZONE\tPOD\tSTATUS")
 		for _, p := range r.Placements {

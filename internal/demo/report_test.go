@@ -161,8 +161,10 @@ func assertGolden(t *testing.T, name string, got []byte) {
 	}
 }
 
-// TestDemoShowsSeedOnFourOfFiveNodes runs the demo end to end on its own local cluster.
-func TestDemoShowsSeedOnFourOfFiveNodes(t *testing.T) {
+// TestDemoShowsInjectionDenialAndWarning runs the demo end to end on its own local cluster: the
+// seed reaches the control-plane node through the injected toleration, a wide budget is denied,
+// and OnDelete without the rollout controller draws a warning.
+func TestDemoShowsInjectionDenialAndWarning(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the local control plane; run without -short")
 	}
@@ -178,8 +180,12 @@ func TestDemoShowsSeedOnFourOfFiveNodes(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{
 		"daemonset.apps/nginx-ds created",
-		"DaemonSet default/nginx-ds runs on 4 of 5 nodes (desired 4, current 4, ready 4, up-to-date 4, available 4)",
-		"taint node-role.kubernetes.io/control-plane:NoSchedule not tolerated by the pod template",
+		"DaemonSet default/nginx-ds runs on 5 of 5 nodes (desired 5, current 5, ready 5, up-to-date 5, available 5)",
+		"node-role.kubernetes.io/control-plane op=Exists:NoSchedule",
+		"template priorityClassName: system-node-critical (pod priority [2000001000])",
+		"denied by daemonguard: [rolling_update_budget]",
+		"Warning: daemonguard [on_delete_managed]",
+		"daemonset.apps/node-exporter created",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, text)

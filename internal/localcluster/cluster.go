@@ -108,6 +108,7 @@ type Cluster struct {
 	Binaries *Binaries
 
 	log      io.Writer
+	pki      *pkiFiles
 	mu       sync.Mutex
 	procs    []*process // in start order; stopped in reverse
 	stopOnce sync.Once
@@ -131,22 +132,34 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if parent == "" {
 		parent = os.TempDir()
 	}
-	dir, err := os.MkdirTemp(parent, "daemonguard-cluster-")
-	if err != nil {
-		return nil, fmt.Errorf("create cluster dir: %w", err)
-	}
-	c := &Cluster{Dir: dir, Binaries: bins, log: log}
 	timeout := cfg.StartTimeout
 	if timeout == 0 {
 		timeout = 2 * time.Minute
 	}
-	startCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if err := c.start(startCtx, cfg); err != nil {
+	// Ports are chosen free but released before the components bind them, so a concurrent
+	// cluster can take one first; such a start is retried from scratch on new ports.
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		dir, err := os.MkdirTemp(parent, "daemonguard-cluster-")
+		if err != nil {
+			return nil, fmt.Errorf("create cluster dir: %w", err)
+		}
+		c := &Cluster{Dir: dir, Binaries: bins, log: log}
+		startCtx, cancel := context.WithTimeout(ctx, timeout)
+		err = c.start(startCtx, cfg)
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		var exited *exitError
+		if errors.As(err, &exited) && exited.portTaken() && attempt < attempts {
+			fmt.Fprintf(log, "%s lost its port to another process; retrying on new ports\n", exited.name)
+			c.stop(true)
+			continue
+		}
 		c.stop(false)
 		return nil, fmt.Errorf("start local cluster (logs in %s): %w", filepath.Join(dir, "logs"), err)
 	}
-	return c, nil
 }
 
 func (c *Cluster) start(ctx context.Context, cfg Config) error {
@@ -158,6 +171,7 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	c.pki = pki
 	ports, err := freePorts(6)
 	if err != nil {
 		return err

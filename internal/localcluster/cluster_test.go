@@ -13,7 +13,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 )
@@ -35,32 +34,11 @@ func needCluster(t *testing.T) {
 // kubectl runs the real kubectl against the shared cluster and returns its stdout.
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("kubectl", args...)
-	cmd.Env = cluster.Env()
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, errOut, err := cluster.Kubectl(context.Background(), "", args...)
 	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
 	}
-	return string(out)
-}
-
-// newNamespace gives a test its own namespace, deleted when the test ends.
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	if len(name) > 50 {
-		name = name[:50]
-	}
-	ctx := context.Background()
-	if err := cluster.CreateNamespace(ctx, name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cluster.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	return name
+	return out
 }
 
 func seedManifest(t *testing.T) string {
@@ -72,29 +50,12 @@ func seedManifest(t *testing.T) string {
 	return filepath.Join(root, "testdata", "demo", "nginx-ds.yaml")
 }
 
-// waitFor polls cond until it holds or the deadline passes; the last reason is in the failure.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
-	t.Helper()
-	var reason string
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		if err := cluster.Healthy(); err != nil {
-			return false, err
-		}
-		var ok bool
-		ok, reason = cond(ctx)
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %v (last state: %s)", what, err, reason)
-	}
-}
-
 // waitRolledOut waits until the DaemonSet has observed its spec and every desired pod is updated
 // and available, and returns it.
 func waitRolledOut(t *testing.T, ns, name string, desired int32) *appsv1.DaemonSet {
 	t.Helper()
 	var ds *appsv1.DaemonSet
-	waitFor(t, 2*time.Minute, "DaemonSet "+name+" rolled out", func(ctx context.Context) (bool, string) {
+	cluster.WaitFor(t, 2*time.Minute, "DaemonSet "+name+" rolled out", func(ctx context.Context) (bool, string) {
 		got, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -129,7 +90,7 @@ func podReady(p *corev1.Pod) bool {
 
 func TestSeedDaemonSetRunsOnEveryUntaintedNode(t *testing.T) {
 	needCluster(t)
-	ns := newNamespace(t)
+	ns := cluster.NewTestNamespace(t)
 	kubectl(t, "apply", "-n", ns, "-f", seedManifest(t))
 	waitRolledOut(t, ns, "nginx-ds", 4)
 
@@ -171,7 +132,7 @@ func TestSeedDaemonSetRunsOnEveryUntaintedNode(t *testing.T) {
 
 func TestNodeLifecycleAddsAndRemovesDaemonPods(t *testing.T) {
 	needCluster(t)
-	ns := newNamespace(t)
+	ns := cluster.NewTestNamespace(t)
 	kubectl(t, "apply", "-n", ns, "-f", seedManifest(t))
 	waitRolledOut(t, ns, "nginx-ds", 4)
 
@@ -182,7 +143,7 @@ func TestNodeLifecycleAddsAndRemovesDaemonPods(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cluster.DeleteNode(context.Background(), late.Name) })
 
-	waitFor(t, 2*time.Minute, "a Ready pod on the added node", func(context.Context) (bool, string) {
+	cluster.WaitFor(t, 2*time.Minute, "a Ready pod on the added node", func(context.Context) (bool, string) {
 		for _, p := range podsOf(t, ns, "app=nginx-ds") {
 			if p.Spec.NodeName == late.Name && podReady(&p) {
 				return true, ""
@@ -197,7 +158,7 @@ func TestNodeLifecycleAddsAndRemovesDaemonPods(t *testing.T) {
 	}
 	// The pod garbage collector removes pods bound to a node that no longer exists after its
 	// 40 s quarantine; the DaemonSet controller drops the node from its desired count at once.
-	waitFor(t, 3*time.Minute, "the deleted node's pod to go away", func(context.Context) (bool, string) {
+	cluster.WaitFor(t, 3*time.Minute, "the deleted node's pod to go away", func(context.Context) (bool, string) {
 		for _, p := range podsOf(t, ns, "app=nginx-ds") {
 			if p.Spec.NodeName == late.Name {
 				return false, "pod " + p.Name + " still bound to " + late.Name
@@ -210,7 +171,7 @@ func TestNodeLifecycleAddsAndRemovesDaemonPods(t *testing.T) {
 
 func TestRollingUpdateRollsThroughAndKeepsHistory(t *testing.T) {
 	needCluster(t)
-	ns := newNamespace(t)
+	ns := cluster.NewTestNamespace(t)
 	kubectl(t, "apply", "-n", ns, "-f", seedManifest(t))
 	waitRolledOut(t, ns, "nginx-ds", 4)
 
@@ -355,7 +316,7 @@ func TestKilledOwnerTakesComponentsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = owner.Wait()
-	waitFor(t, 30*time.Second, "every component to die with its owner", func(context.Context) (bool, string) {
+	cluster.WaitFor(t, 30*time.Second, "every component to die with its owner", func(context.Context) (bool, string) {
 		for _, pid := range pids {
 			if alive(pid) {
 				return false, fmt.Sprintf("pid %d still alive", pid)

@@ -101,6 +101,7 @@ type pkiFiles struct {
 	AdminCertPEM   []byte
 	AdminKeyPEM    []byte
 	CACertPEM      []byte
+	ca             *authority // kept in memory only, to sign webhook serving certificates
 }
 
 // writePKI generates the CA, the apiserver's serving certificate, an admin client certificate in
@@ -145,6 +146,7 @@ func writePKI(dir string) (*pkiFiles, error) {
 		AdminCertPEM:   admin.CertPEM,
 		AdminKeyPEM:    admin.KeyPEM,
 		CACertPEM:      ca.certPEM(),
+		ca:             ca,
 	}
 	for path, data := range map[string][]byte{
 		f.CACert:         f.CACertPEM,
@@ -168,4 +170,25 @@ func encodePublicKey(pub *rsa.PublicKey) ([]byte, error) {
 		return nil, fmt.Errorf("encode service-account public key: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
+}
+
+// WriteServingCert issues a serving certificate for 127.0.0.1 and localhost, signed by the
+// cluster's CA, writes it to dir/tls.crt and dir/tls.key (the names controller-runtime's webhook
+// server reads) and returns the CA bundle the API server must trust to call a webhook there.
+func (c *Cluster) WriteServingCert(dir string) ([]byte, error) {
+	pair, err := c.pki.ca.issue("daemonguard-webhook", nil, []string{"localhost"},
+		[]net.IP{net.ParseIP("127.0.0.1")}, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pair.CertPEM, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pair.KeyPEM, 0o600); err != nil {
+		return nil, err
+	}
+	return c.pki.CACertPEM, nil
 }

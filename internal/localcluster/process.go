@@ -3,6 +3,7 @@ package localcluster
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -49,14 +50,42 @@ func startProcess(name, bin string, args []string, logDir string) (*process, err
 	return p, nil
 }
 
-// exitedErr reports a non-nil error if the process has already exited.
+// exitedErr reports a non-nil error if the process has already exited, with the end of its log
+// so that a failure in CI explains itself even after the cluster folder is gone.
 func (p *process) exitedErr() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("%s exited (%v); see %s", p.name, p.waitErr, p.logPath)
+		return &exitError{name: p.name, err: p.waitErr, logPath: p.logPath, tail: tailFile(p.logPath, 2048)}
 	default:
 		return nil
 	}
+}
+
+type exitError struct {
+	name, logPath, tail string
+	err                 error
+}
+
+func (e *exitError) Error() string {
+	return fmt.Sprintf("%s exited (%v); %s ends with:\n%s", e.name, e.err, e.logPath, e.tail)
+}
+
+// portTaken tells a component that lost the race for a port freePorts chose.
+func (e *exitError) portTaken() bool {
+	return strings.Contains(e.tail, "address already in use")
+}
+
+func tailFile(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
 }
 
 // stop asks the process group to terminate and kills it after grace.

@@ -1,0 +1,151 @@
+// Package harness runs daemonguard's own components against a local cluster the way the API
+// server meets them in production: the webhook server in this process, over TLS on loopback,
+// registered through real MutatingWebhookConfiguration and ValidatingWebhookConfiguration objects.
+// The demo and the integration tests share it.
+package harness
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/webhook"
+)
+
+// WebhookNamespace is the namespace the harness runs daemonguard "in": exempt from admission and
+// home of the policy ConfigMaps.
+const WebhookNamespace = "daemonguard-system"
+
+// Webhook is a running webhook server registered with a cluster.
+type Webhook struct {
+	URL     string
+	LogPath string
+	stop    context.CancelFunc
+	done    chan error
+}
+
+// Stop shuts the server down and waits for it.
+func (w *Webhook) Stop() {
+	w.stop()
+	<-w.done
+}
+
+// StartWebhook starts the webhook server against c, waits until it serves TLS, registers the
+// webhook configurations and waits until the API server calls it. Its log goes to
+// <cluster dir>/logs/daemonguard-webhook.log.
+func StartWebhook(ctx context.Context, c *localcluster.Cluster) (*Webhook, error) {
+	if err := c.CreateNamespace(ctx, WebhookNamespace); err != nil {
+		return nil, err
+	}
+	certDir := filepath.Join(c.Dir, "webhook-tls")
+	caBundle, err := c.WriteServingCert(certDir)
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	logPath := filepath.Join(c.Dir, "logs", "daemonguard-webhook.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	w := &Webhook{URL: "https://127.0.0.1:" + strconv.Itoa(port), LogPath: logPath, stop: cancel, done: make(chan error, 1)}
+	log := zap.New(zap.WriteTo(logFile))
+	ctrl.SetLogger(log) // controller-runtime's global logger; the webhook is this process's only user
+	go func() {
+		defer logFile.Close()
+		w.done <- webhook.Run(runCtx, webhook.Options{
+			RESTConfig: c.RESTConfig, Namespace: WebhookNamespace,
+			Host: "127.0.0.1", Port: port, CertDir: certDir,
+			MetricsAddr: "0", HealthAddr: "0", FailureMode: webhook.FailClosed,
+			Log: log,
+		})
+	}()
+	if err := w.waitTLS(ctx, caBundle); err != nil {
+		w.Stop()
+		return nil, err
+	}
+
+	mutating, validating := webhook.Configurations(webhook.ConfigurationOptions{
+		Name: "daemonguard", URL: w.URL, CABundle: caBundle, Namespace: WebhookNamespace,
+	})
+	adm := c.Client.AdmissionregistrationV1()
+	if _, err := adm.MutatingWebhookConfigurations().Create(ctx, mutating, metav1.CreateOptions{}); err != nil {
+		w.Stop()
+		return nil, fmt.Errorf("register mutating webhook: %w", err)
+	}
+	if _, err := adm.ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
+		w.Stop()
+		return nil, fmt.Errorf("register validating webhook: %w", err)
+	}
+	if err := waitEffective(ctx, c); err != nil {
+		w.Stop()
+		return nil, err
+	}
+	return w, nil
+}
+
+// waitTLS waits until the server completes a TLS handshake with the certificate the API server
+// will be told to trust.
+func (w *Webhook) waitTLS(ctx context.Context, caBundle []byte) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caBundle)
+	addr := w.URL[len("https://"):]
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-w.done:
+			w.done <- err
+			return false, fmt.Errorf("webhook server exited: %w (log: %s)", err, w.LogPath)
+		default:
+		}
+		conn, err := (&tls.Dialer{Config: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return false, nil
+		}
+		conn.Close()
+		return true, nil
+	})
+}
+
+// waitEffective waits until the API server has loaded the new configurations, which it does
+// asynchronously: a server-side dry-run create comes back mutated.
+func waitEffective(ctx context.Context, c *localcluster.Cluster) error {
+	probe := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "daemonguard-probe"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "probe"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "probe"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "probe:1"}}},
+			},
+		},
+	}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := c.Client.AppsV1().DaemonSets(metav1.NamespaceDefault).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && got.Spec.Template.Spec.PriorityClassName != "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("the API server never called the webhook: %w", err)
+	}
+	return nil
+}

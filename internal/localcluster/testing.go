@@ -1,0 +1,60 @@
+package localcluster
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Kubectl runs the real kubectl against the cluster, with stdin when it is not empty.
+func (c *Cluster) Kubectl(ctx context.Context, stdin string, args ...string) (stdout, stderr string, err error) {
+	cmd := exec.CommandContext(ctx, "kubectl", args...)
+	cmd.Env = c.Env()
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+// NewTestNamespace creates a namespace named after the test, ready for pods, and deletes it when
+// the test ends, so tests sharing a cluster never see each other's objects.
+func (c *Cluster) NewTestNamespace(t testing.TB) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 50 {
+		name = strings.TrimRight(name[:50], "-")
+	}
+	if err := c.CreateNamespace(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+// WaitFor polls cond until it holds, fails the test when timeout passes (with cond's last
+// explanation), and fails at once if a component of the cluster has died.
+func (c *Cluster) WaitFor(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
+	t.Helper()
+	var reason string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := c.Healthy(); err != nil {
+			return false, err
+		}
+		var ok bool
+		ok, reason = cond(ctx)
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v (last state: %s)", what, err, reason)
+	}
+}

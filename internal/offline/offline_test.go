@@ -1,0 +1,124 @@
+package offline
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/daemonguard/daemonguard/internal/policy"
+)
+
+func builtinSet(t *testing.T) *policy.Set {
+	t.Helper()
+	set, err := LoadPolicySet(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+var expectLine = regexp.MustCompile(`(?m)^# expect: (\S+)`)
+
+// The fixtures in testdata/policies are the contract of the built-in policies with default
+// parameters: every allowed/ manifest passes, every denied/ one is denied by the policy its
+// "# expect:" line names.
+func TestFixtures(t *testing.T) {
+	set := builtinSet(t)
+	for _, dir := range []string{"allowed", "denied"} {
+		files, err := filepath.Glob(filepath.Join("..", "..", "testdata", "policies", dir, "*.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) == 0 {
+			t.Fatalf("no fixtures in testdata/policies/%s", dir)
+		}
+		for _, f := range files {
+			t.Run(dir+"/"+filepath.Base(f), func(t *testing.T) {
+				data, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				docs, err := Read([]string{f}, nil)
+				if err != nil || len(docs) != 1 {
+					t.Fatalf("read: %v (%d docs)", err, len(docs))
+				}
+				r := Evaluate(context.Background(), set, docs[0], nil)
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				if dir == "allowed" {
+					if !r.Verdict.Allowed {
+						t.Errorf("denied: %s", r.Verdict.DenialMessage())
+					}
+					return
+				}
+				m := expectLine.FindSubmatch(data)
+				if m == nil {
+					t.Fatal("denied fixture lacks a '# expect: <policy>' line")
+				}
+				if r.Verdict.Allowed {
+					t.Fatalf("allowed, want a denial by %s; violations: %v", m[1], r.Violations)
+				}
+				found := false
+				for _, d := range r.Verdict.Denials {
+					found = found || d.Policy == string(m[1])
+				}
+				if !found {
+					t.Errorf("denied by %v, want %s", r.Verdict.Denials, m[1])
+				}
+			})
+		}
+	}
+}
+
+func TestReadSplitsStreamsAndLists(t *testing.T) {
+	stream := `# leading comment only
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: a, namespace: x}
+---
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: apps/v1, kind: DaemonSet, metadata: {name: b}}
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: c}}
+`
+	docs, err := Read([]string{"-"}, strings.NewReader(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []string
+	for _, d := range docs {
+		refs = append(refs, d.Ref())
+	}
+	want := "-#2 DaemonSet x/a|-#3.items[0] DaemonSet default/b|-#3.items[1] ConfigMap default/c"
+	if got := strings.Join(refs, "|"); got != want {
+		t.Errorf("refs = %s\nwant  %s", got, want)
+	}
+}
+
+func TestReadRejectsBrokenYAML(t *testing.T) {
+	_, err := Read([]string{"-"}, strings.NewReader("kind: DaemonSet\nmetadata: [unclosed\n"))
+	if err == nil || !strings.Contains(err.Error(), "-#1") {
+		t.Errorf("error %v does not name the document", err)
+	}
+}
+
+func TestSeedIsMutatedAndAllowed(t *testing.T) {
+	docs, err := Read([]string{filepath.Join("..", "..", "testdata", "demo", "nginx-ds.yaml")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Evaluate(context.Background(), builtinSet(t), docs[0], nil)
+	if r.Err != nil || !r.Verdict.Allowed {
+		t.Fatalf("seed not allowed: %v %v", r.Err, r.Violations)
+	}
+	if !r.Changed || !strings.Contains(string(r.Mutated), `"priorityClassName":"system-node-critical"`) ||
+		!strings.Contains(string(r.Mutated), "node-role.kubernetes.io/control-plane") {
+		t.Errorf("seed not mutated as admission would: %s", r.Mutated)
+	}
+}

@@ -1,0 +1,406 @@
+// Package policy compiles daemonguard's Rego policies into an in-memory, concurrency-safe policy
+// set and evaluates DaemonSets against it: which tolerations and priority class to inject, and which
+// violations to deny, warn about or record. Queries are prepared once per policy set; a new set is
+// swapped in atomically, so a reload never blocks or disturbs an evaluation in flight.
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"sync/atomic"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/policies"
+)
+
+// Action is what happens to a request that violates a policy.
+type Action string
+
+// Enforcement actions.
+const (
+	// Deny rejects the request with the violation's message.
+	Deny Action = "deny"
+	// Warn admits the request and returns the message as an admission warning (kubectl prints it).
+	Warn Action = "warn"
+	// DryRun admits the request silently; the violation is only logged, counted and audited.
+	DryRun Action = "dryrun"
+)
+
+func parseAction(s string) (Action, error) {
+	switch a := Action(s); a {
+	case Deny, Warn, DryRun:
+		return a, nil
+	}
+	return "", fmt.Errorf("enforcement action %q is not one of deny, warn, dryrun", s)
+}
+
+// Violation is one policy's objection to an object.
+type Violation struct {
+	Policy  string `json:"policy"`
+	Field   string `json:"field"`
+	Message string `json:"message"`
+	Action  Action `json:"action"`
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("[%s] %s: %s", v.Policy, v.Field, v.Message)
+}
+
+// InjectDecision is what the inject policy wants added to a DaemonSet's pod template.
+type InjectDecision struct {
+	Inject            bool                `json:"inject"`
+	Reason            string              `json:"reason,omitempty"`
+	Tolerations       []corev1.Toleration `json:"tolerations,omitempty"`
+	PriorityClassName string              `json:"priorityClassName,omitempty"`
+}
+
+// Operation says why an object is evaluated; policies can tell admission from audit and CLI.
+type Operation string
+
+// Operations in the input document.
+const (
+	OpCreate Operation = "CREATE"
+	OpUpdate Operation = "UPDATE"
+	OpAudit  Operation = "AUDIT"
+	OpCheck  Operation = "CHECK"
+)
+
+// Namespace is what policies know of the object's namespace.
+type Namespace struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels"`
+}
+
+// ClusterFacts are facts only a live cluster can supply; nil offline.
+type ClusterFacts struct {
+	Nodes         int `json:"nodes"`
+	MatchingNodes int `json:"matchingNodes"`
+}
+
+// Input is the input document of every evaluation (see policies/README.md). Object and OldObject
+// are the DaemonSet as generic JSON, so fields unknown to this build still reach the policies.
+type Input struct {
+	Operation Operation
+	Object    map[string]any
+	OldObject map[string]any
+	Namespace Namespace
+	Cluster   *ClusterFacts
+}
+
+func (in *Input) value() (ast.Value, error) {
+	labels := make(map[string]any, len(in.Namespace.Labels))
+	for k, v := range in.Namespace.Labels {
+		labels[k] = v
+	}
+	doc := map[string]any{
+		"operation": string(in.Operation),
+		"object":    in.Object,
+		"namespace": map[string]any{"name": in.Namespace.Name, "labels": labels},
+	}
+	if in.OldObject != nil {
+		doc["oldObject"] = in.OldObject
+	}
+	if in.Cluster != nil {
+		doc["cluster"] = map[string]any{"nodes": in.Cluster.Nodes, "matchingNodes": in.Cluster.MatchingNodes}
+	}
+	// InterfaceToValue walks the generic map directly; no JSON round trip on the hot path.
+	return ast.InterfaceToValue(doc)
+}
+
+// Module is one Rego file and where it came from (a path, or configmap/NAME/KEY), for errors.
+type Module struct {
+	Name   string
+	Source string
+}
+
+// Set is one compiled policy set. It is immutable and safe for concurrent use.
+type Set struct {
+	validate    rego.PreparedEvalQuery
+	inject      rego.PreparedEvalQuery
+	hasInject   bool
+	enforcement map[string]Action
+	modules     []string
+}
+
+const (
+	validateQuery = "violations = {name: v | v := data.daemonguard.policies[name].violation}"
+	injectQuery   = "decision = data.daemonguard.inject.decision"
+)
+
+// Compile parses and compiles modules with params as data.daemonguard.parameters and prepares the
+// queries. Errors name the module and line.
+func Compile(ctx context.Context, modules []Module, params map[string]any) (*Set, error) {
+	parsed := make(map[string]*ast.Module, len(modules))
+	var errs []error
+	for _, m := range modules {
+		mod, err := ast.ParseModuleWithOpts(m.Name, m.Source, ast.ParserOptions{RegoVersion: ast.RegoV1})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		parsed[m.Name] = mod
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("parse policies: %w", errors.Join(errs...))
+	}
+	compiler := ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1).WithStrict(true)
+	compiler.Compile(parsed)
+	if compiler.Failed() {
+		return nil, fmt.Errorf("compile policies: %w", compiler.Errors)
+	}
+	if params == nil {
+		params = map[string]any{}
+	}
+	store := inmem.NewFromObject(map[string]any{"daemonguard": map[string]any{"parameters": params}})
+
+	s := &Set{enforcement: map[string]Action{}}
+	for _, m := range modules {
+		s.modules = append(s.modules, m.Name)
+	}
+	sort.Strings(s.modules)
+	prepare := func(q string) (rego.PreparedEvalQuery, error) {
+		return rego.New(rego.Query(q), rego.Compiler(compiler), rego.Store(store), rego.StrictBuiltinErrors(true)).PrepareForEval(ctx)
+	}
+	var err error
+	if s.validate, err = prepare(validateQuery); err != nil {
+		return nil, fmt.Errorf("prepare validation query: %w", err)
+	}
+	for _, mod := range parsed {
+		if mod.Package.Path.String() == "data.daemonguard.inject" {
+			s.hasInject = true
+		}
+	}
+	if s.hasInject {
+		if s.inject, err = prepare(injectQuery); err != nil {
+			return nil, fmt.Errorf("prepare inject query: %w", err)
+		}
+	}
+	if err := s.resolveEnforcement(ctx, compiler, store, params); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// resolveEnforcement evaluates each policy's constant `enforcement` rule once per set and applies
+// the overrides from parameters.enforcement, so no request pays for it.
+func (s *Set) resolveEnforcement(ctx context.Context, compiler *ast.Compiler, store storage.Store, params map[string]any) error {
+	rs, err := rego.New(
+		rego.Query("e = {name: a | some name; a := data.daemonguard.policies[name].enforcement}"),
+		rego.Compiler(compiler), rego.Store(store), rego.StrictBuiltinErrors(true),
+	).Eval(ctx)
+	if err != nil {
+		return fmt.Errorf("evaluate enforcement rules: %w", err)
+	}
+	if len(rs) == 1 {
+		declared, _ := rs[0].Bindings["e"].(map[string]any)
+		for name, a := range declared {
+			str, _ := a.(string)
+			action, err := parseAction(str)
+			if err != nil {
+				return fmt.Errorf("policy %s: %w", name, err)
+			}
+			s.enforcement[name] = action
+		}
+	}
+	overrides, _ := params["enforcement"].(map[string]any)
+	for name, a := range overrides {
+		str, _ := a.(string)
+		action, err := parseAction(str)
+		if err != nil {
+			return fmt.Errorf("parameters.enforcement.%s: %w", name, err)
+		}
+		s.enforcement[name] = action
+	}
+	return nil
+}
+
+// Modules lists the names of the modules compiled into the set.
+func (s *Set) Modules() []string { return s.modules }
+
+// Enforcement returns the action of a policy: its override, its own rule, or deny.
+func (s *Set) Enforcement(policy string) Action {
+	if a, ok := s.enforcement[policy]; ok {
+		return a
+	}
+	return Deny
+}
+
+// Validate returns every violation of the object, sorted by policy and field, each with the action
+// that applies. An error means the policies could not be evaluated: the caller decides by its
+// failure mode, never by treating the object as compliant.
+func (s *Set) Validate(ctx context.Context, in *Input) ([]Violation, error) {
+	v, err := in.value()
+	if err != nil {
+		return nil, fmt.Errorf("build policy input: %w", err)
+	}
+	rs, err := s.validate.Eval(ctx, rego.EvalParsedInput(v))
+	if err != nil {
+		return nil, fmt.Errorf("evaluate policies: %w", err)
+	}
+	if len(rs) != 1 {
+		return nil, fmt.Errorf("evaluate policies: %d results, want 1", len(rs))
+	}
+	byPolicy, ok := rs[0].Bindings["violations"].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("evaluate policies: violations are %T, want an object", rs[0].Bindings["violations"])
+	}
+	var out []Violation
+	for policy, set := range byPolicy {
+		items, ok := set.([]any)
+		if !ok {
+			return nil, fmt.Errorf("policy %s: violation is %T, want a set", policy, set)
+		}
+		for _, item := range items {
+			obj, ok := item.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("policy %s: violation %v is not an object with field and msg", policy, item)
+			}
+			field, _ := obj["field"].(string)
+			msg, ok := obj["msg"].(string)
+			if !ok {
+				return nil, fmt.Errorf("policy %s: violation %v has no string msg", policy, item)
+			}
+			out = append(out, Violation{Policy: policy, Field: field, Message: msg, Action: s.Enforcement(policy)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Policy != out[j].Policy {
+			return out[i].Policy < out[j].Policy
+		}
+		if out[i].Field != out[j].Field {
+			return out[i].Field < out[j].Field
+		}
+		return out[i].Message < out[j].Message
+	})
+	return out, nil
+}
+
+// Inject evaluates the inject policy. A set without one injects nothing.
+func (s *Set) Inject(ctx context.Context, in *Input) (InjectDecision, error) {
+	if !s.hasInject {
+		return InjectDecision{Reason: "no inject policy loaded"}, nil
+	}
+	v, err := in.value()
+	if err != nil {
+		return InjectDecision{}, fmt.Errorf("build policy input: %w", err)
+	}
+	rs, err := s.inject.Eval(ctx, rego.EvalParsedInput(v))
+	if err != nil {
+		return InjectDecision{}, fmt.Errorf("evaluate inject policy: %w", err)
+	}
+	if len(rs) != 1 {
+		return InjectDecision{}, fmt.Errorf("evaluate inject policy: decision is undefined or not unique (%d results)", len(rs))
+	}
+	// The decision is small; a JSON round trip gives strict typing of tolerations for free.
+	raw, err := json.Marshal(rs[0].Bindings["decision"])
+	if err != nil {
+		return InjectDecision{}, fmt.Errorf("encode inject decision: %w", err)
+	}
+	var d InjectDecision
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return InjectDecision{}, fmt.Errorf("inject decision %s: %w", raw, err)
+	}
+	return d, nil
+}
+
+// Builtin returns the embedded policies (tests excluded) and default parameters.
+func Builtin() ([]Module, map[string]any, error) {
+	all, params, err := LoadFS(policies.Files, ".")
+	modules, _ := SplitTests(all)
+	return modules, params, err
+}
+
+// BuiltinWithTests returns the embedded policies, their tests and the default parameters.
+func BuiltinWithTests() (modules, tests []Module, params map[string]any, err error) {
+	all, params, err := LoadFS(policies.Files, ".")
+	modules, tests = SplitTests(all)
+	return modules, tests, params, err
+}
+
+// LoadFS reads every .rego file below dir of fsys (tests included; see SplitTests), and merges
+// every parameters.yaml found, as a policy set's inputs.
+func LoadFS(fsys fs.FS, dir string) ([]Module, map[string]any, error) {
+	var modules []Module
+	params := map[string]any{}
+	err := fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return nil
+		case strings.HasSuffix(p, ".rego"):
+			data, err := fs.ReadFile(fsys, p)
+			if err != nil {
+				return err
+			}
+			modules = append(modules, Module{Name: p, Source: string(data)})
+		case path.Base(p) == "parameters.yaml":
+			data, err := fs.ReadFile(fsys, p)
+			if err != nil {
+				return err
+			}
+			var more map[string]any
+			if err := yaml.Unmarshal(data, &more); err != nil {
+				return fmt.Errorf("parse %s: %w", p, err)
+			}
+			params = MergeParameters(params, more)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("load policies: %w", err)
+	}
+	return modules, params, nil
+}
+
+// MergeParameters deep-merges override into base: objects merge key by key, anything else
+// (lists included) is replaced. Neither argument is modified.
+func MergeParameters(base, override map[string]any) map[string]any {
+	out := make(map[string]any, len(base)+len(override))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range override {
+		if bm, ok := out[k].(map[string]any); ok {
+			if om, ok := v.(map[string]any); ok {
+				out[k] = MergeParameters(bm, om)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// Engine holds the policy set in force and swaps it atomically on reload.
+type Engine struct {
+	current atomic.Pointer[Set]
+}
+
+// NewEngine returns an engine serving set.
+func NewEngine(set *Set) *Engine {
+	e := &Engine{}
+	e.current.Store(set)
+	return e
+}
+
+// Set returns the policy set in force.
+func (e *Engine) Set() *Set { return e.current.Load() }
+
+// Swap puts a new set in force; evaluations already running finish on the old one.
+func (e *Engine) Swap(set *Set) { e.current.Store(set) }

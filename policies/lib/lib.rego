@@ -1,0 +1,261 @@
+# Helpers shared by daemonguard's built-in policies: safe access to the DaemonSet in input.object,
+# namespace classes and per-class parameters, and parsers for the value formats policies check.
+# Every helper tolerates missing fields and odd types: it never raises an error at evaluation time.
+package daemonguard.lib
+
+# --- generic ------------------------------------------------------------------------------------
+
+# as_object(x) is x when x is an object, else {}.
+as_object(x) := x if {
+	is_object(x)
+} else := {}
+
+# as_array(x) is x when x is an array, else [].
+as_array(x) := x if {
+	is_array(x)
+} else := []
+
+# get(x, path, fallback) is object.get(x, path, fallback) that also accepts a non-object x.
+get(x, path, fallback) := object.get(x, path, fallback) if {
+	is_object(x)
+} else := fallback
+
+# quote(v) renders a value for a message: strings quoted ("50%"), anything else as Rego prints it.
+quote(v) := sprintf("%q", [v]) if {
+	is_string(v)
+} else := sprintf("%v", [v])
+
+# is_integer(v) holds for a number without fractional part.
+is_integer(v) if {
+	is_number(v)
+	v == floor(v)
+}
+
+# digits_to_number(s) is the value of a string of decimal digits; leading zeros are fine.
+digits_to_number(s) := n if {
+	is_string(s)
+	regex.match(`^[0-9]+$`, s)
+	t := trim_left(s, "0")
+	n := to_number_or_zero(t)
+}
+
+to_number_or_zero(t) := 0 if {
+	t == ""
+} else := to_number(t)
+
+# int_or_percent(v) parses a Kubernetes IntOrString such as maxUnavailable:
+#   {"type": "int", "value": n}     for a non-negative integer n,
+#   {"type": "percent", "value": n} for a string "N%" with 0 <= N <= 100,
+# and is undefined for anything else ("abc", "5", -1, 1.5, "150%", null).
+int_or_percent(v) := {"type": "int", "value": v} if {
+	is_integer(v)
+	v >= 0
+}
+
+int_or_percent(v) := {"type": "percent", "value": n} if {
+	is_string(v)
+	regex.match(`^[0-9]+%$`, v)
+	n := digits_to_number(trim_suffix(v, "%"))
+	n <= 100
+}
+
+# duration_regex matches a Go duration of positive components, like 30s, 5m, 1h30m, 1.5h, 250ms.
+duration_regex := `^([0-9]+(\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$`
+
+duration_unit_ns := {
+	"ns": 1,
+	"us": 1000,
+	"µs": 1000,
+	"μs": 1000,
+	"ms": 1000000,
+	"s": 1000000000,
+	"m": 60000000000,
+	"h": 3600000000000,
+}
+
+# duration_ns(s) is the length in nanoseconds (rounded to an integer) of a Go duration string
+# matching duration_regex; undefined for anything else (including "0", "-5m", "5", "1d").
+duration_ns(s) := round(sum(parts)) if {
+	is_string(s)
+	regex.match(duration_regex, s)
+	parts := [ns |
+		some m in regex.find_all_string_submatch_n(`([0-9]+)(\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h)`, s, -1)
+		ns := (digits_to_number(m[1]) + fraction(m[2])) * duration_unit_ns[m[3]]
+	]
+}
+
+# duration_seconds(s) is duration_ns(s) in seconds.
+duration_seconds(s) := duration_ns(s) / 1000000000
+
+# fraction(".25") is 0.25; fraction("") is 0.
+fraction(f) := 0 if {
+	f == ""
+} else := to_number(concat("", ["0", f])) if {
+	regex.match(`^\.[0-9]+$`, f)
+} else := 0
+
+# max_duration_ns caps durations in annotations at one year (8760h), far below what Go's
+# time.ParseDuration can hold, so the rollout controller never overflows.
+max_duration_ns := 31536000000000000
+
+# is_qualified_name(s) holds for a Kubernetes label key: [prefix/]name, where prefix is a DNS
+# subdomain (at most 253 characters) and name at most 63 characters of [A-Za-z0-9-_.], starting and
+# ending with an alphanumeric character.
+is_qualified_name(s) if {
+	is_string(s)
+	parts := split(s, "/")
+	count(parts) == 1
+	is_qualified_name_part(parts[0])
+}
+
+is_qualified_name(s) if {
+	is_string(s)
+	parts := split(s, "/")
+	count(parts) == 2
+	count(parts[0]) <= 253
+	regex.match(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`, parts[0])
+	is_qualified_name_part(parts[1])
+}
+
+is_qualified_name_part(n) if {
+	count(n) <= 63
+	regex.match(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`, n)
+}
+
+# --- the DaemonSet ------------------------------------------------------------------------------
+
+# daemonset is input.object, or {} when absent.
+daemonset := o if {
+	o := input.object
+	is_object(o)
+} else := {}
+
+metadata := as_object(get(daemonset, "metadata", {}))
+
+annotations := as_object(get(metadata, "annotations", {}))
+
+labels := as_object(get(metadata, "labels", {}))
+
+spec := as_object(get(daemonset, "spec", {}))
+
+update_strategy := as_object(get(spec, "updateStrategy", {}))
+
+# strategy_type is spec.updateStrategy.type, "RollingUpdate" (the Kubernetes default) when absent.
+strategy_type := t if {
+	t := update_strategy.type
+	t != null
+} else := "RollingUpdate"
+
+# strategy_type_defaulted holds when spec.updateStrategy.type is absent.
+strategy_type_defaulted if not has_value(update_strategy, "type")
+
+# rolling_update is spec.updateStrategy.rollingUpdate, or {} when absent.
+rolling_update := as_object(get(update_strategy, "rollingUpdate", {}))
+
+pod_template := as_object(get(spec, "template", {}))
+
+pod_spec := as_object(get(pod_template, "spec", {}))
+
+# containers lists the pod template's init and regular containers, in order, each as
+# {"field": "spec.template.spec.containers[0]", "name": "nginx", "container": {...}}.
+containers := [entry |
+	some kind in ["initContainers", "containers"]
+	some i, c in as_array(get(pod_spec, kind, []))
+	is_object(c)
+	entry := {
+		"field": sprintf("spec.template.spec.%s[%d]", [kind, i]),
+		"name": get(c, "name", ""),
+		"container": c,
+	}
+]
+
+# has_value(obj, key) holds when obj[key] is present and not null.
+has_value(obj, key) if {
+	is_object(obj)
+	obj[key] != null
+}
+
+# annotation(key) is the value of annotation key on the DaemonSet; undefined when absent.
+annotation(key) := annotations[key]
+
+# rollout_managed holds when the DaemonSet is handed to daemonguard's rollout controller.
+rollout_managed if annotations["daemonguard.io/rollout"] == "managed"
+
+# on_delete_exempt holds when the DaemonSet carries a non-empty daemonguard.io/on-delete-exempt.
+on_delete_exempt if {
+	reason := annotations["daemonguard.io/on-delete-exempt"]
+	is_string(reason)
+	trim_space(reason) != ""
+}
+
+# --- namespace classes and parameters -----------------------------------------------------------
+
+# parameters is data.daemonguard.parameters, or {} when absent.
+parameters := p if {
+	p := data.daemonguard.parameters
+	is_object(p)
+} else := {}
+
+namespace_name := n if {
+	n := input.namespace.name
+	is_string(n)
+} else := ""
+
+namespace_labels := l if {
+	l := input.namespace.labels
+	is_object(l)
+} else := {}
+
+# class_matches(class) holds when a namespaceClasses entry matches the input's namespace: its name
+# is in `namespaces`, or its labels include every pair of a non-empty `matchLabels`.
+class_matches(class) if {
+	some n in as_array(get(class, "namespaces", []))
+	n == namespace_name
+}
+
+class_matches(class) if {
+	selector := as_object(get(class, "matchLabels", {}))
+	count(selector) > 0
+	every k, v in selector {
+		namespace_labels[k] == v
+	}
+}
+
+matching_classes := [name |
+	some class in as_array(get(parameters, "namespaceClasses", []))
+	is_object(class)
+	name := class.name
+	is_string(name)
+	class_matches(class)
+]
+
+# namespace_class is the name of the first namespaceClasses entry matching the input's namespace,
+# or "default".
+namespace_class := matching_classes[0] if {
+	count(matching_classes) > 0
+} else := "default"
+
+# params(policy) is parameters.policies[policy].default with the entry of the namespace's class
+# merged over it.
+params(policy) := object.union(policy_class_params(policy, "default"), policy_class_params(policy, namespace_class))
+
+policy_class_params(policy, class) := p if {
+	p := parameters.policies[policy][class]
+	is_object(p)
+} else := {}
+
+# param_number(policy, key) is params(policy)[key] when it is a number; undefined otherwise, so a
+# check whose parameter is missing or malformed is skipped rather than failing evaluation.
+param_number(policy, key) := n if {
+	n := params(policy)[key]
+	is_number(n)
+}
+
+# --- cluster facts ------------------------------------------------------------------------------
+
+# matching_nodes is input.cluster.matchingNodes; undefined offline (no input.cluster).
+matching_nodes := n if {
+	n := input.cluster.matchingNodes
+	is_integer(n)
+	n >= 0
+}

@@ -1,0 +1,132 @@
+package webhook
+
+import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// ConfigurationOptions say how the API server reaches daemonguard's webhooks.
+type ConfigurationOptions struct {
+	Name string // name of both configuration objects
+	// URL is the base URL for out-of-cluster runs (the daemonguard binary on the host); when empty
+	// Service is used.
+	URL      string
+	Service  *admissionregistrationv1.ServiceReference // path is filled in per webhook
+	CABundle []byte
+	// Namespace is daemonguard's own namespace; it and kube-system are never sent to the webhooks,
+	// so a broken daemonguard can never block its own recovery or the cluster's system pods.
+	Namespace        string
+	ExemptNamespaces []string
+	FailurePolicy    admissionregistrationv1.FailurePolicyType
+	TimeoutSeconds   int32
+}
+
+func (o ConfigurationOptions) clientConfig(path string) admissionregistrationv1.WebhookClientConfig {
+	cc := admissionregistrationv1.WebhookClientConfig{CABundle: o.CABundle}
+	if o.URL != "" {
+		cc.URL = ptr.To(o.URL + path)
+		return cc
+	}
+	svc := *o.Service
+	svc.Path = ptr.To(path)
+	cc.Service = &svc
+	return cc
+}
+
+func (o ConfigurationOptions) namespaceSelector() *metav1.LabelSelector {
+	exempt := append([]string{o.Namespace, metav1.NamespaceSystem}, o.ExemptNamespaces...)
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: exempt,
+	}}}
+}
+
+// objectSelector skips objects labelled daemonguard.io/ignore=true before they reach the webhook.
+func objectSelector() *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: IgnoreLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"},
+	}}}
+}
+
+func (o ConfigurationOptions) defaults() ConfigurationOptions {
+	if o.FailurePolicy == "" {
+		o.FailurePolicy = admissionregistrationv1.Fail
+	}
+	if o.TimeoutSeconds == 0 {
+		o.TimeoutSeconds = 5
+	}
+	return o
+}
+
+var daemonSetRule = admissionregistrationv1.RuleWithOperations{
+	Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+	Rule: admissionregistrationv1.Rule{
+		APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"daemonsets"},
+		Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+	},
+}
+
+// Configurations returns the mutating and validating webhook configurations. sideEffects None
+// lets server-side dry-run (kubectl diff --server-side, Argo CD's server-side diff) see exactly
+// what a real write would store. reinvocationPolicy IfNeeded re-runs the DaemonSet mutation if
+// another webhook changes the object after us.
+func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration) {
+	o = o.defaults()
+	none := admissionregistrationv1.SideEffectClassNone
+	versions := []string{"v1"}
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{
+			{
+				Name:                    "daemonsets.mutate.daemonguard.io",
+				ClientConfig:            o.clientConfig(MutateDaemonSetPath),
+				Rules:                   []admissionregistrationv1.RuleWithOperations{daemonSetRule},
+				FailurePolicy:           ptr.To(o.FailurePolicy),
+				SideEffects:             &none,
+				TimeoutSeconds:          ptr.To(o.TimeoutSeconds),
+				AdmissionReviewVersions: versions,
+				NamespaceSelector:       o.namespaceSelector(),
+				ObjectSelector:          objectSelector(),
+				ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			},
+			{
+				Name:         "pods.mutate.daemonguard.io",
+				ClientConfig: o.clientConfig(MutatePodPath),
+				Rules: []admissionregistrationv1.RuleWithOperations{{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule: admissionregistrationv1.Rule{
+						APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+						Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+					},
+				}},
+				FailurePolicy:           ptr.To(o.FailurePolicy),
+				SideEffects:             &none,
+				TimeoutSeconds:          ptr.To(o.TimeoutSeconds),
+				AdmissionReviewVersions: versions,
+				NamespaceSelector:       o.namespaceSelector(),
+				// Only pods controlled by a DaemonSet are of interest; the CEL condition keeps every
+				// other pod in the cluster from paying a webhook round trip.
+				MatchConditions: []admissionregistrationv1.MatchCondition{{
+					Name:       "owned-by-daemonset",
+					Expression: `has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == "DaemonSet" && has(r.controller) && r.controller)`,
+				}},
+			},
+		},
+	}
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "daemonsets.validate.daemonguard.io",
+			ClientConfig:            o.clientConfig(ValidateDaemonSetPath),
+			Rules:                   []admissionregistrationv1.RuleWithOperations{daemonSetRule},
+			FailurePolicy:           ptr.To(o.FailurePolicy),
+			SideEffects:             &none,
+			TimeoutSeconds:          ptr.To(o.TimeoutSeconds),
+			AdmissionReviewVersions: versions,
+			NamespaceSelector:       o.namespaceSelector(),
+			ObjectSelector:          objectSelector(),
+		}},
+	}
+	return mutating, validating
+}

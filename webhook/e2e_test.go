@@ -1,0 +1,356 @@
+package webhook_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/daemonguard/daemonguard/internal/harness"
+	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/webhook"
+)
+
+const webhookNamespace = harness.WebhookNamespace
+
+var cluster *localcluster.Cluster
+
+// TestMain starts one local cluster; the first test that needs the webhook starts one daemonguard
+// webhook server (in this process, TLS on loopback) registered through real webhook configurations.
+func TestMain(m *testing.M) {
+	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
+}
+
+var webhookStarted = false
+
+func startWebhook(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the local control plane; run without -short")
+	}
+	if webhookStarted {
+		return
+	}
+	if _, err := harness.StartWebhook(context.Background(), cluster); err != nil {
+		t.Fatal(err)
+	}
+	webhookStarted = true
+}
+
+func repoFile(t *testing.T, parts ...string) string {
+	t.Helper()
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(append([]string{root}, parts...)...)
+}
+
+func seedDaemonSet(t *testing.T) *appsv1.DaemonSet {
+	t.Helper()
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "nginx-ds", Labels: map[string]string{"app": "nginx-ds"}},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "nginx-ds"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "nginx-ds"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "nginx", Image: "nginx:1.7.9"}}},
+			},
+		},
+	}
+}
+
+type kubectlResult struct {
+	stdout, stderr string
+	err            error
+}
+
+func runKubectl(stdin string, args ...string) kubectlResult {
+	out, errOut, err := cluster.Kubectl(context.Background(), stdin, args...)
+	return kubectlResult{out, errOut, err}
+}
+
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	r := runKubectl("", args...)
+	if r.err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), r.err, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+func TestSeedRunsOnEveryNodeWithSystemNodeCriticalPriority(t *testing.T) {
+	startWebhook(t)
+	ns := cluster.NewTestNamespace(t)
+	kubectl(t, "apply", "-n", ns, "-f", repoFile(t, "testdata", "demo", "nginx-ds.yaml"))
+
+	ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(context.Background(), "nginx-ds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := ds.Spec.Template.Spec
+	if tpl.PriorityClassName != "system-node-critical" {
+		t.Errorf("template priorityClassName = %q, want system-node-critical", tpl.PriorityClassName)
+	}
+	// The user's own toleration stays first and untouched; the injected ones follow.
+	if len(tpl.Tolerations) == 0 || tpl.Tolerations[0].Key != "node-role.kubernetes.io/master" || tpl.Tolerations[0].Operator != "" {
+		t.Errorf("user toleration not kept first and unchanged: %+v", tpl.Tolerations)
+	}
+	if !hasToleration(tpl.Tolerations, "node-role.kubernetes.io/control-plane") {
+		t.Errorf("control-plane toleration not injected: %+v", tpl.Tolerations)
+	}
+
+	cluster.WaitFor(t, 2*time.Minute, "nginx-ds on 5 of 5 nodes", func(ctx context.Context) (bool, string) {
+		ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, "nginx-ds", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s := ds.Status
+		return s.DesiredNumberScheduled == 5 && s.NumberAvailable == 5 && s.UpdatedNumberScheduled == 5, fmt.Sprintf("%+v", s)
+	})
+	pods, err := cluster.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=nginx-ds"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]bool{}
+	for _, p := range pods.Items {
+		nodes[p.Spec.NodeName] = true
+		if p.Spec.Priority == nil || *p.Spec.Priority != 2000001000 {
+			t.Errorf("pod %s priority = %v, want 2000001000", p.Name, p.Spec.Priority)
+		}
+	}
+	if !nodes["control-plane-0"] || len(nodes) != 5 {
+		t.Errorf("pods on nodes %v, want all 5 including control-plane-0", nodes)
+	}
+}
+
+func hasToleration(ts []corev1.Toleration, key string) bool {
+	for _, t := range ts {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// Argo CD re-applies manifests on every sync and diffs them server-side with the webhook's
+// mutation included: neither may see a change, and no new ControllerRevision may appear.
+func TestReapplyIsIdempotentAndServerSideDiffIsClean(t *testing.T) {
+	startWebhook(t)
+	ns := cluster.NewTestNamespace(t)
+	manifest := repoFile(t, "testdata", "demo", "nginx-ds.yaml")
+	kubectl(t, "apply", "-n", ns, "-f", manifest)
+	kubectl(t, "apply", "-n", ns, "-f", manifest)
+	kubectl(t, "apply", "--server-side", "--force-conflicts", "-n", ns, "-f", manifest)
+
+	diff := runKubectl("", "diff", "--server-side", "--force-conflicts", "-n", ns, "-f", manifest)
+	if diff.err != nil {
+		var exit *exec.ExitError
+		if errors.As(diff.err, &exit) && exit.ExitCode() == 1 {
+			t.Fatalf("kubectl diff --server-side shows drift after apply:\n%s", diff.stdout)
+		}
+		t.Fatalf("kubectl diff: %v\n%s", diff.err, diff.stderr)
+	}
+
+	ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(context.Background(), "nginx-ds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds.Generation != 1 {
+		t.Errorf("generation = %d after re-applying the same manifest, want 1", ds.Generation)
+	}
+	cluster.WaitFor(t, time.Minute, "one ControllerRevision", func(ctx context.Context) (bool, string) {
+		revs, err := cluster.Client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=nginx-ds"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(revs.Items) == 1, fmt.Sprintf("%d revisions", len(revs.Items))
+	})
+}
+
+const budgetManifest = `apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: wide-budget
+spec:
+  selector: {matchLabels: {app: wide-budget}}
+  updateStrategy:
+    type: RollingUpdate
+    rollingUpdate: {maxUnavailable: "100%"}
+  template:
+    metadata: {labels: {app: wide-budget}}
+    spec:
+      containers: [{name: agent, image: busybox:1.36}]
+`
+
+func TestPolicyDeniesBudgetTheAPIServerAccepts(t *testing.T) {
+	startWebhook(t)
+	ns := cluster.NewTestNamespace(t)
+	r := runKubectl(budgetManifest, "apply", "-n", ns, "-f", "-")
+	if r.err == nil {
+		t.Fatalf("maxUnavailable 100%% was admitted:\n%s", r.stdout)
+	}
+	for _, want := range []string{"denied by daemonguard", "rolling_update_budget", "maxUnavailable", "100%"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("denial lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if _, err := cluster.Client.AppsV1().DaemonSets(ns).Get(context.Background(), "wide-budget", metav1.GetOptions{}); err == nil {
+		t.Error("denied DaemonSet exists")
+	}
+}
+
+const onDeleteManifest = `apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: never-rolled
+spec:
+  selector: {matchLabels: {app: never-rolled}}
+  updateStrategy: {type: OnDelete}
+  template:
+    metadata: {labels: {app: never-rolled}}
+    spec:
+      containers: [{name: agent, image: busybox:1.36}]
+`
+
+func TestWarnPolicyReachesKubectl(t *testing.T) {
+	startWebhook(t)
+	ns := cluster.NewTestNamespace(t)
+	r := runKubectl(onDeleteManifest, "apply", "-n", ns, "-f", "-")
+	if r.err != nil {
+		t.Fatalf("warn-only policy blocked the apply: %v\n%s", r.err, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "Warning: daemonguard [on_delete_managed]") {
+		t.Errorf("kubectl printed no daemonguard warning:\n%s", r.stderr)
+	}
+}
+
+func TestExemptNamespaceIsNeverMutated(t *testing.T) {
+	startWebhook(t)
+	ctx := context.Background()
+	for _, ns := range []string{webhookNamespace, metav1.NamespaceSystem} {
+		got, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, seedDaemonSet(t), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatalf("create in %s: %v", ns, err)
+		}
+		if got.Spec.Template.Spec.PriorityClassName != "" || len(got.Spec.Template.Spec.Tolerations) != 0 {
+			t.Errorf("DaemonSet in exempt namespace %s was mutated: %+v", ns, got.Spec.Template.Spec)
+		}
+	}
+}
+
+func TestPodWithNodeNameIsRewrittenIntoAffinityPin(t *testing.T) {
+	startWebhook(t)
+	ns := cluster.NewTestNamespace(t)
+	ctx := context.Background()
+	// An owner that targets no node, so the DaemonSet controller itself creates nothing here.
+	owner := seedDaemonSet(t)
+	owner.Spec.Template.Spec.NodeSelector = map[string]string{"daemonguard.test/none": "true"}
+	owner, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, owner, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "hand-made", Labels: map[string]string{"app": "other"},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, appsv1.SchemeGroupVersion.WithKind("DaemonSet"))},
+		},
+		Spec: corev1.PodSpec{NodeName: "worker-1", Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}},
+	}
+	got, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.NodeName != "" {
+		t.Errorf("spec.nodeName = %q, want it moved into the affinity pin", got.Spec.NodeName)
+	}
+	a := got.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		t.Fatalf("no required node affinity: %+v", a)
+	}
+	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || len(terms[0].MatchFields) != 1 || terms[0].MatchFields[0].Key != "metadata.name" ||
+		len(terms[0].MatchFields[0].Values) != 1 || terms[0].MatchFields[0].Values[0] != "worker-1" {
+		t.Errorf("pin = %+v, want matchFields metadata.name In [worker-1]", terms)
+	}
+
+	// A pod not controlled by a DaemonSet is left exactly as sent.
+	plain := pod.DeepCopy()
+	plain.OwnerReferences = nil
+	got, err = cluster.Client.CoreV1().Pods(ns).Create(ctx, plain, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.NodeName != "worker-1" || got.Spec.Affinity != nil {
+		t.Errorf("plain pod was changed: nodeName %q affinity %+v", got.Spec.NodeName, got.Spec.Affinity)
+	}
+}
+
+func TestBrokenPolicyConfigMapKeepsLastGoodSet(t *testing.T) {
+	startWebhook(t)
+	ctx := context.Background()
+	ns := cluster.NewTestNamespace(t)
+	cms := cluster.Client.CoreV1().ConfigMaps(webhookNamespace)
+	labels := map[string]string{webhook.PolicyConfigMapLabel: "true"}
+
+	// 1. A valid extra policy is hot-loaded: it denies images tagged latest.
+	extra := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-latest", Labels: labels},
+		Data: map[string]string{"no_latest.rego": `package daemonguard.policies.no_latest
+
+violation contains {"field": "spec.template.spec.containers", "msg": sprintf("image %q uses the latest tag; pin a version", [c.image])} if {
+	some c in input.object.spec.template.spec.containers
+	endswith(c.image, ":latest")
+}
+`},
+	}
+	if _, err := cms.Create(ctx, extra, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cms.Delete(context.Background(), extra.Name, metav1.DeleteOptions{}) })
+	latest := strings.ReplaceAll(budgetManifest, `maxUnavailable: "100%"`, `maxUnavailable: 1`)
+	latest = strings.ReplaceAll(latest, "busybox:1.36", "busybox:latest")
+	cluster.WaitFor(t, time.Minute, "the no_latest policy to take effect", func(context.Context) (bool, string) {
+		r := runKubectl(latest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+		return r.err != nil && strings.Contains(r.stderr, "[no_latest]"), r.stderr
+	})
+
+	// 2. A broken module is rejected with its file and line; the last good set keeps serving.
+	broken := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "broken", Labels: labels},
+		Data:       map[string]string{"broken.rego": "package daemonguard.policies.broken\n\nviolation contains x if {\n  x := \n}\n"},
+	}
+	if _, err := cms.Create(ctx, broken, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cms.Delete(context.Background(), broken.Name, metav1.DeleteOptions{}) })
+	cluster.WaitFor(t, time.Minute, "a PolicyRejected event naming the file and line", func(ctx context.Context) (bool, string) {
+		evs, err := cluster.Client.EventsV1().Events(webhookNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == "broken" && e.Reason == "PolicyRejected" {
+				return strings.Contains(e.Note, "configmap/broken/broken.rego:"), e.Note
+			}
+		}
+		return false, "no event yet"
+	})
+	r := runKubectl(latest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+	if r.err == nil || !strings.Contains(r.stderr, "[no_latest]") {
+		t.Errorf("last good set (with no_latest) is not serving after a broken reload: %v\n%s", r.err, r.stderr)
+	}
+	r = runKubectl(budgetManifest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+	if r.err == nil || !strings.Contains(r.stderr, "[rolling_update_budget]") {
+		t.Errorf("built-in policies stopped serving after a broken reload: %v\n%s", r.err, r.stderr)
+	}
+}

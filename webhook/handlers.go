@@ -1,0 +1,254 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/daemonguard/daemonguard/internal/policy"
+)
+
+// Webhook paths served by daemonguard.
+const (
+	MutateDaemonSetPath   = "/mutate-apps-v1-daemonset"
+	ValidateDaemonSetPath = "/validate-apps-v1-daemonset"
+	MutatePodPath         = "/mutate-v1-pod"
+)
+
+// IgnoreLabel opts a DaemonSet out of every daemonguard webhook (also used as objectSelector).
+const IgnoreLabel = "daemonguard.io/ignore"
+
+// FailureMode says what happens when policies cannot be evaluated. Neither mode admits silently.
+type FailureMode string
+
+// Failure modes.
+const (
+	// FailClosed rejects the request, naming the evaluation error.
+	FailClosed FailureMode = "deny"
+	// FailOpenWithWarning admits the request with an admission warning, a log line and a metric.
+	FailOpenWithWarning FailureMode = "warn"
+)
+
+// Facts supplies what the webhook knows of the live cluster. Nil functions mean "unknown".
+type Facts struct {
+	NamespaceLabels func(ctx context.Context, name string) (map[string]string, error)
+	Nodes           func(ctx context.Context) ([]*corev1.Node, error)
+}
+
+// Handlers adapts the pure functions of this package to admission requests.
+type Handlers struct {
+	Engine           *policy.Engine
+	ExemptNamespaces []string
+	FailureMode      FailureMode
+	Facts            Facts
+	Log              logr.Logger
+}
+
+func (h *Handlers) exempt(namespace string) bool {
+	return slices.Contains(h.ExemptNamespaces, namespace)
+}
+
+var daemonSetKind = struct{ group, version, kind string }{"apps", "v1", "DaemonSet"}
+
+func checkDaemonSetRequest(req admission.Request) error {
+	k := req.Kind
+	if k.Group != daemonSetKind.group || k.Version != daemonSetKind.version || k.Kind != daemonSetKind.kind {
+		return fmt.Errorf("this endpoint admits apps/v1 DaemonSet, got %s/%s %s", k.Group, k.Version, k.Kind)
+	}
+	if len(req.Object.Raw) == 0 {
+		return fmt.Errorf("request has no object")
+	}
+	return nil
+}
+
+func ignored(raw []byte) bool {
+	var meta struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+	}
+	return json.Unmarshal(raw, &meta) == nil && meta.Metadata.Labels[IgnoreLabel] == "true"
+}
+
+// input builds the policy input document. Cluster facts that cannot be read are left out rather
+// than guessed, which turns off the checks that need them.
+func (h *Handlers) input(ctx context.Context, req admission.Request, op policy.Operation) (*policy.Input, error) {
+	obj, err := decodeObject(req.Object.Raw)
+	if err != nil {
+		return nil, err
+	}
+	in := &policy.Input{Operation: op, Object: obj, Namespace: policy.Namespace{Name: req.Namespace, Labels: map[string]string{}}}
+	if len(req.OldObject.Raw) > 0 {
+		if in.OldObject, err = decodeObject(req.OldObject.Raw); err != nil {
+			return nil, fmt.Errorf("old object: %w", err)
+		}
+	}
+	if h.Facts.NamespaceLabels != nil {
+		labels, err := h.Facts.NamespaceLabels(ctx, req.Namespace)
+		if err != nil {
+			h.Log.V(1).Info("Namespace labels unavailable", "namespace", req.Namespace, "err", err)
+		} else if labels != nil {
+			in.Namespace.Labels = labels
+		}
+	}
+	if h.Facts.Nodes != nil {
+		nodes, err := h.Facts.Nodes(ctx)
+		if err != nil {
+			h.Log.V(1).Info("Nodes unavailable; node-relative checks skipped", "err", err)
+		} else {
+			var ds struct {
+				Spec struct {
+					Template corev1.PodTemplateSpec `json:"template"`
+				} `json:"spec"`
+			}
+			if err := json.Unmarshal(req.Object.Raw, &ds); err == nil {
+				in.Cluster = &policy.ClusterFacts{Nodes: len(nodes), MatchingNodes: MatchingNodes(&ds.Spec.Template.Spec, nodes)}
+			}
+		}
+	}
+	return in, nil
+}
+
+// daemonSetInput checks a DaemonSet request and builds the policy input, or returns the response
+// that ends the request early: malformed (400), exempt namespace, or opted out by label.
+func (h *Handlers) daemonSetInput(ctx context.Context, req admission.Request) (*policy.Input, *admission.Response) {
+	end := func(r admission.Response) (*policy.Input, *admission.Response) { return nil, &r }
+	if err := checkDaemonSetRequest(req); err != nil {
+		return end(admission.Errored(http.StatusBadRequest, err))
+	}
+	if h.exempt(req.Namespace) {
+		return end(admission.Allowed("namespace " + req.Namespace + " is exempt"))
+	}
+	if ignored(req.Object.Raw) {
+		return end(admission.Allowed("labelled " + IgnoreLabel + "=true"))
+	}
+	in, err := h.input(ctx, req, policy.Operation(req.Operation))
+	if err != nil {
+		return end(admission.Errored(http.StatusBadRequest, err))
+	}
+	return in, nil
+}
+
+// evaluationFailed applies the failure mode to an error from the policy engine.
+func (h *Handlers) evaluationFailed(req admission.Request, err error) admission.Response {
+	evaluationErrors.Inc()
+	h.Log.Error(err, "Policy evaluation failed", "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "failureMode", h.FailureMode)
+	if h.FailureMode == FailOpenWithWarning {
+		return admission.Allowed("").WithWarnings("daemonguard could not evaluate its policies and admitted this object unchecked: " + err.Error())
+	}
+	return admission.Denied("daemonguard could not evaluate its policies (failure mode deny): " + err.Error())
+}
+
+// DaemonSetMutator injects what the inject policy decides into DaemonSet pod templates.
+type DaemonSetMutator struct{ *Handlers }
+
+// Handle implements admission.Handler.
+func (m DaemonSetMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return m.observe("mutate-daemonset", m.mutate(ctx, req))
+}
+
+func (m DaemonSetMutator) mutate(ctx context.Context, req admission.Request) admission.Response {
+	in, early := m.daemonSetInput(ctx, req)
+	if early != nil {
+		return *early
+	}
+	decision, err := m.Engine.Set().Inject(ctx, in)
+	if err != nil {
+		return m.evaluationFailed(req, err)
+	}
+	patch, err := DaemonSetPatch(req.Object.Raw, decision)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if len(patch) == 0 {
+		reason := decision.Reason
+		if decision.Inject {
+			reason = "template already has everything the inject policy asks for"
+		}
+		return admission.Allowed(reason)
+	}
+	resp := admission.Allowed("")
+	resp.Patches = patch
+	return resp
+}
+
+// DaemonSetValidator enforces the validation policies on DaemonSets.
+type DaemonSetValidator struct{ *Handlers }
+
+// Handle implements admission.Handler.
+func (v DaemonSetValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return v.observe("validate-daemonset", v.validate(ctx, req))
+}
+
+func (v DaemonSetValidator) validate(ctx context.Context, req admission.Request) admission.Response {
+	in, early := v.daemonSetInput(ctx, req)
+	if early != nil {
+		return *early
+	}
+	violations, err := v.Engine.Set().Validate(ctx, in)
+	if err != nil {
+		return v.evaluationFailed(req, err)
+	}
+	verdict := Decide(violations)
+	for _, x := range violations {
+		violationsTotal.WithLabelValues(x.Policy, string(x.Action)).Inc()
+	}
+	for _, d := range verdict.DryRuns {
+		v.Log.Info("Dry-run policy violated", "policy", d.Policy, "field", d.Field, "message", d.Message, "namespace", req.Namespace, "name", req.Name)
+	}
+	if !verdict.Allowed {
+		return admission.Denied(verdict.DenialMessage()).WithWarnings(verdict.WarningMessages()...)
+	}
+	return admission.Allowed("").WithWarnings(verdict.WarningMessages()...)
+}
+
+// PodPinner pins DaemonSet pods to their node by node affinity (Pods, CREATE only).
+type PodPinner struct{ *Handlers }
+
+// Handle implements admission.Handler.
+func (p PodPinner) Handle(_ context.Context, req admission.Request) admission.Response {
+	return p.observe("mutate-pod", p.pin(req))
+}
+
+func (p PodPinner) pin(req admission.Request) admission.Response {
+	if req.Kind.Group != "" || req.Kind.Version != "v1" || req.Kind.Kind != "Pod" {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("this endpoint admits v1 Pod, got %s/%s %s", req.Kind.Group, req.Kind.Version, req.Kind.Kind))
+	}
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("only CREATE is pinned")
+	}
+	if p.exempt(req.Namespace) {
+		return admission.Allowed("namespace " + req.Namespace + " is exempt")
+	}
+	res, err := PodPinPatch(req.Object.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if len(res.Patch) == 0 {
+		return admission.Allowed(res.Reason)
+	}
+	resp := admission.Allowed(res.Reason)
+	resp.Patches = res.Patch
+	return resp
+}
+
+func (h *Handlers) observe(webhook string, resp admission.Response) admission.Response {
+	result := "allowed"
+	switch {
+	case resp.Result != nil && resp.Result.Code >= 400 && resp.Result.Code != http.StatusForbidden:
+		result = "error"
+	case !resp.Allowed:
+		result = "denied"
+	case len(resp.Patches) > 0:
+		result = "patched"
+	}
+	admissionTotal.WithLabelValues(webhook, result).Inc()
+	return resp
+}

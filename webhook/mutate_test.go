@@ -1,0 +1,229 @@
+package webhook
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	jsonpatchapply "github.com/evanphx/json-patch/v5"
+	"github.com/go-logr/logr"
+	"gomodules.xyz/jsonpatch/v2"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/daemonguard/daemonguard/internal/policy"
+)
+
+var controlPlaneDecision = policy.InjectDecision{
+	Inject: true,
+	Tolerations: []corev1.Toleration{
+		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: "node-role.kubernetes.io/master", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+	},
+	PriorityClassName: "system-node-critical",
+}
+
+func applyPatch(t *testing.T, raw []byte, ops []jsonpatch.Operation) []byte {
+	t.Helper()
+	if len(ops) == 0 {
+		return raw
+	}
+	b, err := json.Marshal(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := jsonpatchapply.DecodePatch(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.Apply(raw)
+	if err != nil {
+		t.Fatalf("apply %s: %v", b, err)
+	}
+	return out
+}
+
+func podSpecOf(t *testing.T, raw []byte) map[string]any {
+	t.Helper()
+	obj, err := decodeObject(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+}
+
+func TestDaemonSetPatch(t *testing.T) {
+	tests := map[string]struct {
+		podSpec         string // JSON of spec.template.spec
+		decision        policy.InjectDecision
+		wantTolerations int    // tolerations after the patch
+		wantPriority    string // priorityClassName after the patch
+		wantNoPatch     bool
+	}{
+		"an empty template gets both tolerations and the class": {
+			podSpec: `{"containers":[{"name":"a","image":"x"}]}`, decision: controlPlaneDecision,
+			wantTolerations: 2, wantPriority: "system-node-critical",
+		},
+		"the seed's Equal master toleration is kept and both Exists ones are appended": {
+			podSpec:  `{"tolerations":[{"key":"node-role.kubernetes.io/master","effect":"NoSchedule"}],"containers":[]}`,
+			decision: controlPlaneDecision, wantTolerations: 3, wantPriority: "system-node-critical",
+		},
+		"a tolerate-everything toleration covers all": {
+			podSpec:  `{"tolerations":[{"operator":"Exists"}],"priorityClassName":"mine","containers":[]}`,
+			decision: controlPlaneDecision, wantTolerations: 1, wantPriority: "mine", wantNoPatch: true,
+		},
+		"an Exists toleration with any effect covers the key": {
+			podSpec:  `{"tolerations":[{"key":"node-role.kubernetes.io/control-plane","operator":"Exists"}],"containers":[]}`,
+			decision: controlPlaneDecision, wantTolerations: 2, wantPriority: "system-node-critical",
+		},
+		"the user's priority class is never replaced": {
+			podSpec:  `{"priorityClassName":"agents","containers":[]}`,
+			decision: controlPlaneDecision, wantTolerations: 2, wantPriority: "agents",
+		},
+		"an explicit priority blocks the class (the Priority plugin would reject the pods)": {
+			podSpec:  `{"priority":1000,"containers":[]}`,
+			decision: controlPlaneDecision, wantTolerations: 2, wantPriority: "",
+		},
+		"a skip decision patches nothing": {
+			podSpec:  `{"containers":[]}`,
+			decision: policy.InjectDecision{Inject: false, Reason: "opted out"}, wantTolerations: 0, wantNoPatch: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			raw := []byte(`{"apiVersion":"apps/v1","kind":"DaemonSet","metadata":{"name":"x"},"spec":{"template":{"spec":` + tc.podSpec + `}}}`)
+			ops, err := DaemonSetPatch(raw, tc.decision)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantNoPatch != (len(ops) == 0) {
+				t.Fatalf("patch = %v, want empty: %v", ops, tc.wantNoPatch)
+			}
+			out := podSpecOf(t, applyPatch(t, raw, ops))
+			tols, _ := out["tolerations"].([]any)
+			if len(tols) != tc.wantTolerations {
+				t.Errorf("got %d tolerations %v, want %d", len(tols), tols, tc.wantTolerations)
+			}
+			got, _ := out["priorityClassName"].(string)
+			if got != tc.wantPriority {
+				t.Errorf("priorityClassName = %q, want %q", got, tc.wantPriority)
+			}
+		})
+	}
+}
+
+// Fields this build of k8s.io/api does not know (newer API servers, alpha fields) must survive:
+// the patch touches only what it adds.
+func TestDaemonSetPatchKeepsUnknownFields(t *testing.T) {
+	raw := []byte(`{"apiVersion":"apps/v1","kind":"DaemonSet","metadata":{"name":"x"},"spec":{"futureSpecField":{"a":[1,2.50,3]},` +
+		`"template":{"spec":{"containers":[{"name":"a","image":"x","futureContainerField":true}],"futurePodField":"keep"}}}}`)
+	ops, err := DaemonSetPatch(raw, controlPlaneDecision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		if op.Operation != "add" {
+			t.Errorf("unexpected %s at %s: only additions are allowed", op.Operation, op.Path)
+		}
+	}
+	out, err := decodeObject(applyPatch(t, raw, ops))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := out["spec"].(map[string]any)
+	if fmt.Sprint(spec["futureSpecField"]) != "map[a:[1 2.50 3]]" {
+		t.Errorf("futureSpecField = %v", spec["futureSpecField"])
+	}
+	podSpec := spec["template"].(map[string]any)["spec"].(map[string]any)
+	if podSpec["futurePodField"] != "keep" || podSpec["containers"].([]any)[0].(map[string]any)["futureContainerField"] != true {
+		t.Errorf("unknown pod fields lost: %v", podSpec)
+	}
+}
+
+func TestDaemonSetPatchRejectsMalformedTemplates(t *testing.T) {
+	for name, raw := range map[string]string{
+		"not JSON":                  `{"spec":`,
+		"spec is a string":          `{"spec":"x"}`,
+		"template spec is a list":   `{"spec":{"template":{"spec":[]}}}`,
+		"tolerations is an object":  `{"spec":{"template":{"spec":{"tolerations":{}}}}}`,
+		"toleration key is numeric": `{"spec":{"template":{"spec":{"tolerations":[{"key":5}]}}}}`,
+		"JSON null":                 `null`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := DaemonSetPatch([]byte(raw), controlPlaneDecision); err == nil {
+				t.Errorf("no error for %s", raw)
+			}
+		})
+	}
+}
+
+// Property: for random templates, (1) a second pass over the output yields an empty patch,
+// (2) every toleration the user wrote is still there, in the same order, at the front, and
+// (3) the result tolerates everything the decision asked for.
+func TestDaemonSetPatchIsIdempotentAndKeepsUserTolerations(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"", "node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master", "dedicated", "gpu"}
+	ops := []string{"", "Equal", "Exists"}
+	effects := []string{"", "NoSchedule", "NoExecute", "PreferNoSchedule"}
+	for i := range 2000 {
+		var user []any
+		for range rng.IntN(4) {
+			tol := map[string]any{}
+			if k := keys[rng.IntN(len(keys))]; k != "" {
+				tol["key"] = k
+			}
+			op := ops[rng.IntN(len(ops))]
+			if op != "" {
+				tol["operator"] = op
+			}
+			if op != "Exists" && rng.IntN(2) == 0 {
+				tol["value"] = "v"
+			}
+			if e := effects[rng.IntN(len(effects))]; e != "" {
+				tol["effect"] = e
+			}
+			user = append(user, tol)
+		}
+		podSpec := map[string]any{"containers": []any{}}
+		if user != nil {
+			podSpec["tolerations"] = user
+		}
+		if rng.IntN(3) == 0 {
+			podSpec["priorityClassName"] = "custom"
+		}
+		raw, _ := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": podSpec}}})
+
+		first, err := DaemonSetPatch(raw, controlPlaneDecision)
+		if err != nil {
+			t.Fatalf("case %d %s: %v", i, raw, err)
+		}
+		out := applyPatch(t, raw, first)
+		second, err := DaemonSetPatch(out, controlPlaneDecision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(second) != 0 {
+			t.Fatalf("case %d: second pass over %s patched again: %v", i, out, second)
+		}
+		got, _ := podSpecOf(t, out)["tolerations"].([]any)
+		if len(got) < len(user) || (len(user) > 0 && !reflect.DeepEqual(got[:len(user)], user)) {
+			t.Fatalf("case %d: user tolerations %v became %v", i, user, got)
+		}
+		var have []corev1.Toleration
+		b, _ := json.Marshal(got)
+		_ = json.Unmarshal(b, &have)
+		for _, w := range controlPlaneDecision.Tolerations {
+			taint := corev1.Taint{Key: w.Key, Effect: w.Effect, Value: "any"}
+			tolerated := false
+			for _, h := range have {
+				if h.ToleratesTaint(logr.Discard(), &taint, false) {
+					tolerated = true
+				}
+			}
+			if !tolerated {
+				t.Fatalf("case %d: result %v does not tolerate %v", i, have, taint)
+			}
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package webhook
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+const dsOwner = `"ownerReferences":[{"apiVersion":"apps/v1","kind":"DaemonSet","name":"ds","uid":"u","controller":true}]`
+
+func pinTerm(node string) string {
+	return `{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchFields":[{"key":"metadata.name","operator":"In","values":["` + node + `"]}]}]}}}`
+}
+
+func TestPodPinPatch(t *testing.T) {
+	tests := map[string]struct {
+		pod         string // the raw pod
+		wantPatch   bool
+		wantPinned  string // node the result is pinned to; "" = not pinned
+		wantErr     bool
+		wantNoField string // a field that must be gone after the patch
+	}{
+		"the DaemonSet controller's own pin gets no patch": {
+			pod:        `{"metadata":{` + dsOwner + `},"spec":{"affinity":` + pinTerm("n1") + `}}`,
+			wantPinned: "n1",
+		},
+		"nodeName is moved into the pin": {
+			pod:       `{"metadata":{` + dsOwner + `},"spec":{"nodeName":"n2","containers":[]}}`,
+			wantPatch: true, wantPinned: "n2", wantNoField: "nodeName",
+		},
+		"preferred terms and other affinity survive the rewrite": {
+			pod: `{"metadata":{` + dsOwner + `},"spec":{"nodeName":"n3","affinity":{"podAntiAffinity":{"x":1},"nodeAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1}],` +
+				`"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"a","operator":"Exists"}]}]}}}}}`,
+			wantPatch: true, wantPinned: "n3", wantNoField: "nodeName",
+		},
+		"a pin that agrees with nodeName is left alone": {
+			pod:        `{"metadata":{` + dsOwner + `},"spec":{"nodeName":"n1","affinity":` + pinTerm("n1") + `}}`,
+			wantPinned: "n1",
+		},
+		"a pin that contradicts nodeName is an error": {
+			pod:     `{"metadata":{` + dsOwner + `},"spec":{"nodeName":"n2","affinity":` + pinTerm("n1") + `}}`,
+			wantErr: true,
+		},
+		"a pod owned by a ReplicaSet is ignored": {
+			pod: `{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"r","uid":"u","controller":true}]},"spec":{"nodeName":"n1"}}`,
+		},
+		"a non-controller DaemonSet owner reference is ignored": {
+			pod: `{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"DaemonSet","name":"d","uid":"u"}]},"spec":{"nodeName":"n1"}}`,
+		},
+		"a DaemonSet pod with neither pin nor node is left to the scheduler": {
+			pod: `{"metadata":{` + dsOwner + `},"spec":{"containers":[]}}`,
+		},
+		"a DaemonSet pod without spec is an error": {pod: `{"metadata":{` + dsOwner + `}}`, wantErr: true},
+		"truncated JSON is an error":               {pod: `{"metadata":{`, wantErr: true},
+		"an affinity of the wrong type is an error": {
+			pod: `{"metadata":{` + dsOwner + `},"spec":{"nodeName":"n1","affinity":"x"}}`, wantErr: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			res, err := PodPinPatch([]byte(tc.pod))
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("no error, result %+v", res)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantPatch != (len(res.Patch) > 0) {
+				t.Fatalf("patch %v, want patch: %v (%s)", res.Patch, tc.wantPatch, res.Reason)
+			}
+			out := applyPatch(t, []byte(tc.pod), res.Patch)
+			obj, _ := decodeObject(out)
+			spec, _ := obj["spec"].(map[string]any)
+			if tc.wantNoField != "" {
+				if _, ok := spec[tc.wantNoField]; ok {
+					t.Errorf("%s still set: %s", tc.wantNoField, out)
+				}
+			}
+			pinned, node := pinnedNode(spec)
+			if tc.wantPinned == "" {
+				if string(out) != tc.pod {
+					t.Errorf("pod changed: %s", out)
+				}
+				return
+			}
+			if !pinned || node != tc.wantPinned {
+				t.Errorf("pinned %v to %q, want %q: %s", pinned, node, tc.wantPinned, out)
+			}
+			// Whatever else was in the affinity survives.
+			if strings.Contains(tc.pod, "podAntiAffinity") && !strings.Contains(string(out), `"podAntiAffinity":{"x":1}`) {
+				t.Errorf("podAntiAffinity lost: %s", out)
+			}
+			if strings.Contains(tc.pod, "preferredDuring") && !strings.Contains(string(out), `"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1}]`) {
+				t.Errorf("preferred terms lost: %s", out)
+			}
+			again, err := PodPinPatch(out)
+			if err != nil || len(again.Patch) != 0 {
+				t.Errorf("second pass: %v %v", again.Patch, err)
+			}
+		})
+	}
+	_ = json.Valid
+}

@@ -1,0 +1,250 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/daemonguard/daemonguard/internal/policy"
+)
+
+// PolicyConfigMapLabel selects the ConfigMaps (in the webhook's namespace) that carry extra or
+// replacement Rego policies and parameters; Argo CD syncs them from git.
+const PolicyConfigMapLabel = "daemonguard.io/policy"
+
+// Options configure the webhook server.
+type Options struct {
+	RESTConfig *rest.Config
+	// Namespace is daemonguard's own namespace: always exempt, and home of the policy ConfigMaps.
+	Namespace string
+	// ExemptNamespaces are exempt in addition to Namespace and kube-system.
+	ExemptNamespaces []string
+	Host             string
+	Port             int
+	CertDir          string // holds tls.crt and tls.key; reloaded when they change
+	MetricsAddr      string // "0" disables
+	HealthAddr       string
+	FailureMode      FailureMode
+	Log              logr.Logger
+}
+
+// Run serves the admission webhooks until ctx ends. The policy set starts as the built-ins and
+// follows the labelled ConfigMaps: a set that fails to compile is reported and the last good set
+// keeps serving.
+func Run(ctx context.Context, opts Options) error {
+	log := opts.Log
+	builtin, builtinParams, err := policy.Builtin()
+	if err != nil {
+		return err
+	}
+	initial, err := policy.Compile(ctx, builtin, builtinParams)
+	if err != nil {
+		return fmt.Errorf("compile built-in policies: %w", err)
+	}
+	engine := policy.NewEngine(initial)
+
+	policySelector := labels.SelectorFromSet(labels.Set{PolicyConfigMapLabel: "true"})
+	mgr, err := ctrl.NewManager(opts.RESTConfig, ctrl.Options{
+		Logger: log,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only the policy ConfigMaps of our own namespace: no cluster-wide ConfigMap access.
+			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}, Label: policySelector},
+			// Nodes are needed for labels and taints only; dropping status and managed fields keeps
+			// the cache small at thousands of nodes.
+			&corev1.Node{}: {Transform: stripNode},
+		}},
+		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress: opts.HealthAddr,
+		WebhookServer: crwebhook.NewServer(crwebhook.Options{
+			Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir, CertName: "tls.crt", KeyName: "tls.key",
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+
+	reader := mgr.GetCache()
+	handlers := &Handlers{
+		Engine:           engine,
+		ExemptNamespaces: append([]string{opts.Namespace, "kube-system"}, opts.ExemptNamespaces...),
+		FailureMode:      opts.FailureMode,
+		Log:              log.WithName("admission"),
+		Facts: Facts{
+			NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
+				var ns corev1.Namespace
+				if err := reader.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
+					return nil, err
+				}
+				return ns.Labels, nil
+			},
+			Nodes: func(ctx context.Context) ([]*corev1.Node, error) {
+				var list corev1.NodeList
+				if err := reader.List(ctx, &list); err != nil {
+					return nil, err
+				}
+				out := make([]*corev1.Node, len(list.Items))
+				for i := range list.Items {
+					out[i] = &list.Items[i]
+				}
+				return out, nil
+			},
+		},
+	}
+	server := mgr.GetWebhookServer()
+	server.Register(MutateDaemonSetPath, &admission.Webhook{Handler: DaemonSetMutator{handlers}})
+	server.Register(ValidateDaemonSetPath, &admission.Webhook{Handler: DaemonSetValidator{handlers}})
+	server.Register(MutatePodPath, &admission.Webhook{Handler: PodPinner{handlers}})
+
+	clientset, err := kubernetes.NewForConfig(opts.RESTConfig)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	eventClient := events.NewEventBroadcasterAdapterWithContext(ctx, clientset)
+	eventClient.StartRecordingToSink(ctx.Done())
+	defer eventClient.Shutdown()
+	reloader := &policyReloader{
+		client: mgr.GetClient(), namespace: opts.Namespace, selector: policySelector,
+		engine: engine, builtin: builtin, builtinParams: builtinParams,
+		recorder: eventClient.NewRecorder("daemonguard-webhook"), log: log.WithName("policies"),
+	}
+	reloader.status.Store(PolicyStatus{Healthy: true, Modules: initial.Modules(), LoadedAt: time.Now()})
+	if err := ctrl.NewControllerManagedBy(mgr).Named("policy-configmaps").For(&corev1.ConfigMap{}).Complete(reloader); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
+		return err
+	}
+	if opts.MetricsAddr != "0" {
+		if err := mgr.AddMetricsServerExtraHandler("/policy-status", reloader); err != nil {
+			return err
+		}
+	}
+	log.Info("Starting admission webhooks", "port", opts.Port, "namespace", opts.Namespace, "policies", len(initial.Modules()))
+	return mgr.Start(ctx)
+}
+
+func stripNode(obj any) (any, error) {
+	if n, ok := obj.(*corev1.Node); ok {
+		n.ManagedFields = nil
+		n.Status = corev1.NodeStatus{}
+		n.Annotations = nil
+	}
+	return obj, nil
+}
+
+// PolicyStatus is what /policy-status reports about the policy set in force.
+type PolicyStatus struct {
+	Healthy   bool      `json:"healthy"` // false when the last reload failed and an older set serves
+	LastError string    `json:"lastError,omitempty"`
+	Modules   []string  `json:"modules"`
+	LoadedAt  time.Time `json:"loadedAt"`
+}
+
+var (
+	policySetHealthy = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "daemonguard_policy_set_healthy",
+		Help: "1 when the last policy reload compiled, 0 when it failed and the last good set still serves.",
+	})
+	policyReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "daemonguard_policy_reloads_total",
+		Help: "Policy set reloads from ConfigMaps, by result (success, failure).",
+	}, []string{"result"})
+)
+
+func init() {
+	policySetHealthy.Set(1)
+	metrics.Registry.MustRegister(policySetHealthy, policyReloads)
+}
+
+// policyReloader recompiles the whole policy set whenever a labelled ConfigMap changes.
+type policyReloader struct {
+	client        client.Client
+	namespace     string
+	selector      labels.Selector
+	engine        *policy.Engine
+	builtin       []policy.Module
+	builtinParams map[string]any
+	recorder      events.EventRecorder
+	log           logr.Logger
+	mu            sync.Mutex // one reload at a time
+	status        atomicStatus
+}
+
+type atomicStatus struct {
+	mu sync.RWMutex
+	v  PolicyStatus
+}
+
+func (a *atomicStatus) Store(s PolicyStatus) { a.mu.Lock(); a.v = s; a.mu.Unlock() }
+func (a *atomicStatus) Load() PolicyStatus   { a.mu.RLock(); defer a.mu.RUnlock(); return a.v }
+
+// Reconcile ignores which ConfigMap changed: the set is compiled from all of them together.
+func (r *policyReloader) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var list corev1.ConfigMapList
+	if err := r.client.List(ctx, &list, client.InNamespace(r.namespace), client.MatchingLabelsSelector{Selector: r.selector}); err != nil {
+		return reconcile.Result{}, err
+	}
+	sources := make([]policy.Source, len(list.Items))
+	for i, cm := range list.Items {
+		sources[i] = policy.Source{Name: "configmap/" + cm.Name, Files: cm.Data}
+	}
+	modules, params, err := policy.Overlay(r.builtin, r.builtinParams, sources)
+	var set *policy.Set
+	if err == nil {
+		set, err = policy.Compile(ctx, modules, params)
+	}
+	if err != nil {
+		policyReloads.WithLabelValues("failure").Inc()
+		policySetHealthy.Set(0)
+		prev := r.status.Load()
+		r.status.Store(PolicyStatus{Healthy: false, LastError: err.Error(), Modules: prev.Modules, LoadedAt: prev.LoadedAt})
+		r.log.Error(err, "Policy set rejected; the last good set keeps serving")
+		for i := range list.Items {
+			cm := &list.Items[i]
+			// Blame the ConfigMaps the error names; all of them when it names none.
+			if strings.Contains(err.Error(), "configmap/"+cm.Name+"/") || !strings.Contains(err.Error(), "configmap/") {
+				r.recorder.Eventf(cm, nil, corev1.EventTypeWarning, "PolicyRejected", "Reload", "policy set rejected, last good set keeps serving: %v", err)
+			}
+		}
+		return reconcile.Result{}, nil // retrying cannot fix the Rego; the next ConfigMap change will
+	}
+	r.engine.Swap(set)
+	policyReloads.WithLabelValues("success").Inc()
+	policySetHealthy.Set(1)
+	r.status.Store(PolicyStatus{Healthy: true, Modules: set.Modules(), LoadedAt: time.Now()})
+	r.log.Info("Policy set loaded", "modules", len(set.Modules()), "configMaps", len(list.Items))
+	return reconcile.Result{}, nil
+}
+
+// ServeHTTP serves /policy-status.
+func (r *policyReloader) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(r.status.Load())
+}
