@@ -17,7 +17,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
-	"github.com/daemonguard/daemonguard/webhook"
+	"github.com/daemonguard/daemonguard/internal/webhookserver"
 )
 
 const webhookNamespace = harness.WebhookNamespace
@@ -40,7 +40,7 @@ func startWebhook(t *testing.T) {
 	if webhookStarted {
 		return
 	}
-	if _, err := harness.StartWebhook(context.Background(), cluster); err != nil {
+	if _, err := harness.StartWebhook(context.Background(), cluster, harness.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	webhookStarted = true
@@ -300,7 +300,7 @@ func TestBrokenPolicyConfigMapKeepsLastGoodSet(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
 	cms := cluster.Client.CoreV1().ConfigMaps(webhookNamespace)
-	labels := map[string]string{webhook.PolicyConfigMapLabel: "true"}
+	labels := map[string]string{webhookserver.PolicyConfigMapLabel: "true"}
 
 	// 1. A valid extra policy is hot-loaded: it denies images tagged latest.
 	extra := &corev1.ConfigMap{

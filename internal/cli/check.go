@@ -60,7 +60,7 @@ or cannot be evaluated; warnings alone exit 0.
 				if !offline.IsDaemonSet(d) {
 					continue
 				}
-				r := offline.Evaluate(cmd.Context(), set, d, nil)
+				r := offline.Evaluate(cmd.Context(), set, d, offline.Context{})
 				rep := checkReport{Source: d.Source, Kind: d.Kind, Namespace: d.Namespace, Name: d.Name,
 					Allowed: r.Err == nil && r.Verdict.Allowed, Mutated: r.Changed, Violations: r.Violations}
 				if rep.Violations == nil {

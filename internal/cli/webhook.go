@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -9,11 +10,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
 func newWebhookCommand() *cobra.Command {
-	opts := webhook.Options{}
+	opts := webhookserver.Options{}
 	var kubeconfig, failureMode string
 	cmd := &cobra.Command{
 		Use:   "webhook",
@@ -36,7 +38,7 @@ func newWebhookCommand() *cobra.Command {
 			opts.RESTConfig = cfg
 			opts.Log = zap.New(zap.UseDevMode(false))
 			ctrl.SetLogger(opts.Log)
-			return webhook.Run(cmd.Context(), opts)
+			return webhookserver.Run(cmd.Context(), opts)
 		},
 	}
 	f := cmd.Flags()
@@ -48,6 +50,8 @@ func newWebhookCommand() *cobra.Command {
 	f.StringVar(&opts.CertDir, "cert-dir", "/tls", "folder with tls.crt and tls.key; reloaded on change")
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "metrics address (serves /metrics and /policy-status); 0 disables")
 	f.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "health probe address (/healthz, /readyz); 0 disables")
+	f.DurationVar(&opts.AuditInterval, "audit-interval", 5*time.Minute, "how often stored DaemonSets are audited (Events, metrics); 0 disables")
+	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to run the audit (admission is served by every replica)")
 	f.StringVar(&failureMode, "failure-mode", string(webhook.FailClosed), "when policies cannot be evaluated: deny (reject the request) or warn (admit with a warning); never silent")
 	return cmd
 }

@@ -46,7 +46,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer c.Stop()
 
-	hook, err := harness.StartWebhook(ctx, c)
+	hook, err := harness.StartWebhook(ctx, c, harness.Options{AuditInterval: time.Minute})
 	if err != nil {
 		return err
 	}

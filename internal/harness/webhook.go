@@ -23,12 +23,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // WebhookNamespace is the namespace the harness runs daemonguard "in": exempt from admission and
 // home of the policy ConfigMaps.
 const WebhookNamespace = "daemonguard-system"
+
+// Options tune the webhook the harness starts.
+type Options struct {
+	// AuditInterval is the period of the in-process audit; 0 turns it off.
+	AuditInterval time.Duration
+}
 
 // Webhook is a running webhook server registered with a cluster.
 type Webhook struct {
@@ -47,7 +54,7 @@ func (w *Webhook) Stop() {
 // StartWebhook starts the webhook server against c, waits until it serves TLS, registers the
 // webhook configurations and waits until the API server calls it. Its log goes to
 // <cluster dir>/logs/daemonguard-webhook.log.
-func StartWebhook(ctx context.Context, c *localcluster.Cluster) (*Webhook, error) {
+func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*Webhook, error) {
 	if err := c.CreateNamespace(ctx, WebhookNamespace); err != nil {
 		return nil, err
 	}
@@ -74,10 +81,11 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster) (*Webhook, error
 	ctrl.SetLogger(log) // controller-runtime's global logger; the webhook is this process's only user
 	go func() {
 		defer logFile.Close()
-		w.done <- webhook.Run(runCtx, webhook.Options{
+		w.done <- webhookserver.Run(runCtx, webhookserver.Options{
 			RESTConfig: c.RESTConfig, Namespace: WebhookNamespace,
 			Host: "127.0.0.1", Port: port, CertDir: certDir,
 			MetricsAddr: "0", HealthAddr: "0", FailureMode: webhook.FailClosed,
+			AuditInterval: opts.AuditInterval, LeaderElection: true,
 			Log: log,
 		})
 	}()

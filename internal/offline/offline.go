@@ -175,8 +175,17 @@ func IsDaemonSet(d Document) bool {
 	return d.Kind == "DaemonSet" && (head.APIVersion == "apps/v1" || head.APIVersion == "")
 }
 
-// Evaluate runs the inject policy and the validation policies over one DaemonSet document.
-func Evaluate(ctx context.Context, set *policy.Set, d Document, namespaceLabels map[string]string) Result {
+// Context is what is known around a document: nothing offline, the live namespace and nodes in
+// an audit.
+type Context struct {
+	Operation       policy.Operation // OpCheck when empty
+	NamespaceLabels map[string]string
+	Cluster         *policy.ClusterFacts
+}
+
+// Evaluate runs the inject policy and the validation policies over one DaemonSet document, as
+// admission would: validation sees the object with the injection applied.
+func Evaluate(ctx context.Context, set *policy.Set, d Document, around Context) Result {
 	r := Result{Document: d, Mutated: d.Raw}
 	fail := func(err error) Result { r.Err = err; return r }
 	obj, err := decode(d.Raw)
@@ -187,10 +196,15 @@ func Evaluate(ctx context.Context, set *policy.Set, d Document, namespaceLabels 
 	if ns == "" {
 		ns = "default"
 	}
-	if namespaceLabels == nil {
-		namespaceLabels = map[string]string{}
+	labels := around.NamespaceLabels
+	if labels == nil {
+		labels = map[string]string{}
 	}
-	in := &policy.Input{Operation: policy.OpCheck, Object: obj, Namespace: policy.Namespace{Name: ns, Labels: namespaceLabels}}
+	op := around.Operation
+	if op == "" {
+		op = policy.OpCheck
+	}
+	in := &policy.Input{Operation: op, Object: obj, Namespace: policy.Namespace{Name: ns, Labels: labels}, Cluster: around.Cluster}
 	decision, err := set.Inject(ctx, in)
 	if err != nil {
 		return fail(err)

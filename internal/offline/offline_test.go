@@ -45,7 +45,7 @@ func TestFixtures(t *testing.T) {
 				if err != nil || len(docs) != 1 {
 					t.Fatalf("read: %v (%d docs)", err, len(docs))
 				}
-				r := Evaluate(context.Background(), set, docs[0], nil)
+				r := Evaluate(context.Background(), set, docs[0], Context{})
 				if r.Err != nil {
 					t.Fatal(r.Err)
 				}
@@ -113,7 +113,7 @@ func TestSeedIsMutatedAndAllowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := Evaluate(context.Background(), builtinSet(t), docs[0], nil)
+	r := Evaluate(context.Background(), builtinSet(t), docs[0], Context{})
 	if r.Err != nil || !r.Verdict.Allowed {
 		t.Fatalf("seed not allowed: %v %v", r.Err, r.Violations)
 	}

@@ -1,4 +1,7 @@
-package webhook
+// Package webhookserver assembles the daemonguard webhook process: controller-runtime's webhook
+// server (TLS reloaded by its certwatcher) with the admission handlers, the policy set hot-reloaded
+// from labelled ConfigMaps, and the periodic audit on the elected leader.
+package webhookserver
 
 import (
 	"context"
@@ -12,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -27,7 +31,9 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // PolicyConfigMapLabel selects the ConfigMaps (in the webhook's namespace) that carry extra or
@@ -46,8 +52,12 @@ type Options struct {
 	CertDir          string // holds tls.crt and tls.key; reloaded when they change
 	MetricsAddr      string // "0" disables
 	HealthAddr       string
-	FailureMode      FailureMode
-	Log              logr.Logger
+	FailureMode      webhook.FailureMode
+	// AuditInterval is how often stored DaemonSets are audited; 0 turns the audit off.
+	AuditInterval time.Duration
+	// LeaderElection makes replicas elect one leader for the audit (admission runs on all).
+	LeaderElection bool
+	Log            logr.Logger
 }
 
 // Run serves the admission webhooks until ctx ends. The policy set starts as the built-ins and
@@ -75,8 +85,11 @@ func Run(ctx context.Context, opts Options) error {
 			// the cache small at thousands of nodes.
 			&corev1.Node{}: {Transform: stripNode},
 		}},
-		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
-		HealthProbeBindAddress: opts.HealthAddr,
+		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
+		LeaderElection:          opts.LeaderElection,
+		LeaderElectionID:        "daemonguard-webhook",
+		LeaderElectionNamespace: opts.Namespace,
+		HealthProbeBindAddress:  opts.HealthAddr,
 		WebhookServer: crwebhook.NewServer(crwebhook.Options{
 			Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir, CertName: "tls.crt", KeyName: "tls.key",
 		}),
@@ -86,12 +99,13 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	reader := mgr.GetCache()
-	handlers := &Handlers{
+	exempt := append([]string{opts.Namespace, metav1.NamespaceSystem}, opts.ExemptNamespaces...)
+	handlers := &webhook.Handlers{
 		Engine:           engine,
-		ExemptNamespaces: append([]string{opts.Namespace, "kube-system"}, opts.ExemptNamespaces...),
+		ExemptNamespaces: exempt,
 		FailureMode:      opts.FailureMode,
 		Log:              log.WithName("admission"),
-		Facts: Facts{
+		Facts: webhook.Facts{
 			NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
 				var ns corev1.Namespace
 				if err := reader.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
@@ -113,9 +127,9 @@ func Run(ctx context.Context, opts Options) error {
 		},
 	}
 	server := mgr.GetWebhookServer()
-	server.Register(MutateDaemonSetPath, &admission.Webhook{Handler: DaemonSetMutator{handlers}})
-	server.Register(ValidateDaemonSetPath, &admission.Webhook{Handler: DaemonSetValidator{handlers}})
-	server.Register(MutatePodPath, &admission.Webhook{Handler: PodPinner{handlers}})
+	server.Register(webhook.MutateDaemonSetPath, &admission.Webhook{Handler: webhook.DaemonSetMutator{Handlers: handlers}})
+	server.Register(webhook.ValidateDaemonSetPath, &admission.Webhook{Handler: webhook.DaemonSetValidator{Handlers: handlers}})
+	server.Register(webhook.MutatePodPath, &admission.Webhook{Handler: webhook.PodPinner{Handlers: handlers}})
 
 	clientset, err := kubernetes.NewForConfig(opts.RESTConfig)
 	if err != nil {
@@ -132,6 +146,15 @@ func Run(ctx context.Context, opts Options) error {
 	reloader.status.Store(PolicyStatus{Healthy: true, Modules: initial.Modules(), LoadedAt: time.Now()})
 	if err := ctrl.NewControllerManagedBy(mgr).Named("policy-configmaps").For(&corev1.ConfigMap{}).Complete(reloader); err != nil {
 		return err
+	}
+	if opts.AuditInterval > 0 {
+		err := mgr.Add(&audit.Auditor{
+			Reader: mgr.GetCache(), Engine: engine, Interval: opts.AuditInterval, Exempt: exempt,
+			Recorder: eventClient.NewRecorder("daemonguard-audit"), Log: log.WithName("audit"),
+		})
+		if err != nil {
+			return err
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

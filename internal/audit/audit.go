@@ -1,0 +1,216 @@
+// Package audit evaluates the DaemonSets already stored in a cluster against the policy set in
+// force, including what the inject policy would add to templates created before daemonguard was
+// installed. The webhook runs it periodically (leader only) and reports Events and metrics;
+// `daemonguard audit` runs it once against the current kubeconfig.
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/daemonguard/daemonguard/internal/offline"
+	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/webhook"
+)
+
+// Finding is the audit result for one DaemonSet.
+type Finding struct {
+	Namespace  string             `json:"namespace"`
+	Name       string             `json:"name"`
+	Violations []policy.Violation `json:"violations"`
+	// MissingInjection is set when the inject policy would change the stored template: the
+	// DaemonSet predates daemonguard, or was admitted while the webhook was bypassed.
+	MissingInjection bool   `json:"missingInjection"`
+	Error            string `json:"error,omitempty"`
+}
+
+// Denied tells whether admission would reject this DaemonSet today.
+func (f Finding) Denied() bool {
+	if f.Error != "" {
+		return true
+	}
+	for _, v := range f.Violations {
+		if v.Action == policy.Deny {
+			return true
+		}
+	}
+	return false
+}
+
+// Run gathers DaemonSets, namespaces and nodes through reader and evaluates every DaemonSet
+// outside the exempt namespaces and without the ignore label. Findings are sorted by namespace
+// and name. Listing errors name what could not be read (a missing RBAC rule shows up here).
+func Run(ctx context.Context, reader client.Reader, set *policy.Set, exempt []string) ([]Finding, error) {
+	var daemonSets appsv1.DaemonSetList
+	if err := reader.List(ctx, &daemonSets); err != nil {
+		return nil, describe("list DaemonSets in all namespaces", err)
+	}
+	var namespaces corev1.NamespaceList
+	if err := reader.List(ctx, &namespaces); err != nil {
+		return nil, describe("list Namespaces", err)
+	}
+	var nodeList corev1.NodeList
+	if err := reader.List(ctx, &nodeList); err != nil {
+		return nil, describe("list Nodes", err)
+	}
+	nsLabels := make(map[string]map[string]string, len(namespaces.Items))
+	for _, ns := range namespaces.Items {
+		nsLabels[ns.Name] = ns.Labels
+	}
+	nodes := make([]*corev1.Node, len(nodeList.Items))
+	for i := range nodeList.Items {
+		nodes[i] = &nodeList.Items[i]
+	}
+
+	var findings []Finding
+	for i := range daemonSets.Items {
+		ds := &daemonSets.Items[i]
+		if slices.Contains(exempt, ds.Namespace) || ds.Labels[webhook.IgnoreLabel] == "true" {
+			continue
+		}
+		findings = append(findings, evaluate(ctx, set, ds, nsLabels[ds.Namespace], nodes))
+	}
+	sort.Slice(findings, func(i, j int) bool {
+		if findings[i].Namespace != findings[j].Namespace {
+			return findings[i].Namespace < findings[j].Namespace
+		}
+		return findings[i].Name < findings[j].Name
+	})
+	return findings, nil
+}
+
+func describe(what string, err error) error {
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("%s: forbidden; the audit needs get/list on daemonsets, namespaces and nodes: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func evaluate(ctx context.Context, set *policy.Set, ds *appsv1.DaemonSet, nsLabels map[string]string, nodes []*corev1.Node) Finding {
+	f := Finding{Namespace: ds.Namespace, Name: ds.Name, Violations: []policy.Violation{}}
+	obj := ds.DeepCopy()
+	obj.APIVersion, obj.Kind = "apps/v1", "DaemonSet"
+	obj.ManagedFields = nil
+	obj.Status = appsv1.DaemonSetStatus{}
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		f.Error = err.Error()
+		return f
+	}
+	doc := offline.Document{Source: "cluster", Raw: raw, Kind: "DaemonSet", Namespace: ds.Namespace, Name: ds.Name}
+	r := offline.Evaluate(ctx, set, doc, offline.Context{
+		Operation:       policy.OpAudit,
+		NamespaceLabels: nsLabels,
+		Cluster:         &policy.ClusterFacts{Nodes: len(nodes), MatchingNodes: webhook.MatchingNodes(&ds.Spec.Template.Spec, nodes)},
+	})
+	if r.Err != nil {
+		f.Error = r.Err.Error()
+		return f
+	}
+	f.MissingInjection = r.Changed
+	if r.Violations != nil {
+		f.Violations = r.Violations
+	}
+	return f
+}
+
+var (
+	auditViolations = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daemonguard_audit_violations",
+		Help: "Policy violations found by the last audit, by policy and enforcement action.",
+	}, []string{"policy", "action"})
+	auditDaemonSets = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daemonguard_audit_daemonsets",
+		Help: "DaemonSets seen by the last audit, by state (compliant, violating, missing_injection, error).",
+	}, []string{"state"})
+	auditLastRun = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "daemonguard_audit_last_run_timestamp_seconds",
+		Help: "When the last audit finished (Unix seconds).",
+	})
+)
+
+func init() {
+	metrics.Registry.MustRegister(auditViolations, auditDaemonSets, auditLastRun)
+}
+
+// Auditor runs the audit periodically and reports every finding as an Event on the DaemonSet and
+// as metrics. Only the leader runs it, so replicas do not multiply the Events.
+type Auditor struct {
+	Reader   client.Reader
+	Engine   *policy.Engine
+	Recorder events.EventRecorder
+	Interval time.Duration
+	Exempt   []string
+	Log      logr.Logger
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (a *Auditor) NeedLeaderElection() bool { return true }
+
+// Start implements manager.Runnable: audit now, then every Interval until ctx ends.
+func (a *Auditor) Start(ctx context.Context) error {
+	ticker := time.NewTicker(a.Interval)
+	defer ticker.Stop()
+	for {
+		a.once(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+func (a *Auditor) once(ctx context.Context) {
+	findings, err := Run(ctx, a.Reader, a.Engine.Set(), a.Exempt)
+	if err != nil {
+		a.Log.Error(err, "Audit failed")
+		return
+	}
+	auditViolations.Reset()
+	counts := map[string]float64{"compliant": 0, "violating": 0, "missing_injection": 0, "error": 0}
+	for _, f := range findings {
+		ref := &appsv1.DaemonSet{}
+		ref.Namespace, ref.Name = f.Namespace, f.Name
+		if err := a.Reader.Get(ctx, client.ObjectKeyFromObject(ref), ref); err != nil {
+			continue // deleted since the list
+		}
+		switch {
+		case f.Error != "":
+			counts["error"]++
+			a.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, "AuditFailed", "Audit", "policies could not be evaluated: %s", f.Error)
+			continue
+		case len(f.Violations) > 0:
+			counts["violating"]++
+		default:
+			counts["compliant"]++
+		}
+		if f.MissingInjection {
+			counts["missing_injection"]++
+			a.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, "InjectionMissing", "Audit",
+				"the stored pod template lacks what daemonguard's inject policy adds (control-plane tolerations, priority class); re-apply the manifest to get it")
+		}
+		for _, v := range f.Violations {
+			auditViolations.WithLabelValues(v.Policy, string(v.Action)).Inc()
+			a.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, "PolicyViolation", "Audit", "%s (%s)", v.String(), v.Action)
+		}
+	}
+	for state, n := range counts {
+		auditDaemonSets.WithLabelValues(state).Set(n)
+	}
+	auditLastRun.SetToCurrentTime()
+	a.Log.Info("Audit finished", "daemonSets", len(findings), "violating", counts["violating"], "missingInjection", counts["missing_injection"])
+}

@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/daemonguard/daemonguard/internal/audit"
+	"github.com/daemonguard/daemonguard/internal/offline"
+)
+
+func newAuditCommand() *cobra.Command {
+	var kubeconfig, output string
+	var policyDirs, exempt []string
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Evaluate the DaemonSets stored in the cluster against the policies; exit 1 if any would be denied",
+		Long: `audit reads every DaemonSet of the current kubeconfig's cluster (kube-system and --exempt-namespace
+excluded) and evaluates it as admission would today, with live namespace labels and node counts.
+It reports policy violations and DaemonSets whose template lacks what the inject policy adds
+(typically those created before daemonguard was installed).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return fmt.Errorf("--output %q is not one of text, json", output)
+			}
+			cfg, err := restConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+			if err != nil {
+				return fmt.Errorf("create client: %w", err)
+			}
+			set, err := offline.LoadPolicySet(cmd.Context(), policyDirs)
+			if err != nil {
+				return err
+			}
+			findings, err := audit.Run(cmd.Context(), c, set, append([]string{metav1.NamespaceSystem}, exempt...))
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				if findings == nil {
+					findings = []audit.Finding{}
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(findings); err != nil {
+					return err
+				}
+			} else if err := printAudit(cmd.OutOrStdout(), findings); err != nil {
+				return err
+			}
+			for _, f := range findings {
+				if f.Denied() {
+					return errDenied
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+	f.StringArrayVar(&policyDirs, "policies", nil, "directory of extra or replacement .rego files and parameters.yaml (repeatable)")
+	f.StringSliceVar(&exempt, "exempt-namespace", nil, "namespaces to skip besides kube-system (e.g. daemonguard's own)")
+	f.StringVarP(&output, "output", "o", "text", "text or json")
+	return cmd
+}
+
+func printAudit(w io.Writer, findings []audit.Finding) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DAEMONSET\tSTATE\tDETAIL")
+	var violating, missing int
+	for _, f := range findings {
+		ref := name(f.Namespace, f.Name)
+		switch {
+		case f.Error != "":
+			fmt.Fprintf(tw, "%s\tERROR\t%s\n", ref, f.Error)
+			violating++
+			continue
+		case len(f.Violations) == 0 && !f.MissingInjection:
+			fmt.Fprintf(tw, "%s\tOK\t\n", ref)
+		}
+		if f.MissingInjection {
+			missing++
+			fmt.Fprintf(tw, "%s\tNOT INJECTED\ttemplate lacks what the inject policy adds; re-apply the manifest\n", ref)
+		}
+		if len(f.Violations) > 0 {
+			violating++
+		}
+		for _, v := range f.Violations {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", ref, label(v.Action), v)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d DaemonSets audited: %d with violations, %d not injected\n", len(findings), violating, missing)
+	return err
+}
