@@ -227,3 +227,16 @@ func TestDaemonSetPatchIsIdempotentAndKeepsUserTolerations(t *testing.T) {
 		}
 	}
 }
+
+func applyRawPatch(t *testing.T, raw, patch []byte) []byte {
+	t.Helper()
+	p, err := jsonpatchapply.DecodePatch(patch)
+	if err != nil {
+		t.Fatalf("decode patch %s: %v", patch, err)
+	}
+	out, err := p.Apply(raw)
+	if err != nil {
+		t.Fatalf("apply %s: %v", patch, err)
+	}
+	return out
+}

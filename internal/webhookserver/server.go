@@ -127,9 +127,9 @@ func Run(ctx context.Context, opts Options) error {
 		},
 	}
 	server := mgr.GetWebhookServer()
-	server.Register(webhook.MutateDaemonSetPath, &admission.Webhook{Handler: webhook.DaemonSetMutator{Handlers: handlers}})
-	server.Register(webhook.ValidateDaemonSetPath, &admission.Webhook{Handler: webhook.DaemonSetValidator{Handlers: handlers}})
-	server.Register(webhook.MutatePodPath, &admission.Webhook{Handler: webhook.PodPinner{Handlers: handlers}})
+	server.Register(webhook.MutateDaemonSetPath, webhook.StrictReview(&admission.Webhook{Handler: webhook.DaemonSetMutator{Handlers: handlers}}))
+	server.Register(webhook.ValidateDaemonSetPath, webhook.StrictReview(&admission.Webhook{Handler: webhook.DaemonSetValidator{Handlers: handlers}}))
+	server.Register(webhook.MutatePodPath, webhook.StrictReview(&admission.Webhook{Handler: webhook.PodPinner{Handlers: handlers}}))
 
 	clientset, err := kubernetes.NewForConfig(opts.RESTConfig)
 	if err != nil {

@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/offline"
+)
+
+func newMutateCommand() *cobra.Command {
+	var files, policyDirs []string
+	var diff bool
+	cmd := &cobra.Command{
+		Use:   "mutate -f FILE|DIR|- [--diff]",
+		Short: "Print manifests as admission would store them (DaemonSets injected, the rest unchanged)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(files) == 0 {
+				return fmt.Errorf("-f is required (a file, a directory or - for stdin)")
+			}
+			set, err := offline.LoadPolicySet(cmd.Context(), policyDirs)
+			if err != nil {
+				return err
+			}
+			docs, err := offline.Read(files, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			for i, d := range docs {
+				mutated := d.Raw
+				if offline.IsDaemonSet(d) {
+					r := offline.Evaluate(cmd.Context(), set, d, offline.Context{})
+					if r.Err != nil {
+						return fmt.Errorf("%s: %w", d.Ref(), r.Err)
+					}
+					mutated = r.Mutated
+				}
+				if diff {
+					if err := printDiff(out, d, mutated); err != nil {
+						return err
+					}
+					continue
+				}
+				y, err := yaml.JSONToYAML(mutated)
+				if err != nil {
+					return err
+				}
+				if i > 0 {
+					fmt.Fprintln(out, "---")
+				}
+				if _, err := out.Write(y); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable)")
+	cmd.Flags().StringArrayVar(&policyDirs, "policies", nil, "directory of extra or replacement .rego files and parameters.yaml (repeatable)")
+	cmd.Flags().BoolVar(&diff, "diff", false, "print only a unified diff of what admission changes")
+	return cmd
+}
+
+func printDiff(w io.Writer, d offline.Document, mutated []byte) error {
+	before, err := yaml.JSONToYAML(d.Raw)
+	if err != nil {
+		return err
+	}
+	after, err := yaml.JSONToYAML(mutated)
+	if err != nil {
+		return err
+	}
+	if string(before) == string(after) {
+		return nil
+	}
+	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(string(before)), B: difflib.SplitLines(string(after)),
+		FromFile: d.Ref(), ToFile: d.Ref() + " (as admitted)", Context: 3,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, strings.TrimRight(text, "\n")+"\n")
+	return err
+}
