@@ -1,0 +1,385 @@
+package controller
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// PodState is what the planner knows of one pod of the DaemonSet.
+type PodState struct {
+	Name, UID   string
+	Revision    string // controller-revision-hash label
+	Terminating bool   // deletionTimestamp set (or deleted by us and not yet seen gone)
+	DeletedAt   time.Time
+	Ready       bool
+	ReadySince  time.Time // lastTransitionTime of the Ready condition
+	Failure     string    // a container waiting reason that will not fix itself, e.g. ImagePullBackOff
+}
+
+// NodeState is one node the DaemonSet should run on, with its pods.
+type NodeState struct {
+	Name         string
+	ControlPlane bool
+	Domain       string // value of the topology-key label; empty without a topology key
+	// Reachable is false when the node is not Ready or carries the unreachable/not-ready taint:
+	// its kubelet will not act on a deletion, so the node is left out of the rollout.
+	Reachable bool
+	Pods      []PodState
+}
+
+// RolloutState is the controller's memory, persisted in status annotations on the DaemonSet.
+type RolloutState struct {
+	Revision       string    // target revision the state belongs to
+	StepIndex      int       // 0-based index of the current step; len(steps) when done
+	StepStarted    time.Time // when the current step began
+	PauseToken     string    // AnnotationResume when the current indefinite pause began
+	FailedRevision string    // revision whose rollout failed
+	// Progress is when the number of updated nodes last grew (or the step began); the progress
+	// deadline runs from it, so a long step that keeps moving never times out.
+	Progress        time.Time
+	ProgressUpdated int
+}
+
+// Input is everything the planner needs; it never talks to the API server.
+type Input struct {
+	TargetRevision  string
+	Nodes           []NodeState // every node the DaemonSet targets, reachable or not
+	Settings        Settings
+	MinReadySeconds int32
+	State           RolloutState
+	Now             time.Time
+}
+
+// Phase is the one rollout condition that is True.
+type Phase string
+
+// Phases, matching the condition types.
+const (
+	PhaseProgressing Phase = Phase(ConditionProgressing)
+	PhasePaused      Phase = Phase(ConditionPaused)
+	PhaseFailed      Phase = Phase(ConditionFailed)
+	PhaseComplete    Phase = Phase(ConditionComplete)
+)
+
+// PodRef names a pod to delete; the UID is used as a precondition so a pod recreated under the
+// same name is never deleted by mistake.
+type PodRef struct {
+	Name, UID, Node string
+}
+
+// Plan is the planner's decision for one reconcile.
+type Plan struct {
+	Delete       []PodRef
+	Phase        Phase
+	Reason       string
+	Message      string
+	State        RolloutState
+	Updated      int // nodes whose pod runs the target revision and is available
+	Desired      int // reachable nodes the rollout covers
+	Unavailable  int // reachable nodes without an available pod, before this plan's deletions
+	Budget       int
+	NextNodes    []string
+	NextReason   string
+	Failures     []string      // "node: reason" for new-revision pods that fail
+	Skipped      []string      // nodes left out: unreachable, or pods stuck terminating
+	RequeueAfter time.Duration // when the plan would change without any event (pauses, deadlines)
+	Step         string        // "3/5: 25%"
+}
+
+// stuckTerminatingAfter is how long a pod may take to terminate before its node is treated like
+// an unreachable one: reported and left out, instead of holding the budget forever.
+const stuckTerminatingAfter = 5 * time.Minute
+
+// nodeView classifies one reachable node against the target revision.
+type nodeView struct {
+	node        *NodeState
+	newPod      *PodState // non-terminating pod at the target revision
+	oldPods     []*PodState
+	available   bool // some non-terminating pod is available
+	newAvail    bool
+	newFailure  string
+	terminating bool // a pod of the node is terminating
+}
+
+// BuildPlan decides which old-revision pods to delete now.
+//
+// Assumptions:
+//   - The built-in DaemonSet controller, under OnDelete, recreates every deleted pod at the
+//     current template revision (TargetRevision) and creates pods on new nodes.
+//   - Nodes holds every node the DaemonSet targets; a targeted node with no pod is "missing".
+//   - A pod is available when it has been Ready for MinReadySeconds and is not terminating.
+//   - The caller treats pods it deleted but the cache still shows as running as Terminating.
+//
+// Invariants:
+//   - A pod at the target revision is never deleted.
+//   - Nothing is deleted while the rollout is paused or failed.
+//   - Pods on unreachable nodes are never deleted, and such nodes (and nodes whose pods are stuck
+//     terminating) count neither as desired nor as unavailable: they cannot block the rollout,
+//     and a node counts at most once against the budget whatever pods it holds.
+//   - Let U be the reachable nodes without an available pod. Old pods that are already
+//     unavailable are replaced first without budget (deleting them makes nothing less
+//     available), as upstream's rollingUpdate does. An available old pod is deleted only while
+//     U < budget, and each such deletion adds one to U: after the plan U <= max(U before, budget).
+//   - At most Target(step) nodes are brought to the new revision by the current step: deletions
+//     of available pods stop at the step's target.
+func BuildPlan(in Input) Plan {
+	s := in.Settings
+	state := in.State
+	if state.Revision != in.TargetRevision {
+		// A new template restarts the plan at the first step; a failure of an older revision
+		// no longer applies (rolling forward is how a failed rollout is fixed).
+		state = RolloutState{Revision: in.TargetRevision, StepStarted: in.Now, PauseToken: s.ResumeToken, FailedRevision: state.FailedRevision, Progress: in.Now}
+	}
+
+	minReady := time.Duration(in.MinReadySeconds) * time.Second
+	availableAt := func(p *PodState) bool {
+		return p.Ready && !p.Terminating && !in.Now.Before(p.ReadySince.Add(minReady))
+	}
+
+	var views []nodeView
+	var skipped []string
+	for i := range in.Nodes {
+		n := &in.Nodes[i]
+		if !n.Reachable {
+			skipped = append(skipped, n.Name+": node not ready or unreachable")
+			continue
+		}
+		v := nodeView{node: n}
+		stuck := len(n.Pods) > 0
+		for j := range n.Pods {
+			p := &n.Pods[j]
+			if p.Terminating {
+				v.terminating = true
+				if p.DeletedAt.IsZero() || in.Now.Sub(p.DeletedAt) < stuckTerminatingAfter {
+					stuck = false
+				}
+				continue
+			}
+			stuck = false
+			if availableAt(p) {
+				v.available = true
+			}
+			if p.Revision == in.TargetRevision {
+				v.newPod = p
+				v.newAvail = availableAt(p)
+				v.newFailure = p.Failure
+			} else {
+				v.oldPods = append(v.oldPods, p)
+			}
+		}
+		if stuck {
+			skipped = append(skipped, n.Name+": pod stuck terminating")
+			continue
+		}
+		views = append(views, v)
+	}
+	sort.Slice(views, func(i, j int) bool { return rolloutOrder(views[i].node, views[j].node) })
+
+	plan := Plan{Desired: len(views), Skipped: skipped}
+	plan.Budget = ResolveMaxUnavailable(s.MaxUnavailable, plan.Desired)
+	touched := 0 // nodes already moving to, or at, the new revision
+	for _, v := range views {
+		if v.newAvail {
+			plan.Updated++
+		}
+		if !v.available {
+			plan.Unavailable++
+		}
+		if v.newPod != nil || (len(v.oldPods) == 0) {
+			touched++
+		}
+		if v.newPod != nil && v.newFailure != "" {
+			plan.Failures = append(plan.Failures, v.node.Name+": "+v.newFailure)
+		}
+	}
+
+	if state.Progress.IsZero() || plan.Updated > state.ProgressUpdated {
+		state.Progress = in.Now
+	}
+	state.ProgressUpdated = plan.Updated
+
+	steps := s.Steps
+	stepText := func(i int) string {
+		if i >= len(steps) {
+			return fmt.Sprintf("%d/%d: done", len(steps), len(steps))
+		}
+		return fmt.Sprintf("%d/%d: %s", i+1, len(steps), steps[i].Text)
+	}
+	finish := func(phase Phase, reason, msg string) Plan {
+		plan.Phase, plan.Reason, plan.Message, plan.State = phase, reason, msg, state
+		plan.Step = stepText(state.StepIndex)
+		return plan
+	}
+
+	// Done: every reachable node runs an available pod of the target revision.
+	if plan.Updated == plan.Desired {
+		state.StepIndex = len(steps)
+		state.FailedRevision = ""
+		return finish(PhaseComplete, "RolloutComplete", fmt.Sprintf("%d of %d nodes run revision %s", plan.Updated, plan.Desired, in.TargetRevision)+skippedNote(skipped))
+	}
+	if state.FailedRevision == in.TargetRevision {
+		return finish(PhaseFailed, "RolloutFailed", "the rollout of revision "+in.TargetRevision+" failed; change the template to roll forward")
+	}
+	if len(plan.Failures) > 0 {
+		state.FailedRevision = in.TargetRevision
+		return finish(PhaseFailed, "PodFailure", "new pods fail: "+strings.Join(plan.Failures, ", ")+"; no further pods are replaced")
+	}
+
+	// Advance through completed steps and elapsed or resumed pauses.
+	for state.StepIndex < len(steps) {
+		st := steps[state.StepIndex]
+		done := false
+		switch st.Kind {
+		case StepTimedPause:
+			done = !in.Now.Before(state.StepStarted.Add(st.Duration))
+		case StepPause:
+			done = s.ResumeToken != state.PauseToken
+		default:
+			done = plan.Updated >= st.Target(plan.Desired)
+		}
+		if !done {
+			break
+		}
+		state.StepIndex++
+		state.StepStarted = in.Now
+		state.Progress = in.Now
+		state.PauseToken = s.ResumeToken
+	}
+	if state.StepIndex >= len(steps) {
+		// Every step is done but some node lags (e.g. a node added since): finish with the last
+		// step, which always targets 100%.
+		state.StepIndex = len(steps) - 1
+	}
+	st := steps[state.StepIndex]
+
+	if s.Paused {
+		state.Progress = in.Now // time spent paused does not count against the deadline
+		return finish(PhasePaused, "PausedByAnnotation", fmt.Sprintf("paused by %s=true at step %s; %d of %d nodes updated", AnnotationPaused, stepText(state.StepIndex), plan.Updated, plan.Desired))
+	}
+	switch st.Kind {
+	case StepTimedPause:
+		state.Progress = in.Now
+		remaining := state.StepStarted.Add(st.Duration).Sub(in.Now)
+		plan.RequeueAfter = remaining
+		return finish(PhasePaused, "TimedPause", fmt.Sprintf("step %s: waiting %s more; %d of %d nodes updated", stepText(state.StepIndex), remaining.Round(time.Second), plan.Updated, plan.Desired))
+	case StepPause:
+		state.Progress = in.Now
+		return finish(PhasePaused, "PausedAtStep", fmt.Sprintf("step %s: paused until %s changes (daemonguard rollout resume); %d of %d nodes updated", stepText(state.StepIndex), AnnotationResume, plan.Updated, plan.Desired))
+	}
+
+	if deadline := state.Progress.Add(s.ProgressDeadline); !in.Now.Before(deadline) {
+		state.FailedRevision = in.TargetRevision
+		var waiting []string
+		for _, v := range views {
+			if v.newPod != nil && !v.newAvail {
+				waiting = append(waiting, v.node.Name)
+			}
+		}
+		return finish(PhaseFailed, "ProgressDeadlineExceeded", fmt.Sprintf("step %s made no progress for %s; new pods not available on: %s", stepText(state.StepIndex), s.ProgressDeadline, orNone(waiting)))
+	} else {
+		plan.RequeueAfter = deadline.Sub(in.Now)
+	}
+
+	// Replace old pods that are unavailable anyway: no budget needed.
+	unavailable := plan.Unavailable
+	var candidates []nodeView
+	domain := currentDomain(views, s.TopologyKey != "")
+	for _, v := range views {
+		if len(v.oldPods) == 0 || v.newPod != nil {
+			continue
+		}
+		if !v.available {
+			for _, p := range v.oldPods {
+				plan.Delete = append(plan.Delete, PodRef{Name: p.Name, UID: p.UID, Node: v.node.Name})
+			}
+			touched++
+			continue
+		}
+		if s.TopologyKey == "" || v.node.Domain == domain {
+			candidates = append(candidates, v)
+		}
+	}
+	// Then available old pods, in rollout order, within both the budget and the step's target.
+	target := st.Target(plan.Desired)
+	for _, v := range candidates {
+		if unavailable >= plan.Budget || touched >= target {
+			plan.NextNodes = append(plan.NextNodes, v.node.Name)
+			continue
+		}
+		for _, p := range v.oldPods {
+			plan.Delete = append(plan.Delete, PodRef{Name: p.Name, UID: p.UID, Node: v.node.Name})
+		}
+		unavailable++
+		touched++
+	}
+	if len(plan.NextNodes) > 5 {
+		plan.NextNodes = plan.NextNodes[:5]
+	}
+	plan.NextReason = orderReason(s.TopologyKey, domain)
+	msg := fmt.Sprintf("step %s: %d of %d nodes updated, %d unavailable of budget %d", stepText(state.StepIndex), plan.Updated, plan.Desired, plan.Unavailable, plan.Budget)
+	if len(plan.Delete) > 0 {
+		msg += fmt.Sprintf("; replacing pods on %s", nodesOf(plan.Delete))
+	}
+	return finish(PhaseProgressing, "RolloutProgressing", msg+skippedNote(skipped))
+}
+
+// rolloutOrder is deterministic and explainable: workers before control-plane nodes, then by
+// topology domain, then by name.
+func rolloutOrder(a, b *NodeState) bool {
+	if a.ControlPlane != b.ControlPlane {
+		return !a.ControlPlane
+	}
+	if a.Domain != b.Domain {
+		return a.Domain < b.Domain
+	}
+	return a.Name < b.Name
+}
+
+// currentDomain is the first domain, in rollout order, that still has nodes to update: one
+// domain is finished (updated and available) before the next is touched.
+func currentDomain(views []nodeView, enabled bool) string {
+	if !enabled {
+		return ""
+	}
+	for _, v := range views {
+		if !v.newAvail {
+			return v.node.Domain
+		}
+	}
+	return ""
+}
+
+func orderReason(topologyKey, domain string) string {
+	if topologyKey != "" {
+		return fmt.Sprintf("one %s at a time (now %q), workers before control-plane nodes, then by name", topologyKey, domain)
+	}
+	return "workers before control-plane nodes, then by name"
+}
+
+func nodesOf(refs []PodRef) string {
+	seen := map[string]bool{}
+	var names []string
+	for _, r := range refs {
+		if !seen[r.Node] {
+			seen[r.Node] = true
+			names = append(names, r.Node)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+func skippedNote(skipped []string) string {
+	if len(skipped) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d nodes left out (%s)", len(skipped), strings.Join(skipped, "; "))
+}

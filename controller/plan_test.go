@@ -1,0 +1,337 @@
+package controller
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+var t0 = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+
+const (
+	oldRev = "old"
+	newRev = "new"
+)
+
+// nodeOpt adjusts a test node.
+type nodeOpt func(*NodeState)
+
+func node(name string, opts ...nodeOpt) NodeState {
+	n := NodeState{Name: name, Reachable: true}
+	for _, o := range opts {
+		o(&n)
+	}
+	return n
+}
+
+// pod adds a pod; state is one of: ready, notready, terminating, failing.
+func pod(rev, state string) nodeOpt {
+	return func(n *NodeState) {
+		p := PodState{Name: fmt.Sprintf("%s-%s-%d", n.Name, rev, len(n.Pods)), UID: fmt.Sprintf("uid-%s-%d", n.Name, len(n.Pods)), Revision: rev}
+		switch state {
+		case "ready":
+			p.Ready, p.ReadySince = true, t0.Add(-time.Hour)
+		case "terminating":
+			p.Terminating, p.DeletedAt = true, t0.Add(-10*time.Second)
+		case "stuck":
+			p.Terminating, p.DeletedAt = true, t0.Add(-time.Hour)
+		case "failing":
+			p.Failure = "ImagePullBackOff"
+		}
+		n.Pods = append(n.Pods, p)
+	}
+}
+
+func controlPlane(n *NodeState) { n.ControlPlane = true }
+func unreachable(n *NodeState)  { n.Reachable = false }
+func zone(z string) nodeOpt     { return func(n *NodeState) { n.Domain = z } }
+func olds(n int) []NodeState {
+	var out []NodeState
+	for i := range n {
+		out = append(out, node(fmt.Sprintf("w%02d", i), pod(oldRev, "ready")))
+	}
+	return out
+}
+
+func settings(maxUnavailable string, steps string) Settings {
+	s, err := ParseSettings(map[string]string{AnnotationMaxUnavailable: maxUnavailable, AnnotationSteps: steps})
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func deletedNodes(p Plan) []string {
+	var out []string
+	for _, d := range p.Delete {
+		out = append(out, d.Node)
+	}
+	return out
+}
+
+func TestBuildPlan(t *testing.T) {
+	running := RolloutState{Revision: newRev, StepStarted: t0.Add(-time.Minute), Progress: t0.Add(-time.Minute)}
+	tests := map[string]struct {
+		nodes       []NodeState
+		settings    Settings
+		state       RolloutState
+		wantDelete  []string // nodes whose pods are deleted, in order
+		wantPhase   Phase
+		wantReason  string
+		wantInMsg   string
+		wantUpdated int
+	}{
+		"a fresh rollout deletes one pod under the default budget": {
+			nodes: olds(4), settings: settings("1", ""), state: RolloutState{},
+			wantDelete: []string{"w00"}, wantPhase: PhaseProgressing,
+		},
+		"a percent budget rounds up: 10% of 20 is 2": {
+			nodes: olds(20), settings: settings("10%", ""), state: running,
+			wantDelete: []string{"w00", "w01"}, wantPhase: PhaseProgressing,
+		},
+		"an unavailable new pod uses the budget": {
+			nodes:    append([]NodeState{node("a", pod(newRev, "notready"))}, olds(3)...),
+			settings: settings("1", ""), state: running,
+			wantPhase: PhaseProgressing, wantInMsg: "1 unavailable of budget 1",
+		},
+		"old pods that are already unavailable are replaced without budget": {
+			nodes: []NodeState{
+				node("a", pod(newRev, "notready")), node("b", pod(oldRev, "notready")), node("c", pod(oldRev, "notready")), node("d", pod(oldRev, "ready")),
+			},
+			settings: settings("1", ""), state: running,
+			wantDelete: []string{"b", "c"}, wantPhase: PhaseProgressing,
+		},
+		"control-plane nodes go last": {
+			nodes:    []NodeState{node("a-cp", controlPlane, pod(oldRev, "ready")), node("z-worker", pod(oldRev, "ready"))},
+			settings: settings("1", ""), state: running,
+			wantDelete: []string{"z-worker"}, wantPhase: PhaseProgressing,
+		},
+		"one zone at a time: zone-b waits while zone-a has a pod starting": {
+			nodes: []NodeState{
+				node("a1", zone("zone-a"), pod(newRev, "notready")), node("a2", zone("zone-a"), pod(oldRev, "ready")),
+				node("b1", zone("zone-b"), pod(oldRev, "ready")),
+			},
+			settings: func() Settings { s := settings("2", ""); s.TopologyKey = "zone"; return s }(), state: running,
+			wantDelete: []string{"a2"}, wantPhase: PhaseProgressing,
+		},
+		"unreachable nodes are left out and do not hold the budget": {
+			nodes: append([]NodeState{
+				node("down-1", unreachable, pod(oldRev, "notready")), node("down-2", unreachable, pod(oldRev, "notready")),
+				node("down-3", unreachable, pod(oldRev, "notready")),
+			}, olds(3)...),
+			settings: settings("1", ""), state: running,
+			wantDelete: []string{"w00"}, wantPhase: PhaseProgressing, wantInMsg: "3 nodes left out",
+		},
+		"a pod stuck terminating does not hold the budget forever": {
+			nodes:    append([]NodeState{node("s", pod(oldRev, "stuck"))}, olds(2)...),
+			settings: settings("1", ""), state: running,
+			wantDelete: []string{"w00"}, wantPhase: PhaseProgressing, wantInMsg: "pod stuck terminating",
+		},
+		"a recently terminating pod counts once against the budget": {
+			nodes:    append([]NodeState{node("t", pod(oldRev, "terminating"), pod(newRev, "notready"))}, olds(2)...),
+			settings: settings("1", ""), state: running,
+			wantPhase: PhaseProgressing, wantInMsg: "1 unavailable of budget 1",
+		},
+		"a failing new pod halts the rollout and names the node": {
+			nodes:    append([]NodeState{node("bad", pod(newRev, "failing"))}, olds(3)...),
+			settings: settings("2", ""), state: running,
+			wantPhase: PhaseFailed, wantReason: "PodFailure", wantInMsg: "bad: ImagePullBackOff",
+		},
+		"a failed revision stays failed with no deletions": {
+			nodes:    append([]NodeState{node("a", pod(newRev, "notready"))}, olds(3)...),
+			settings: settings("2", ""), state: RolloutState{Revision: newRev, FailedRevision: newRev, StepStarted: t0, Progress: t0},
+			wantPhase: PhaseFailed, wantReason: "RolloutFailed",
+		},
+		"a new revision rolls forward from a failed one": {
+			nodes:    olds(3),
+			settings: settings("1", ""), state: RolloutState{Revision: "older", FailedRevision: "older", StepStarted: t0, Progress: t0},
+			wantDelete: []string{"w00"}, wantPhase: PhaseProgressing,
+		},
+		"no progress within the deadline fails the rollout": {
+			nodes:    append([]NodeState{node("slow", pod(newRev, "notready"))}, olds(3)...),
+			settings: settings("1", ""), state: RolloutState{Revision: newRev, StepStarted: t0.Add(-time.Hour), Progress: t0.Add(-time.Hour)},
+			wantPhase: PhaseFailed, wantReason: "ProgressDeadlineExceeded", wantInMsg: "slow",
+		},
+		"the paused annotation stops all deletions": {
+			nodes:    olds(3),
+			settings: func() Settings { s := settings("1", ""); s.Paused = true; return s }(), state: running,
+			wantPhase: PhasePaused, wantReason: "PausedByAnnotation",
+		},
+		"a canary step of 1 node stops at 1 even with budget left": {
+			nodes:    append([]NodeState{node("canary", pod(newRev, "notready"))}, olds(3)...),
+			settings: settings("3", "1,pause,100%"), state: running,
+			wantPhase: PhaseProgressing, wantInMsg: "step 1/3: 1",
+		},
+		"an indefinite pause holds after the canary is available": {
+			nodes:    append([]NodeState{node("canary", pod(newRev, "ready"))}, olds(3)...),
+			settings: settings("3", "1,pause,100%"), state: running,
+			wantPhase: PhasePaused, wantReason: "PausedAtStep", wantUpdated: 1,
+		},
+		"changing the resume token continues past the pause": {
+			nodes:      append([]NodeState{node("canary", pod(newRev, "ready"))}, olds(3)...),
+			settings:   func() Settings { s := settings("3", "1,pause,100%"); s.ResumeToken = "go"; return s }(),
+			state:      RolloutState{Revision: newRev, StepIndex: 1, StepStarted: t0.Add(-time.Minute), Progress: t0, PauseToken: ""},
+			wantDelete: []string{"w00", "w01", "w02"}, wantPhase: PhaseProgressing, wantUpdated: 1,
+		},
+		"a timed pause waits out its duration": {
+			nodes:    append([]NodeState{node("canary", pod(newRev, "ready"))}, olds(3)...),
+			settings: settings("3", "1,pause:5m,100%"), state: RolloutState{Revision: newRev, StepIndex: 1, StepStarted: t0.Add(-time.Minute), Progress: t0},
+			wantPhase: PhasePaused, wantReason: "TimedPause", wantInMsg: "4m0s more", wantUpdated: 1,
+		},
+		"every node updated is complete": {
+			nodes:    []NodeState{node("a", pod(newRev, "ready")), node("b", pod(newRev, "ready"))},
+			settings: settings("1", ""), state: running,
+			wantPhase: PhaseComplete, wantUpdated: 2,
+		},
+		"a node added after the last step is still rolled": {
+			nodes:    []NodeState{node("a", pod(newRev, "ready")), node("new-node")},
+			settings: settings("1", "1,100%"), state: RolloutState{Revision: newRev, StepIndex: 2, StepStarted: t0, Progress: t0},
+			wantPhase: PhaseProgressing, wantUpdated: 1,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := BuildPlan(Input{TargetRevision: newRev, Nodes: tc.nodes, Settings: tc.settings, State: tc.state, Now: t0})
+			if got := deletedNodes(p); !slices.Equal(got, tc.wantDelete) {
+				t.Errorf("deleted on %v, want %v (%s)", got, tc.wantDelete, p.Message)
+			}
+			if p.Phase != tc.wantPhase || (tc.wantReason != "" && p.Reason != tc.wantReason) {
+				t.Errorf("phase %s/%s, want %s/%s: %s", p.Phase, p.Reason, tc.wantPhase, tc.wantReason, p.Message)
+			}
+			if !strings.Contains(p.Message, tc.wantInMsg) {
+				t.Errorf("message %q lacks %q", p.Message, tc.wantInMsg)
+			}
+			if p.Updated != tc.wantUpdated {
+				t.Errorf("updated %d, want %d", p.Updated, tc.wantUpdated)
+			}
+		})
+	}
+}
+
+// A controller restarted at any point gets the same plan from the same cluster state and status
+// annotations: the plan depends on nothing else.
+func TestBuildPlanIsDeterministic(t *testing.T) {
+	in := Input{TargetRevision: newRev, Nodes: olds(10), Settings: settings("3", "2,pause:1m,100%"), State: RolloutState{}, Now: t0}
+	first := BuildPlan(in)
+	for range 20 {
+		if again := BuildPlan(in); !slices.Equal(deletedNodes(again), deletedNodes(first)) || again.Message != first.Message {
+			t.Fatalf("plans differ: %v vs %v", deletedNodes(again), deletedNodes(first))
+		}
+	}
+}
+
+// Property: for random node, pod and revision states, a plan never deletes a pod at the target
+// revision, never deletes on an unreachable node or a terminating pod, deletes nothing when paused
+// or failed, and never takes more nodes down than the budget allows.
+func TestBuildPlanPropertiesHoldForRandomStates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	states := []string{"ready", "ready", "ready", "notready", "terminating", "stuck", "failing"}
+	for i := range 5000 {
+		n := 1 + rng.IntN(30)
+		var nodes []NodeState
+		for j := range n {
+			var opts []nodeOpt
+			if rng.IntN(8) == 0 {
+				opts = append(opts, unreachable)
+			}
+			if rng.IntN(6) == 0 {
+				opts = append(opts, controlPlane)
+			}
+			opts = append(opts, zone(fmt.Sprintf("z%d", rng.IntN(3))))
+			for range rng.IntN(3) { // 0, 1 or 2 pods
+				rev := oldRev
+				if rng.IntN(3) == 0 {
+					rev = newRev
+				}
+				opts = append(opts, pod(rev, states[rng.IntN(len(states))]))
+			}
+			nodes = append(nodes, node(fmt.Sprintf("n%02d", j), opts...))
+		}
+		s := settings([]string{"1", "2", "5", "10%", "50%"}[rng.IntN(5)], []string{"", "1,pause,100%", "25%,pause:1m,100%", "3,50%,100%"}[rng.IntN(4)])
+		s.Paused = rng.IntN(10) == 0
+		if rng.IntN(3) == 0 {
+			s.TopologyKey = "zone"
+		}
+		state := RolloutState{Revision: newRev, StepIndex: rng.IntN(len(s.Steps) + 1), StepStarted: t0.Add(-time.Duration(rng.IntN(20)) * time.Minute), Progress: t0.Add(-time.Duration(rng.IntN(20)) * time.Minute)}
+		if rng.IntN(10) == 0 {
+			state.FailedRevision = newRev
+		}
+		if rng.IntN(5) == 0 {
+			state = RolloutState{}
+		}
+		in := Input{TargetRevision: newRev, Nodes: nodes, Settings: s, State: state, Now: t0}
+		p := BuildPlan(in)
+
+		byUID := map[string]struct {
+			pod  PodState
+			node NodeState
+		}{}
+		for _, nd := range nodes {
+			for _, pd := range nd.Pods {
+				byUID[pd.UID] = struct {
+					pod  PodState
+					node NodeState
+				}{pd, nd}
+			}
+		}
+		if (s.Paused || p.Phase == PhaseFailed || p.Phase == PhasePaused) && len(p.Delete) > 0 {
+			t.Fatalf("case %d: %s plan deletes %v", i, p.Phase, deletedNodes(p))
+		}
+		availableNodes := map[string]bool{} // budget is per node: two pods on one node count once
+		for _, d := range p.Delete {
+			x := byUID[d.UID]
+			switch {
+			case x.pod.Revision == newRev:
+				t.Fatalf("case %d: deletes new-revision pod %s", i, d.Name)
+			case !x.node.Reachable:
+				t.Fatalf("case %d: deletes on unreachable node %s", i, d.Node)
+			case x.pod.Terminating:
+				t.Fatalf("case %d: deletes terminating pod %s", i, d.Name)
+			}
+			if x.pod.Ready {
+				availableNodes[d.Node] = true
+			}
+		}
+		availableDeleted := len(availableNodes)
+		if availableDeleted > 0 && p.Unavailable+availableDeleted > p.Budget {
+			t.Fatalf("case %d: %d unavailable + %d available pods deleted exceeds budget %d: %s\nnodes: %+v", i, p.Unavailable, availableDeleted, p.Budget, p.Message, nodes)
+		}
+	}
+}
+
+func TestParseSettings(t *testing.T) {
+	tests := map[string]struct {
+		annotations map[string]string
+		wantErr     string
+		check       func(Settings) bool
+	}{
+		"defaults": {annotations: map[string]string{}, check: func(s Settings) bool {
+			return s.MaxUnavailable == intstr.FromInt32(1) && len(s.Steps) == 1 && s.ProgressDeadline == DefaultProgressDeadline
+		}},
+		"percent budget":          {annotations: map[string]string{AnnotationMaxUnavailable: "10%"}, check: func(s Settings) bool { return ResolveMaxUnavailable(s.MaxUnavailable, 1000) == 100 }},
+		"steps":                   {annotations: map[string]string{AnnotationSteps: "1, pause:5m ,25%,pause,100%"}, check: func(s Settings) bool { return len(s.Steps) == 5 && s.Steps[1].Duration == 5*time.Minute }},
+		"zero budget":             {annotations: map[string]string{AnnotationMaxUnavailable: "0"}, wantErr: "at least 1"},
+		"steps not ending at 100": {annotations: map[string]string{AnnotationSteps: "1,50%"}, wantErr: "must be 100%"},
+		"bad deadline":            {annotations: map[string]string{AnnotationProgressDeadline: "soon"}, wantErr: "duration"},
+		"garbage percent":         {annotations: map[string]string{AnnotationMaxUnavailable: "x%"}, wantErr: "percent"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s, err := ParseSettings(tc.annotations)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !tc.check(s) {
+				t.Errorf("settings %+v, err %v", s, err)
+			}
+		})
+	}
+}
