@@ -219,12 +219,12 @@ func BuildPlan(in Input) Plan {
 		state.FailedRevision = ""
 		return finish(PhaseComplete, "RolloutComplete", fmt.Sprintf("%d of %d nodes run revision %s", plan.Updated, plan.Desired, in.TargetRevision)+skippedNote(skipped))
 	}
-	if state.FailedRevision == in.TargetRevision {
-		return finish(PhaseFailed, "RolloutFailed", "the rollout of revision "+in.TargetRevision+" failed; change the template to roll forward")
-	}
 	if len(plan.Failures) > 0 {
 		state.FailedRevision = in.TargetRevision
-		return finish(PhaseFailed, "PodFailure", "new pods fail: "+strings.Join(plan.Failures, ", ")+"; no further pods are replaced")
+		return finish(PhaseFailed, "PodFailure", "new pods fail: "+strings.Join(plan.Failures, ", ")+"; no further pods are replaced; change the template to roll forward")
+	}
+	if state.FailedRevision == in.TargetRevision {
+		return finish(PhaseFailed, "RolloutFailed", "the rollout of revision "+in.TargetRevision+" failed; change the template to roll forward")
 	}
 
 	// Advance through completed steps and elapsed or resumed pauses.
@@ -318,7 +318,7 @@ func BuildPlan(in Input) Plan {
 		plan.NextNodes = plan.NextNodes[:5]
 	}
 	plan.NextReason = orderReason(s.TopologyKey, domain)
-	msg := fmt.Sprintf("step %s: %d of %d nodes updated, %d unavailable of budget %d", stepText(state.StepIndex), plan.Updated, plan.Desired, plan.Unavailable, plan.Budget)
+	msg := fmt.Sprintf("%d of %d nodes updated, %d unavailable of budget %d", plan.Updated, plan.Desired, plan.Unavailable, plan.Budget)
 	if len(plan.Delete) > 0 {
 		msg += fmt.Sprintf("; replacing pods on %s", nodesOf(plan.Delete))
 	}

@@ -165,7 +165,7 @@ func TestBuildPlan(t *testing.T) {
 		"a canary step of 1 node stops at 1 even with budget left": {
 			nodes:    append([]NodeState{node("canary", pod(newRev, "notready"))}, olds(3)...),
 			settings: settings("3", "1,pause,100%"), state: running,
-			wantPhase: PhaseProgressing, wantInMsg: "step 1/3: 1",
+			wantPhase: PhaseProgressing, wantInMsg: "0 of 4 nodes updated, 1 unavailable of budget 3",
 		},
 		"an indefinite pause holds after the canary is available": {
 			nodes:    append([]NodeState{node("canary", pod(newRev, "ready"))}, olds(3)...),

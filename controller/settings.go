@@ -15,10 +15,10 @@ type StepKind int
 
 // Step kinds.
 const (
-	StepNodes   StepKind = iota // update until Value nodes run the new revision
-	StepPercent                 // update until Value percent of the desired nodes do (rounded up)
-	StepPause                   // wait until resumed (AnnotationResume changes)
-	StepTimedPause              // wait for Duration
+	StepNodes      StepKind = iota // update until Value nodes run the new revision
+	StepPercent                    // update until Value percent of the desired nodes do (rounded up)
+	StepPause                      // wait until resumed (AnnotationResume changes)
+	StepTimedPause                 // wait for Duration
 )
 
 // Step is one canary step of AnnotationSteps.

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/daemonguard/daemonguard/controller"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -128,6 +131,11 @@ func (h *Handlers) daemonSetInput(ctx context.Context, req admission.Request) (*
 	}
 	if ignored(req.Object.Raw) {
 		return end(admission.Allowed("labelled " + IgnoreLabel + "=true"))
+	}
+	if req.Operation == admissionv1.Update && onlyStatusAnnotationsChanged(req.OldObject.Raw, req.Object.Raw) {
+		// The rollout controller reporting progress: neither a new injection (which would start a
+		// new revision behind the user's back) nor a policy verdict is due.
+		return end(admission.Allowed("only daemonguard status annotations changed"))
 	}
 	in, err := h.input(ctx, req, policy.Operation(req.Operation))
 	if err != nil {
@@ -251,4 +259,37 @@ func (h *Handlers) observe(webhook string, resp admission.Response) admission.Re
 	}
 	admissionTotal.WithLabelValues(webhook, result).Inc()
 	return resp
+}
+
+// onlyStatusAnnotationsChanged tells an update that differs from the stored object only in the
+// rollout controller's status.daemonguard.io/ annotations and in fields the API server maintains.
+func onlyStatusAnnotationsChanged(oldRaw, newRaw []byte) bool {
+	if len(oldRaw) == 0 {
+		return false
+	}
+	oldObj, err1 := decodeObject(oldRaw)
+	newObj, err2 := decodeObject(newRaw)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	changed := false
+	for _, obj := range []map[string]any{oldObj, newObj} {
+		delete(obj, "status")
+		meta, _ := obj["metadata"].(map[string]any)
+		for _, f := range []string{"managedFields", "resourceVersion", "generation"} {
+			delete(meta, f)
+		}
+		if ann, ok := meta["annotations"].(map[string]any); ok {
+			for k := range ann {
+				if strings.HasPrefix(k, controller.StatusPrefix) {
+					delete(ann, k)
+					changed = true
+				}
+			}
+			if len(ann) == 0 {
+				delete(meta, "annotations")
+			}
+		}
+	}
+	return changed && reflect.DeepEqual(oldObj, newObj)
 }

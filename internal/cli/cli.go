@@ -21,7 +21,7 @@ func New() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newWebhookCommand(), newCheckCommand(), newAuditCommand(), newMutateCommand(), newPolicyCommand())
+	root.AddCommand(newVersionCommand(), newWebhookCommand(), newCheckCommand(), newAuditCommand(), newMutateCommand(), newPolicyCommand(), newControllerCommand())
 	return root
 }
 

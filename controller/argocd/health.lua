@@ -1,0 +1,200 @@
+-- daemonguard health check for apps/DaemonSet (argocd-cm key
+-- resource.customizations.health.apps_DaemonSet).
+--
+-- DaemonSets managed by daemonguard (annotation daemonguard.io/rollout: managed) report the
+-- rollout condition daemonguard's controller sets in status.conditions: Failed -> Degraded,
+-- Paused -> Suspended, Progressing -> Progressing, Complete -> Healthy once every pod is updated
+-- and available. Every other DaemonSet gets Argo CD's built-in DaemonSet health logic.
+--
+-- Argo CD runs custom health scripts without the string, math and os libraries, so this script
+-- only uses base functions (type, tostring, tonumber, ipairs, pcall) and never raises an error,
+-- whatever shape the object has.
+
+local MANAGED_ANNOTATION = "daemonguard.io/rollout"
+local MANAGED_VALUE = "managed"
+local STEP_ANNOTATION = "status.daemonguard.io/step"
+local UPDATED_ANNOTATION = "status.daemonguard.io/updated"
+
+-- field returns t[key] when t is a table, nil otherwise.
+local function field(t, key)
+  if type(t) == "table" then
+    return t[key]
+  end
+  return nil
+end
+
+-- str renders scalars as text; anything else (nil, tables) is "".
+local function str(v)
+  local tv = type(v)
+  if tv == "string" then
+    return v
+  end
+  if tv == "number" or tv == "boolean" then
+    return tostring(v)
+  end
+  return ""
+end
+
+-- num reads a count or generation; absent or malformed values are 0.
+local function num(v)
+  if type(v) == "string" then
+    v = tonumber(v)
+  end
+  if type(v) ~= "number" or v ~= v then
+    return 0
+  end
+  return v
+end
+
+-- Argo CD's built-in DaemonSet health (gitops-engine pkg/health/health_daemonset.go).
+local function builtin(metadata, spec, status)
+  if num(field(metadata, "generation")) > num(field(status, "observedGeneration")) then
+    return "Progressing", "Waiting for rollout to finish: observed daemon set generation less than desired generation"
+  end
+  local updated = num(field(status, "updatedNumberScheduled"))
+  local desired = num(field(status, "desiredNumberScheduled"))
+  local available = num(field(status, "numberAvailable"))
+  if str(field(field(spec, "updateStrategy"), "type")) == "OnDelete" then
+    return "Healthy", "daemon set " .. tostring(updated) .. " out of " .. tostring(desired) .. " new pods have been updated"
+  end
+  local name = '"' .. str(field(metadata, "name")) .. '"'
+  if updated < desired then
+    return "Progressing", "Waiting for daemon set " .. name .. " rollout to finish: " .. tostring(updated) .. " out of " .. tostring(desired) .. " new pods have been updated..."
+  end
+  if available < desired then
+    return "Progressing", "Waiting for daemon set " .. name .. " rollout to finish: " .. tostring(available) .. " of " .. tostring(desired) .. " updated pods are available..."
+  end
+  return "Healthy", ""
+end
+
+local function isTrue(v)
+  return v == "True" or v == true
+end
+
+-- rolloutConditions returns the first True condition of each daemonguard type. Entries that are
+-- not tables or lack a type or a True status are skipped.
+local function rolloutConditions(status)
+  local found = {}
+  local any = false
+  local conditions = field(status, "conditions")
+  if type(conditions) ~= "table" then
+    return found, any
+  end
+  for _, c in ipairs(conditions) do
+    if type(c) == "table" and isTrue(c.status) then
+      local ctype = str(c.type)
+      if (ctype == "Failed" or ctype == "Paused" or ctype == "Progressing" or ctype == "Complete") and found[ctype] == nil then
+        found[ctype] = c
+        any = true
+      end
+    end
+  end
+  return found, any
+end
+
+-- first returns the first non-empty string.
+local function first(a, b, c)
+  if a ~= "" then
+    return a
+  end
+  if b ~= "" then
+    return b
+  end
+  return c
+end
+
+local function daemonguard(metadata, spec, status, annotations)
+  local generation = num(field(metadata, "generation"))
+  if type(status) ~= "table" or generation > num(status.observedGeneration) then
+    if generation > 0 then
+      return "Progressing", "Waiting for the DaemonSet controller to observe generation " .. tostring(generation)
+    end
+    return "Progressing", "Waiting for the DaemonSet controller to observe the DaemonSet"
+  end
+
+  local found, any = rolloutConditions(status)
+  if not any then
+    -- daemonguard only rolls out OnDelete DaemonSets (the admission policy on_delete_managed
+    -- denies the annotation with any other strategy); if one slipped through, e.g. from an exempt
+    -- namespace, the built-in controller rolls it and its own logic tells the truth.
+    if str(field(field(spec, "updateStrategy"), "type")) ~= "OnDelete" then
+      return builtin(metadata, spec, status)
+    end
+    return "Progressing", "Waiting for daemonguard's rollout controller"
+  end
+
+  -- Exactly one of these is True at a time; should several be, the most severe wins.
+  local c = found.Failed
+  if c ~= nil then
+    local reason, message = str(c.reason), str(c.message)
+    if reason ~= "" and message ~= "" then
+      return "Degraded", reason .. ": " .. message
+    end
+    return "Degraded", first(reason, message, "Rollout failed")
+  end
+
+  c = found.Paused
+  if c ~= nil then
+    return "Suspended", first(str(c.message), str(c.reason), "Rollout paused")
+  end
+
+  local step = str(field(annotations, STEP_ANNOTATION))
+  local updatedNote = str(field(annotations, UPDATED_ANNOTATION))
+
+  c = found.Progressing
+  if c ~= nil then
+    local progress = ""
+    if step ~= "" then
+      progress = "step " .. step
+    end
+    if updatedNote ~= "" then
+      if progress ~= "" then
+        progress = progress .. ", "
+      end
+      progress = progress .. "updated " .. updatedNote
+    end
+    local message = first(str(c.message), str(c.reason), "")
+    if progress ~= "" and message ~= "" then
+      return "Progressing", progress .. ": " .. message
+    end
+    return "Progressing", first(progress, message, "Rollout in progress")
+  end
+
+  c = found.Complete
+  local desired = num(status.desiredNumberScheduled)
+  local updated = num(status.updatedNumberScheduled)
+  local available = num(status.numberAvailable)
+  if updated < desired or available < desired then
+    -- daemonguard is done deleting old pods but the DaemonSet is not there yet: new pods are
+    -- still starting, a node joined, or a node daemonguard left out still runs an old pod.
+    local message = "Rollout complete, waiting for pods: " .. tostring(updated) .. " of " .. tostring(desired) .. " updated, " .. tostring(available) .. " of " .. tostring(desired) .. " available"
+    if updatedNote ~= "" then
+      message = message .. " (daemonguard: updated " .. updatedNote .. ")"
+    end
+    return "Progressing", message
+  end
+  return "Healthy", first(str(c.message), str(c.reason), "Rollout complete")
+end
+
+local function health(o)
+  local metadata = field(o, "metadata")
+  local spec = field(o, "spec")
+  local status = field(o, "status")
+  local annotations = field(metadata, "annotations")
+  if str(field(annotations, MANAGED_ANNOTATION)) == MANAGED_VALUE then
+    return daemonguard(metadata, spec, status, annotations)
+  end
+  return builtin(metadata, spec, status)
+end
+
+local hs = {}
+local ok, healthStatus, message = pcall(health, obj)
+if ok and type(healthStatus) == "string" and type(message) == "string" then
+  hs.status = healthStatus
+  hs.message = message
+else
+  -- Not reachable with the checks above; kept so that a bug shows as Unknown, never as an error.
+  hs.status = "Unknown"
+  hs.message = "daemonguard health check failed: " .. str(healthStatus)
+end
+return hs

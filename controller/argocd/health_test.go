@@ -1,0 +1,488 @@
+package argocd
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	lua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/parse"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	fixturesDir   = "../../testdata/argocd/daemonsets"
+	configMapPath = "../../testdata/argocd/argocd-cm-health.yaml"
+	appPath       = "../../testdata/argocd/application.yaml"
+)
+
+// validStatuses are the statuses the script may return. Unknown is left out on purpose: the
+// script only returns it when its own code raised an error (caught by its pcall), which the tests
+// treat as a failure.
+var validStatuses = []string{"Healthy", "Progressing", "Degraded", "Suspended"}
+
+type luaLib struct {
+	name string
+	open lua.LGFunction
+}
+
+// libSets are the library sets the script runs with in the tests.
+var libSets = []struct {
+	name string
+	libs []luaLib
+}{
+	// What Argo CD opens for a health script from argocd-cm without useOpenLibs (util/lua runLua:
+	// package, base, table and a safe os with only time/date, which the script does not use).
+	{"argocd", []luaLib{{lua.LoadLibName, lua.OpenPackage}, {lua.BaseLibName, lua.OpenBase}, {lua.TabLibName, lua.OpenTable}}},
+	// The restricted set base, table, string, math; no os, no io.
+	{"restricted", []luaLib{{lua.BaseLibName, lua.OpenBase}, {lua.TabLibName, lua.OpenTable}, {lua.StringLibName, lua.OpenString}, {lua.MathLibName, lua.OpenMath}}},
+}
+
+// toLua converts a decoded JSON/YAML value (or an unstructured object, whose integers are int64)
+// into a Lua value the way Argo CD hands `obj` to health scripts: maps become tables keyed by
+// string, slices 1-based arrays, numbers LNumber, nulls nil. Like Argo CD (LTable.Append), a
+// null inside a list is dropped rather than leaving a hole that would stop ipairs. Any other Go
+// type is an error, so a test can never pass on a value silently turned into nil.
+func toLua(L *lua.LState, v any) (lua.LValue, error) {
+	switch x := v.(type) {
+	case nil:
+		return lua.LNil, nil
+	case bool:
+		return lua.LBool(x), nil
+	case string:
+		return lua.LString(x), nil
+	case float64:
+		return lua.LNumber(x), nil
+	case float32:
+		return lua.LNumber(x), nil
+	case int:
+		return lua.LNumber(x), nil
+	case int32:
+		return lua.LNumber(x), nil
+	case int64:
+		return lua.LNumber(x), nil
+	case uint32:
+		return lua.LNumber(x), nil
+	case uint64:
+		return lua.LNumber(x), nil
+	case json.Number:
+		f, err := x.Float64()
+		if err != nil {
+			return nil, fmt.Errorf("number %q: %w", x, err)
+		}
+		return lua.LNumber(f), nil
+	case []any:
+		t := L.CreateTable(len(x), 0)
+		for i, item := range x {
+			lv, err := toLua(L, item)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			t.Append(lv) // no-op for nil
+		}
+		return t, nil
+	case map[string]any:
+		t := L.CreateTable(0, len(x))
+		for k, item := range x {
+			lv, err := toLua(L, item)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			if lv != lua.LNil {
+				t.RawSetString(k, lv)
+			}
+		}
+		return t, nil
+	default:
+		return nil, fmt.Errorf("unsupported type %T", v)
+	}
+}
+
+var compiled sync.Map // script -> *lua.FunctionProto
+
+func compile(script string) (*lua.FunctionProto, error) {
+	if proto, ok := compiled.Load(script); ok {
+		return proto.(*lua.FunctionProto), nil
+	}
+	chunk, err := parse.Parse(strings.NewReader(script), "health.lua")
+	if err != nil {
+		return nil, err
+	}
+	proto, err := lua.Compile(chunk, "health.lua")
+	if err != nil {
+		return nil, err
+	}
+	compiled.Store(script, proto)
+	return proto, nil
+}
+
+// runHealth runs script with obj the way Argo CD does and returns hs.status and hs.message.
+// Reading or writing an undefined global is an error, which catches misspelt names on every path
+// the tests execute.
+func runHealth(script string, obj any, libs []luaLib) (status, message string, err error) {
+	L := lua.NewState(lua.Options{SkipOpenLibs: true})
+	defer L.Close()
+	for _, lib := range libs {
+		if err := L.CallByParam(lua.P{Fn: L.NewFunction(lib.open), NRet: 0, Protect: true}, lua.LString(lib.name)); err != nil {
+			return "", "", fmt.Errorf("open %q: %w", lib.name, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	L.SetContext(ctx)
+
+	lv, err := toLua(L, obj)
+	if err != nil {
+		return "", "", fmt.Errorf("convert obj: %w", err)
+	}
+	L.SetGlobal("obj", lv)
+	strict := L.NewTable()
+	strict.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
+		if key := L.CheckAny(2); key.String() != "obj" { // obj itself may be nil
+			L.RaiseError("read of undefined global %q", key.String())
+		}
+		return 0
+	}))
+	strict.RawSetString("__newindex", L.NewFunction(func(L *lua.LState) int {
+		L.RaiseError("write of global %q", L.CheckAny(2).String())
+		return 0
+	}))
+	L.SetMetatable(L.G.Global, strict)
+
+	proto, err := compile(script)
+	if err != nil {
+		return "", "", err
+	}
+	// What L.DoString does, minus parsing and compiling the script again for every object.
+	L.Push(L.NewFunctionFromProto(proto))
+	if err := L.PCall(0, lua.MultRet, nil); err != nil {
+		return "", "", err
+	}
+	hs, ok := L.Get(-1).(*lua.LTable)
+	if !ok {
+		return "", "", fmt.Errorf("script returned %s, want a table", L.Get(-1).Type())
+	}
+	st, ok := hs.RawGetString("status").(lua.LString)
+	if !ok {
+		return "", "", fmt.Errorf("hs.status is %s, want a string", hs.RawGetString("status").Type())
+	}
+	switch m := hs.RawGetString("message").(type) {
+	case lua.LString:
+		message = string(m)
+	default:
+		if m != lua.LNil {
+			return "", "", fmt.Errorf("hs.message is %s, want a string", m.Type())
+		}
+	}
+	return string(st), message, nil
+}
+
+type fixture struct {
+	name            string
+	obj             map[string]any
+	status          string
+	message         *string // exact message, when given
+	messageContains []string
+}
+
+// loadFixtures reads testdata/argocd/daemonsets/*.yaml. Leading comment lines carry the
+// expectations: "# expect-status: S" (required), "# expect-message: M" (exact; empty means an
+// empty message) and any number of "# expect-message-contains: text".
+func loadFixtures(t *testing.T) []fixture {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(fixturesDir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) == 0 {
+		t.Fatalf("no fixtures in %s", fixturesDir)
+	}
+	var fixtures []fixture
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := fixture{name: strings.TrimSuffix(filepath.Base(p), ".yaml")}
+		sc := bufio.NewScanner(strings.NewReader(string(data)))
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.HasPrefix(line, "#") {
+				break
+			}
+			directive, value, ok := strings.Cut(strings.TrimSpace(strings.TrimPrefix(line, "#")), ":")
+			if !ok {
+				continue
+			}
+			value = strings.TrimSpace(value)
+			switch directive {
+			case "expect-status":
+				f.status = value
+			case "expect-message":
+				f.message = &value
+			case "expect-message-contains":
+				if value == "" {
+					t.Fatalf("%s: empty expect-message-contains", p)
+				}
+				f.messageContains = append(f.messageContains, value)
+			}
+		}
+		if !slices.Contains(validStatuses, f.status) {
+			t.Fatalf("%s: expect-status %q, want one of %v", p, f.status, validStatuses)
+		}
+		if f.message == nil && f.messageContains == nil {
+			t.Fatalf("%s: no expect-message or expect-message-contains", p)
+		}
+		jsonData, err := yaml.YAMLToJSON(data)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		// Decoded as Argo CD's live objects are: unstructured, integers as int64.
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(jsonData); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if u.GetKind() != "DaemonSet" || u.GetAPIVersion() != "apps/v1" {
+			t.Fatalf("%s: %s %s, want an apps/v1 DaemonSet", p, u.GetAPIVersion(), u.GetKind())
+		}
+		f.obj = u.Object
+		fixtures = append(fixtures, f)
+	}
+	return fixtures
+}
+
+func TestHealthFixtures(t *testing.T) {
+	fixtures := loadFixtures(t)
+	seen := map[string]bool{}
+	for _, f := range fixtures {
+		seen[f.status] = true
+		for _, set := range libSets {
+			t.Run(f.name+"/"+set.name, func(t *testing.T) {
+				status, message, err := runHealth(HealthLua, f.obj, set.libs)
+				if err != nil {
+					t.Fatalf("script error: %v", err)
+				}
+				if status != f.status {
+					t.Errorf("status = %q, want %q (message %q)", status, f.status, message)
+				}
+				if f.message != nil && message != *f.message {
+					t.Errorf("message = %q, want %q", message, *f.message)
+				}
+				for _, want := range f.messageContains {
+					if !strings.Contains(message, want) {
+						t.Errorf("message = %q, want it to contain %q", message, want)
+					}
+				}
+			})
+		}
+	}
+	for _, s := range validStatuses {
+		if !seen[s] {
+			t.Errorf("no fixture expects %s", s)
+		}
+	}
+}
+
+// TestScriptUsesBaseFunctionsOnly: Argo CD runs configured health scripts without the string and
+// math libraries, so the script must not call into them (the fixtures run without them too, but
+// only on the paths they reach).
+func TestScriptUsesBaseFunctionsOnly(t *testing.T) {
+	comment := regexp.MustCompile(`--.*$`)
+	forbidden := regexp.MustCompile(`\b(string|math|os|io|table|debug|coroutine|package|utf8)\s*\.|\b(require|load|loadstring|dofile|loadfile|setmetatable|getmetatable|rawset|print)\b|:\s*[A-Za-z_]\w*\s*\(`)
+	for i, line := range strings.Split(HealthLua, "\n") {
+		code := comment.ReplaceAllString(line, "")
+		if m := forbidden.FindString(code); m != "" {
+			t.Errorf("health.lua:%d uses %q: %s", i+1, m, strings.TrimSpace(line))
+		}
+	}
+	if strings.Contains(HealthLua, "\r") {
+		t.Error("health.lua contains carriage returns")
+	}
+}
+
+// garbage is a vocabulary of values the mutation test puts anywhere in an object.
+func garbage(r *rand.Rand, depth int) any {
+	keys := []string{"metadata", "annotations", "generation", "name", "spec", "updateStrategy", "type",
+		"status", "conditions", "reason", "message", "observedGeneration", "desiredNumberScheduled",
+		"updatedNumberScheduled", "numberAvailable", "daemonguard.io/rollout",
+		"status.daemonguard.io/step", "status.daemonguard.io/updated", "1", ""}
+	scalars := []any{nil, "", "True", "true", "managed", "OnDelete", "Failed", "Paused", "Progressing",
+		"Complete", "abc", "12", "-3", "nan", "1e400", int64(0), int64(-1), int64(7), int64(1) << 53,
+		1e300, -1e300, 3.5, true, false}
+	if depth <= 0 || r.Intn(3) > 0 {
+		return scalars[r.Intn(len(scalars))]
+	}
+	if r.Intn(2) == 0 {
+		l := make([]any, r.Intn(4))
+		for i := range l {
+			l[i] = garbage(r, depth-1)
+		}
+		return l
+	}
+	m := map[string]any{}
+	for range r.Intn(5) {
+		m[keys[r.Intn(len(keys))]] = garbage(r, depth-1)
+	}
+	return m
+}
+
+func deepCopy(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, item := range x {
+			m[k] = deepCopy(item)
+		}
+		return m
+	case []any:
+		l := make([]any, len(x))
+		for i, item := range x {
+			l[i] = deepCopy(item)
+		}
+		return l
+	default:
+		return v
+	}
+}
+
+// mutate replaces one randomly chosen value anywhere in obj (a map or a list entry) by garbage.
+func mutate(r *rand.Rand, obj map[string]any) {
+	type slot struct {
+		m   map[string]any
+		l   []any
+		key string
+		idx int
+	}
+	var slots []slot
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys) // deterministic for a given seed
+			for _, k := range keys {
+				slots = append(slots, slot{m: x, key: k})
+				walk(x[k])
+			}
+		case []any:
+			for i := range x {
+				slots = append(slots, slot{l: x, idx: i})
+				walk(x[i])
+			}
+		}
+	}
+	walk(obj)
+	if len(slots) == 0 {
+		obj["status"] = garbage(r, 3)
+		return
+	}
+	s := slots[r.Intn(len(slots))]
+	if s.m != nil {
+		s.m[s.key] = garbage(r, 3)
+	} else {
+		s.l[s.idx] = garbage(r, 3)
+	}
+}
+
+func checkNoError(t *testing.T, desc string, obj any) {
+	t.Helper()
+	for _, set := range libSets {
+		status, message, err := runHealth(HealthLua, obj, set.libs)
+		if err != nil {
+			t.Fatalf("%s (%s): script error: %v", desc, set.name, err)
+		}
+		if !slices.Contains(validStatuses, status) {
+			t.Fatalf("%s (%s): status %q, message %q", desc, set.name, status, message)
+		}
+	}
+}
+
+// TestScriptNeverErrors: whatever the object looks like, the script returns a valid status and
+// never reaches its own error fallback.
+func TestScriptNeverErrors(t *testing.T) {
+	managed := map[string]any{"daemonguard.io/rollout": "managed"}
+	cases := map[string]any{
+		"nil obj":                    nil,
+		"string obj":                 "DaemonSet",
+		"number obj":                 42.0,
+		"list obj":                   []any{"a", 1.0},
+		"empty obj":                  map[string]any{},
+		"metadata string":            map[string]any{"metadata": "x", "status": map[string]any{}},
+		"annotations string":         map[string]any{"metadata": map[string]any{"annotations": "daemonguard.io/rollout=managed"}},
+		"annotation list":            map[string]any{"metadata": map[string]any{"annotations": map[string]any{"daemonguard.io/rollout": []any{"managed"}}}},
+		"status string":              map[string]any{"metadata": map[string]any{"annotations": managed, "generation": 1.0}, "status": "Running"},
+		"status string unmanaged":    map[string]any{"metadata": map[string]any{"name": "x"}, "status": "Running"},
+		"status list":                map[string]any{"metadata": map[string]any{"annotations": managed}, "status": []any{"x"}},
+		"conditions map":             map[string]any{"metadata": map[string]any{"annotations": managed}, "status": map[string]any{"conditions": map[string]any{"Failed": map[string]any{"status": "True"}}}},
+		"conditions string":          map[string]any{"metadata": map[string]any{"annotations": managed}, "status": map[string]any{"conditions": "Failed=True"}},
+		"conditions number":          map[string]any{"metadata": map[string]any{"annotations": managed}, "status": map[string]any{"conditions": 3.0}},
+		"condition fields wrong":     map[string]any{"metadata": map[string]any{"annotations": managed}, "status": map[string]any{"conditions": []any{map[string]any{"type": map[string]any{}, "status": []any{}}, map[string]any{"type": "Failed", "status": "True", "reason": []any{1.0}, "message": 7.0}}}},
+		"progressing fields wrong":   map[string]any{"metadata": map[string]any{"annotations": map[string]any{"daemonguard.io/rollout": "managed", "status.daemonguard.io/step": 3.0, "status.daemonguard.io/updated": map[string]any{}}}, "status": map[string]any{"conditions": []any{map[string]any{"type": "Progressing", "status": true, "message": false}}}},
+		"complete numbers as text":   map[string]any{"metadata": map[string]any{"annotations": managed}, "status": map[string]any{"desiredNumberScheduled": "3", "updatedNumberScheduled": "x", "numberAvailable": nil, "conditions": []any{map[string]any{"type": "Complete", "status": "True"}}}},
+		"generation garbage":         map[string]any{"metadata": map[string]any{"generation": map[string]any{}, "name": 5.0}, "status": map[string]any{"observedGeneration": "soon"}},
+		"generation not a number":    map[string]any{"metadata": map[string]any{"annotations": managed, "generation": "abc"}},
+		"spec garbage":               map[string]any{"metadata": map[string]any{"annotations": managed}, "spec": 5.0, "status": map[string]any{"observedGeneration": 1.0}},
+		"updateStrategy string":      map[string]any{"spec": map[string]any{"updateStrategy": "OnDelete"}, "status": map[string]any{"desiredNumberScheduled": 2.0}},
+		"huge numbers":               map[string]any{"metadata": map[string]any{"generation": 1e300}, "status": map[string]any{"observedGeneration": -1e300, "desiredNumberScheduled": 1e308}},
+		"json numbers":               map[string]any{"metadata": map[string]any{"generation": json.Number("2")}, "status": map[string]any{"observedGeneration": json.Number("2"), "desiredNumberScheduled": json.Number("1")}},
+		"deep nesting":               map[string]any{"status": map[string]any{"conditions": []any{[]any{[]any{[]any{map[string]any{"conditions": []any{}}}}}}}},
+		"managed empty status":       map[string]any{"metadata": map[string]any{"annotations": managed}, "status": map[string]any{}},
+		"managed status no metadata": map[string]any{"metadata": nil, "status": map[string]any{"conditions": []any{nil, nil}}},
+	}
+	for desc, obj := range cases {
+		checkNoError(t, desc, obj)
+	}
+
+	r := rand.New(rand.NewSource(20260504))
+	for i := range 300 {
+		checkNoError(t, fmt.Sprintf("random object %d", i), garbage(r, 5))
+	}
+	for _, f := range loadFixtures(t) {
+		for i := range 60 {
+			obj := deepCopy(f.obj).(map[string]any)
+			for range 1 + r.Intn(3) {
+				mutate(r, obj)
+			}
+			checkNoError(t, fmt.Sprintf("%s mutation %d", f.name, i), obj)
+		}
+	}
+}
+
+// FuzzHealthScript feeds arbitrary JSON documents to the script (go test -fuzz=FuzzHealthScript).
+func FuzzHealthScript(f *testing.F) {
+	paths, _ := filepath.Glob(filepath.Join(fixturesDir, "*.yaml"))
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		j, err := yaml.YAMLToJSON(data)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(j)
+	}
+	f.Add([]byte(`{"status":"x","metadata":{"annotations":{"daemonguard.io/rollout":"managed"}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var obj any
+		if json.Unmarshal(data, &obj) != nil {
+			return
+		}
+		checkNoError(t, string(data), obj)
+	})
+}

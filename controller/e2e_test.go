@@ -1,0 +1,310 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/daemonguard/daemonguard/controller"
+	"github.com/daemonguard/daemonguard/internal/harness"
+	"github.com/daemonguard/daemonguard/internal/localcluster"
+)
+
+// 20 nodes: one tainted control-plane node and 19 workers over three zones.
+const nodeCount = 20
+
+var cluster *localcluster.Cluster
+
+func TestMain(m *testing.M) {
+	nodes := append([]localcluster.Node{localcluster.ControlPlaneNode("control-plane-0")}, localcluster.WorkerNodes("worker", nodeCount-1)...)
+	os.Exit(localcluster.RunTests(m, localcluster.Config{Nodes: nodes}, &cluster))
+}
+
+// managedDS is the seed's nginx-ds opted in to daemonguard's rollouts, tolerating the
+// control-plane taint so it runs on all 20 nodes.
+func managedDS(image string, annotations map[string]string) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: nginx-ds\n  labels: {app: nginx-ds}\n  annotations:\n    daemonguard.io/rollout: managed\n")
+	for k, v := range annotations {
+		fmt.Fprintf(&b, "    %s: %q\n", k, v)
+	}
+	fmt.Fprintf(&b, `spec:
+  revisionHistoryLimit: 10
+  updateStrategy: {type: OnDelete}
+  selector: {matchLabels: {app: nginx-ds}}
+  template:
+    metadata: {labels: {app: nginx-ds}}
+    spec:
+      tolerations:
+      - {key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}
+      containers:
+      - name: nginx-ds
+        image: %s
+        ports: [{containerPort: 80}]
+`, image)
+	return b.String()
+}
+
+func kubectl(t *testing.T, stdin string, args ...string) {
+	t.Helper()
+	out, errOut, err := cluster.Kubectl(context.Background(), stdin, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+	}
+}
+
+func startController(t *testing.T) *harness.Controller {
+	t.Helper()
+	ctl, err := harness.StartController(context.Background(), cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctl
+}
+
+func getDS(ctx context.Context, ns string) (*appsv1.DaemonSet, error) {
+	return cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, "nginx-ds", metav1.GetOptions{})
+}
+
+func condition(ds *appsv1.DaemonSet, t controller.Phase) *appsv1.DaemonSetCondition {
+	for i := range ds.Status.Conditions {
+		if string(ds.Status.Conditions[i].Type) == string(t) && ds.Status.Conditions[i].Status == corev1.ConditionTrue {
+			return &ds.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// waitPhase waits until the given rollout condition is True and the DaemonSet's pods all run image
+// (when image is not empty).
+func waitPhase(t *testing.T, ns string, phase controller.Phase, timeout time.Duration) *appsv1.DaemonSet {
+	t.Helper()
+	var ds *appsv1.DaemonSet
+	cluster.WaitFor(t, timeout, "rollout condition "+string(phase), func(ctx context.Context) (bool, string) {
+		got, err := getDS(ctx, ns)
+		if err != nil {
+			return false, err.Error()
+		}
+		ds = got
+		return condition(got, phase) != nil, fmt.Sprintf("conditions %+v annotations %v", got.Status.Conditions, got.Annotations)
+	})
+	return ds
+}
+
+func waitSettled(t *testing.T, ns string, image string) {
+	t.Helper()
+	cluster.WaitFor(t, 3*time.Minute, "all pods running "+image, func(ctx context.Context) (bool, string) {
+		pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=nginx-ds"})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image == image && podReady(&p) {
+				ready++
+			}
+		}
+		return ready == nodeCount && len(pods.Items) == nodeCount, fmt.Sprintf("%d of %d ready with %s, %d pods", ready, nodeCount, image, len(pods.Items))
+	})
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// sampler watches the namespace's pods and records, after every event, how many nodes lack an
+// available pod and how many pods run a given image: a continuous sample, not an end state.
+type sampler struct {
+	mu             sync.Mutex
+	pods           map[string]*corev1.Pod
+	maxUnavailable int
+	maxWithImage   int
+	image          string
+	samples        int
+	synced         bool // the initial list is in; before it the map is partial
+	stop           chan struct{}
+}
+
+func startSampler(t *testing.T, ns, image string) *sampler {
+	t.Helper()
+	s := &sampler{pods: map[string]*corev1.Pod{}, image: image, stop: make(chan struct{})}
+	factory := informers.NewSharedInformerFactoryWithOptions(cluster.Client, 0, informers.WithNamespace(ns))
+	inf := factory.Core().V1().Pods().Informer()
+	record := func(obj any, deleted bool) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				p, _ = tomb.Obj.(*corev1.Pod)
+			}
+		}
+		if p == nil {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if deleted {
+			delete(s.pods, p.Name)
+		} else {
+			s.pods[p.Name] = p
+		}
+		if !s.synced {
+			return
+		}
+		availableNodes := map[string]bool{}
+		withImage := 0
+		for _, q := range s.pods {
+			if q.DeletionTimestamp == nil && podReady(q) {
+				availableNodes[q.Spec.NodeName] = true
+			}
+			if q.DeletionTimestamp == nil && q.Spec.Containers[0].Image == s.image {
+				withImage++
+			}
+		}
+		s.maxUnavailable = max(s.maxUnavailable, nodeCount-len(availableNodes))
+		s.maxWithImage = max(s.maxWithImage, withImage)
+		s.samples++
+	}
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { record(o, false) },
+		UpdateFunc: func(_, o any) { record(o, false) },
+		DeleteFunc: func(o any) { record(o, true) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go inf.Run(s.stop)
+	if !cache.WaitForCacheSync(s.stop, inf.HasSynced) {
+		t.Fatal("pod informer did not sync")
+	}
+	s.mu.Lock()
+	s.synced = true
+	s.mu.Unlock()
+	t.Cleanup(func() { close(s.stop) })
+	return s
+}
+
+func (s *sampler) result() (maxUnavailable, maxWithImage, samples int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxUnavailable, s.maxWithImage, s.samples
+}
+
+func TestManagedRolloutStaysWithinBudgetAtEveryInstant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local control plane")
+	}
+	ctl := startController(t)
+	defer ctl.Stop()
+	ns := cluster.NewTestNamespace(t)
+	kubectl(t, managedDS("nginx:1.7.9", map[string]string{controller.AnnotationMaxUnavailable: "2"}), "apply", "-n", ns, "-f", "-")
+	waitSettled(t, ns, "nginx:1.7.9")
+	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+
+	s := startSampler(t, ns, "nginx:1.24.0")
+	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
+	waitSettled(t, ns, "nginx:1.24.0")
+	ds := waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+
+	maxUnavailable, _, samples := s.result()
+	t.Logf("max unavailable %d over %d samples", maxUnavailable, samples)
+	if maxUnavailable > 2 {
+		t.Errorf("%d nodes were unavailable at once, budget 2", maxUnavailable)
+	}
+	if maxUnavailable == 0 || samples < nodeCount {
+		t.Errorf("sampler saw no rollout (max unavailable %d, %d samples)", maxUnavailable, samples)
+	}
+	if got := ds.Annotations[controller.StatusUpdated]; got != "20/20" {
+		t.Errorf("status %s = %q, want 20/20", controller.StatusUpdated, got)
+	}
+}
+
+func TestFailingImageHaltsAfterFirstStepAndRollForwardCompletes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local control plane")
+	}
+	ctl := startController(t)
+	defer ctl.Stop()
+	ns := cluster.NewTestNamespace(t)
+	kubectl(t, managedDS("nginx:1.7.9", nil), "apply", "-n", ns, "-f", "-")
+	waitSettled(t, ns, "nginx:1.7.9")
+	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+
+	s := startSampler(t, ns, "nginx:1.91")
+	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.91")
+	ds := waitPhase(t, ns, controller.PhaseFailed, 2*time.Minute)
+	failed := condition(ds, controller.PhaseFailed)
+	if failed.Reason != "PodFailure" || !strings.Contains(failed.Message, "ImagePullBackOff") {
+		t.Errorf("Failed condition %s: %s, want PodFailure naming ImagePullBackOff", failed.Reason, failed.Message)
+	}
+	cluster.WaitFor(t, time.Minute, "a RolloutFailed event naming the node", func(ctx context.Context) (bool, string) {
+		evs, err := cluster.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "RolloutFailed" && strings.Contains(e.Note, "worker-0: ImagePullBackOff") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(evs.Items))
+	})
+
+	// Roll forward with a good image: the failure belongs to the old revision.
+	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.25.5")
+	waitSettled(t, ns, "nginx:1.25.5")
+	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+	_, touched, _ := s.result()
+	if touched > 1 {
+		t.Errorf("%d nodes ran the broken image at once; the budget is 1", touched)
+	}
+	if touched == 0 {
+		t.Error("the sampler never saw the broken image")
+	}
+}
+
+func TestRestartMidRolloutResumesWithoutOvershoot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local control plane")
+	}
+	ctl := startController(t)
+	ns := cluster.NewTestNamespace(t)
+	kubectl(t, managedDS("nginx:1.7.9", map[string]string{
+		controller.AnnotationMaxUnavailable: "3", controller.AnnotationSteps: "3,pause:4s,100%",
+	}), "apply", "-n", ns, "-f", "-")
+	waitSettled(t, ns, "nginx:1.7.9")
+	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+
+	s := startSampler(t, ns, "nginx:1.24.0")
+	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
+	// Stop the controller while the canary step's timed pause runs: mid-rollout.
+	ds := waitPhase(t, ns, controller.PhasePaused, time.Minute)
+	if got := ds.Annotations[controller.StatusStep]; !strings.HasPrefix(got, "2/3") {
+		t.Fatalf("paused at step %q, want 2/3", got)
+	}
+	if err := ctl.Stop(); err != nil {
+		t.Fatalf("controller stopped with %v", err)
+	}
+	ctl = startController(t)
+	defer ctl.Stop()
+	waitSettled(t, ns, "nginx:1.24.0")
+	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+	maxUnavailable, _, _ := s.result()
+	if maxUnavailable > 3 || maxUnavailable == 0 {
+		t.Errorf("max unavailable %d across the restart, want 1..3", maxUnavailable)
+	}
+}

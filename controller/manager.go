@@ -1,0 +1,207 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+var (
+	rolloutUpdated = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daemonguard_rollout_updated_nodes", Help: "Nodes running an available pod of the target revision.",
+	}, []string{"namespace", "name"})
+	rolloutDesired = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daemonguard_rollout_desired_nodes", Help: "Reachable nodes the rollout covers.",
+	}, []string{"namespace", "name"})
+	rolloutUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daemonguard_rollout_unavailable_nodes", Help: "Reachable nodes without an available pod.",
+	}, []string{"namespace", "name"})
+	rolloutPhase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daemonguard_rollout_phase", Help: "1 for the rollout's current phase (Progressing, Paused, Failed, Complete).",
+	}, []string{"namespace", "name", "phase"})
+	rolloutDeletions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "daemonguard_rollout_pod_deletions_total", Help: "Old-revision pods deleted by the rollout controller.",
+	}, []string{"namespace", "name"})
+	rolloutFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "daemonguard_rollout_failures_total", Help: "Rollouts halted, by reason.",
+	}, []string{"namespace", "name", "reason"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(rolloutUpdated, rolloutDesired, rolloutUnavailable, rolloutPhase, rolloutDeletions, rolloutFailures)
+}
+
+func observe(ds *appsv1.DaemonSet, plan Plan) {
+	rolloutUpdated.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Updated))
+	rolloutDesired.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Desired))
+	rolloutUnavailable.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Unavailable))
+	for _, p := range []Phase{PhaseProgressing, PhasePaused, PhaseFailed, PhaseComplete} {
+		v := 0.0
+		if p == plan.Phase {
+			v = 1
+		}
+		rolloutPhase.WithLabelValues(ds.Namespace, ds.Name, string(p)).Set(v)
+	}
+}
+
+// Options configure the controller process.
+type Options struct {
+	RESTConfig     *rest.Config
+	MetricsAddr    string // "0" disables
+	HealthAddr     string // "0" disables
+	LeaderElection bool
+	// LeaderElectionNamespace holds the Lease; required with LeaderElection outside a cluster.
+	LeaderElectionNamespace string
+	// Namespace limits the controller to one namespace; empty watches all.
+	Namespace string
+	Log       logr.Logger
+}
+
+// Run runs the rollout controller until ctx ends.
+func Run(ctx context.Context, opts Options) error {
+	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		// Keep only what the planner reads: at 5,000 nodes and pods the cache is most of the
+		// controller's memory.
+		&corev1.Pod{}:                {Transform: stripPod},
+		&corev1.Node{}:               {Transform: stripNode},
+		&appsv1.ControllerRevision{}: {Transform: stripRevision},
+	}}
+	if opts.Namespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{opts.Namespace: {}}
+	}
+	mgr, err := ctrl.NewManager(opts.RESTConfig, ctrl.Options{
+		Logger:                        opts.Log,
+		Cache:                         cacheOpts,
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress:        opts.HealthAddr,
+		LeaderElection:                opts.LeaderElection,
+		LeaderElectionID:              "daemonguard-rollout-controller",
+		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	clientset, err := kubernetes.NewForConfig(opts.RESTConfig)
+	if err != nil {
+		return err
+	}
+	broadcaster := events.NewEventBroadcasterAdapterWithContext(ctx, clientset)
+	broadcaster.StartRecordingToSink(ctx.Done())
+	defer broadcaster.Shutdown()
+
+	r := &Reconciler{
+		Client: mgr.GetClient(), Recorder: broadcaster.NewRecorder("daemonguard-rollout"),
+		Log: opts.Log.WithName("rollout"), Clock: clock.RealClock{},
+	}
+	managed := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		ds, ok := o.(*appsv1.DaemonSet)
+		return ok && IsManaged(ds)
+	})
+	err = ctrl.NewControllerManagedBy(mgr).
+		Named("daemonset-rollout").
+		For(&appsv1.DaemonSet{}, builder.WithPredicates(managed)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &appsv1.DaemonSet{}, handler.OnlyControllerOwner())).
+		Watches(&appsv1.ControllerRevision{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &appsv1.DaemonSet{}, handler.OnlyControllerOwner())).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(allManaged(mgr.GetClient()))).
+		// SkipNameValidation lets a process run the controller again after stopping it (a
+		// restart in place, as the restart tests do); two live instances never share a process.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)}).
+		Complete(r)
+	if err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	opts.Log.Info("Starting rollout controller", "leaderElection", opts.LeaderElection, "namespace", opts.Namespace)
+	return mgr.Start(ctx)
+}
+
+// allManaged maps a node event to every managed DaemonSet: a node joining, leaving or going
+// NotReady changes every rollout's plan.
+func allManaged(c client.Client) handler.MapFunc {
+	return func(ctx context.Context, _ client.Object) []reconcile.Request {
+		var list appsv1.DaemonSetList
+		if err := c.List(ctx, &list); err != nil {
+			return nil
+		}
+		var reqs []reconcile.Request
+		for i := range list.Items {
+			if IsManaged(&list.Items[i]) {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+			}
+		}
+		return reqs
+	}
+}
+
+func stripPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	p.ManagedFields = nil
+	p.Annotations = nil
+	slim := corev1.PodSpec{NodeName: p.Spec.NodeName, Affinity: p.Spec.Affinity}
+	p.Spec = slim
+	status := corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions}
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if cs.State.Waiting != nil {
+				status.ContainerStatuses = append(status.ContainerStatuses, corev1.ContainerStatus{Name: cs.Name, State: corev1.ContainerState{Waiting: cs.State.Waiting}})
+			}
+		}
+	}
+	p.Status = status
+	return p, nil
+}
+
+func stripNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	n.ManagedFields = nil
+	n.Annotations = nil
+	var ready []corev1.NodeCondition
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = append(ready, corev1.NodeCondition{Type: c.Type, Status: c.Status})
+		}
+	}
+	n.Status = corev1.NodeStatus{Conditions: ready}
+	return n, nil
+}
+
+func stripRevision(obj any) (any, error) {
+	if cr, ok := obj.(*appsv1.ControllerRevision); ok {
+		cr.ManagedFields = nil
+		cr.Data.Raw = nil
+		cr.Data.Object = nil
+	}
+	return obj, nil
+}

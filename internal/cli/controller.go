@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/daemonguard/daemonguard/controller"
+)
+
+func newControllerCommand() *cobra.Command {
+	opts := controller.Options{}
+	var kubeconfig string
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the rollout controller for DaemonSets annotated daemonguard.io/rollout: managed",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := restConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			opts.RESTConfig = cfg
+			opts.Log = zap.New()
+			ctrl.SetLogger(opts.Log)
+			return controller.Run(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (default: in-cluster config, then $KUBECONFIG)")
+	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "metrics address; 0 disables")
+	f.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "health probe address (/healthz, /readyz); 0 disables")
+	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one active replica (a standby takes over mid-rollout from cluster state)")
+	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's namespace)")
+	f.StringVar(&opts.Namespace, "watch-namespace", "", "only roll DaemonSets of this namespace (default: all)")
+	return cmd
+}

@@ -1,0 +1,50 @@
+package harness
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+
+	"github.com/daemonguard/daemonguard/controller"
+	"github.com/daemonguard/daemonguard/internal/localcluster"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+// Controller is a rollout controller running in this process against a local cluster.
+type Controller struct {
+	stop context.CancelFunc
+	done chan error
+}
+
+// StartController starts the rollout controller with leader election (its Lease lives in
+// WebhookNamespace), logging to <cluster dir>/logs/daemonguard-controller.log.
+func StartController(ctx context.Context, c *localcluster.Cluster) (*Controller, error) {
+	if err := c.CreateNamespace(ctx, WebhookNamespace); err != nil {
+		return nil, err
+	}
+	logFile, err := os.OpenFile(filepath.Join(c.Dir, "logs", "daemonguard-controller.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	log := zap.New(zap.WriteTo(logFile))
+	ctrl.SetLogger(log) // controller-runtime's global logger; the first component started wins
+	runCtx, cancel := context.WithCancel(context.Background())
+	ctl := &Controller{stop: cancel, done: make(chan error, 1)}
+	go func() {
+		defer logFile.Close()
+		ctl.done <- controller.Run(runCtx, controller.Options{
+			RESTConfig: c.RESTConfig, MetricsAddr: "0", HealthAddr: "0",
+			LeaderElection: true, LeaderElectionNamespace: WebhookNamespace,
+			Log: log,
+		})
+	}()
+	return ctl, nil
+}
+
+// Stop stops the controller the way a pod is stopped (context cancelled, Lease released) and
+// returns what Run returned.
+func (c *Controller) Stop() error {
+	c.stop()
+	return <-c.done
+}
