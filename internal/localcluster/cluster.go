@@ -92,6 +92,9 @@ type Config struct {
 	ExtraKwokStages []byte
 	// StartTimeout bounds Start, binary build excluded. Zero means 2 minutes.
 	StartTimeout time.Duration
+	// PodReadyDelay makes kwok's fake kubelets take this long to report a pod Running and Ready,
+	// like a real container start; zero is instant.
+	PodReadyDelay time.Duration
 }
 
 // Cluster is a running local control plane.
@@ -254,19 +257,25 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 	}, logDir); err != nil {
 		return err
 	}
+	// The scheduler's default client QPS (50) would make binding, not the controllers under
+	// test, the bottleneck of 1,000-node rollouts.
+	schedConfig := filepath.Join(c.Dir, "scheduler.yaml")
+	if err := os.WriteFile(schedConfig, []byte("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"+
+		"leaderElection: {leaderElect: false}\nclientConnection: {kubeconfig: "+strconv.Quote(c.KubeconfigPath)+", qps: 500, burst: 1000}\n"), 0o644); err != nil {
+		return err
+	}
 	if err := c.run("kube-scheduler", []string{
-		"--kubeconfig=" + c.KubeconfigPath,
+		"--config=" + schedConfig,
 		"--authentication-kubeconfig=" + c.KubeconfigPath,
 		"--authorization-kubeconfig=" + c.KubeconfigPath,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(schedPort),
-		"--leader-elect=false",
 		"--cert-dir=" + filepath.Join(c.Dir, "scheduler"),
 	}, logDir); err != nil {
 		return err
 	}
 
-	kwokConfig, err := c.writeKwokConfig(cfg.ExtraKwokStages)
+	kwokConfig, err := c.writeKwokConfig(cfg.ExtraKwokStages, cfg.PodReadyDelay)
 	if err != nil {
 		return err
 	}
@@ -362,7 +371,7 @@ func (c *Cluster) writeKubeconfig(server string, pki *pkiFiles) error {
 	return nil
 }
 
-func (c *Cluster) writeKwokConfig(extra []byte) (string, error) {
+func (c *Cluster) writeKwokConfig(extra []byte, podReadyDelay time.Duration) (string, error) {
 	var buf bytes.Buffer
 	// Leases keep 1,000 fake nodes alive with a fraction of the status writes; the pod CIDR is wide
 	// enough that fake pod IPs never run out at benchmark scale.
@@ -383,6 +392,10 @@ options:
 		data, err := kwokStages.ReadFile("kwokstages/" + e.Name())
 		if err != nil {
 			return "", err
+		}
+		if e.Name() == "pod-ready.yaml" && podReadyDelay > 0 {
+			data = bytes.Replace(data, []byte("    kind: Pod\n  selector:"),
+				[]byte(fmt.Sprintf("    kind: Pod\n  delay:\n    durationMilliseconds: %d\n  selector:", podReadyDelay.Milliseconds())), 1)
 		}
 		buf.WriteString("---\n")
 		buf.Write(data)
