@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -44,8 +45,9 @@ type Reconciler struct {
 	// deleted remembers pods this process deleted until the cache shows them terminating or
 	// gone, so a lagging cache never makes the planner spend the same budget twice. After a
 	// restart it is empty, and the cache, freshly listed, has no lag to cover.
-	mu      sync.Mutex
-	deleted map[types.UID]time.Time
+	mu       sync.Mutex
+	deleted  map[types.UID]time.Time
+	reported map[types.NamespacedName]time.Time // last progress report per DaemonSet
 }
 
 // IsManaged tells DaemonSets that opted in to daemonguard's rollouts.
@@ -81,7 +83,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	plan := BuildPlan(*in)
-	if err := r.apply(ctx, log, &ds, plan, now); err != nil {
+	if err := r.apply(ctx, log, &ds, plan, now); errors.Is(err, errReportDeferred) {
+		observe(&ds, plan)
+		return reconcile.Result{RequeueAfter: reportInterval}, nil
+	} else if err != nil {
 		return reconcile.Result{}, err
 	}
 	observe(&ds, plan)
@@ -256,17 +261,45 @@ func (r *Reconciler) apply(ctx context.Context, log logr.Logger, ds *appsv1.Daem
 	}
 	r.forgetSettled(ds)
 
+	previous := activeCondition(ds)
+	transition := previous == nil || string(previous.Type) != string(plan.Phase) || previous.Reason != plan.Reason ||
+		ds.Annotations[StatusStep] != plan.Step || ds.Annotations[StatusRevision] != plan.State.Revision
+	if !transition && !r.reportDue(ds, now) {
+		// Only counts moved: on a 1,000-node rollout every pod event would otherwise cost two
+		// writes to the API server the rollout itself is waiting on. Report at most once per
+		// reportInterval; the caller requeues to flush.
+		return errReportDeferred
+	}
 	if err := r.writeState(ctx, ds, plan); err != nil {
 		return err
 	}
-	previous := activeCondition(ds)
 	if err := r.setCondition(ctx, ds, plan.Phase, plan.Reason, plan.Message, now); err != nil {
 		return err
 	}
-	if previous == nil || string(previous.Type) != string(plan.Phase) || previous.Reason != plan.Reason {
+	if transition {
 		r.event(ds, plan)
 	}
 	return nil
+}
+
+// reportInterval bounds how often progress counts are written while nothing else changes.
+const reportInterval = time.Second
+
+var errReportDeferred = errors.New("progress report deferred")
+
+// reportDue tells whether the DaemonSet's progress may be reported now, and if so records it.
+func (r *Reconciler) reportDue(ds *appsv1.DaemonSet, now time.Time) bool {
+	key := types.NamespacedName{Namespace: ds.Namespace, Name: ds.Name}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reported == nil {
+		r.reported = map[types.NamespacedName]time.Time{}
+	}
+	if now.Sub(r.reported[key]) < reportInterval {
+		return false
+	}
+	r.reported[key] = now
+	return true
 }
 
 // forgetSettled drops deletions older than the cache could plausibly lag.
