@@ -40,17 +40,10 @@ or cannot be evaluated; warnings alone exit 0.
   helm template my-release ./chart | daemonguard check -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(files) == 0 {
-				return fmt.Errorf("-f is required (a file, a directory or - for stdin)")
-			}
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output %q is not one of text, json", output)
 			}
-			set, err := offline.LoadPolicySet(cmd.Context(), policyDirs)
-			if err != nil {
-				return err
-			}
-			docs, err := offline.Read(files, cmd.InOrStdin())
+			set, docs, err := loadManifests(cmd, files, policyDirs)
 			if err != nil {
 				return err
 			}
@@ -133,4 +126,21 @@ func name(ns, n string) string {
 		ns = "default"
 	}
 	return ns + "/" + n
+}
+
+// loadManifests compiles the policy set (built-ins plus --policies) and reads the -f manifests:
+// the common start of check and mutate.
+func loadManifests(cmd *cobra.Command, files, policyDirs []string) (*policy.Set, []offline.Document, error) {
+	if len(files) == 0 {
+		return nil, nil, fmt.Errorf("-f is required (a file, a directory or - for stdin)")
+	}
+	set, err := offline.LoadPolicySet(cmd.Context(), policyDirs)
+	if err != nil {
+		return nil, nil, err
+	}
+	docs, err := offline.Read(files, cmd.InOrStdin())
+	if err != nil {
+		return nil, nil, err
+	}
+	return set, docs, nil
 }

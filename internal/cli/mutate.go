@@ -20,14 +20,7 @@ func newMutateCommand() *cobra.Command {
 		Short: "Print manifests as admission would store them (DaemonSets injected, the rest unchanged)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(files) == 0 {
-				return fmt.Errorf("-f is required (a file, a directory or - for stdin)")
-			}
-			set, err := offline.LoadPolicySet(cmd.Context(), policyDirs)
-			if err != nil {
-				return err
-			}
-			docs, err := offline.Read(files, cmd.InOrStdin())
+			set, docs, err := loadManifests(cmd, files, policyDirs)
 			if err != nil {
 				return err
 			}
