@@ -21,7 +21,7 @@ func New() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newWebhookCommand(), newCheckCommand(), newAuditCommand(), newMutateCommand(), newPolicyCommand(), newControllerCommand())
+	root.AddCommand(newVersionCommand(), newWebhookCommand(), newCheckCommand(), newAuditCommand(), newMutateCommand(), newPolicyCommand(), newControllerCommand(), newRolloutCommand())
 	return root
 }
 

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 )
@@ -73,8 +74,10 @@ func Run(ctx context.Context, opts Options) error {
 	if _, err := kubectl(ctx, c, out, "apply", "-f", filepath.Join(policyDir, "on-delete.yaml")); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "\nComing next: a rollout controller for progressive, restart-safe rollouts of OnDelete DaemonSets,")
-	fmt.Fprintln(out, "the Helm chart with cert-manager TLS, and Argo CD integration.")
+	if err := rolloutDemo(ctx, c, out, opts.Repo); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nComing next: the Helm chart with cert-manager or self-managed TLS, and Argo CD integration.")
 
 	if !opts.Wait {
 		return nil
@@ -84,6 +87,62 @@ func Run(ctx context.Context, opts Options) error {
 	<-ctx.Done()
 	fmt.Fprintln(out, "\nStopping the local cluster.")
 	return nil
+}
+
+// rolloutDemo shows a managed rollout: a canary node, a timed pause, the rest one node at a time;
+// then the seed's failing image halting the rollout after one node, and a roll forward.
+func rolloutDemo(ctx context.Context, c *localcluster.Cluster, out io.Writer, repo string) error {
+	fmt.Fprintln(out, "\nProgressive rollout by daemonguard's rollout controller (see docs/rollouts.md):")
+	ctl, err := harness.StartController(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ctl.Stop() }()
+	steps := []struct {
+		tool     string
+		args     []string
+		wantFail bool
+	}{
+		{"kubectl", []string{"apply", "-f", filepath.Join(repo, "testdata", "demo-rollout", "node-agent.yaml")}, false},
+		{"daemonguard", []string{"rollout", "status", "ds/node-agent", "--timeout=2m"}, false},
+		{"kubectl", []string{"set", "image", "ds/node-agent", "agent=nginx:1.26.0"}, false},
+		{"daemonguard", []string{"rollout", "status", "ds/node-agent", "--timeout=2m"}, false},
+		// nginx:1.91 is the seed's failing image; kwok's kubelet cannot pull it.
+		{"kubectl", []string{"set", "image", "ds/node-agent", "agent=nginx:1.91"}, false},
+		{"daemonguard", []string{"rollout", "status", "ds/node-agent", "--timeout=2m"}, true},
+		{"kubectl", []string{"set", "image", "ds/node-agent", "agent=nginx:1.26.1"}, false},
+		{"daemonguard", []string{"rollout", "status", "ds/node-agent", "--timeout=2m"}, false},
+		{"daemonguard", []string{"rollout", "history", "ds/node-agent"}, false},
+	}
+	for _, st := range steps {
+		var err error
+		if st.tool == "kubectl" {
+			_, err = kubectl(ctx, c, out, st.args...)
+		} else {
+			err = daemonguard(ctx, c, out, st.args...)
+		}
+		if st.wantFail && err == nil {
+			return fmt.Errorf("daemonguard %s succeeded; the rollout of nginx:1.91 should have failed", strings.Join(st.args, " "))
+		}
+		if !st.wantFail && err != nil {
+			return fmt.Errorf("%s %s: %w", st.tool, strings.Join(st.args, " "), err)
+		}
+	}
+	return nil
+}
+
+// daemonguard runs the daemonguard CLI in this process against the cluster, echoed like kubectl.
+func daemonguard(ctx context.Context, c *localcluster.Cluster, out io.Writer, args ...string) error {
+	fmt.Fprintf(out, "\n$ daemonguard %s\n", strings.Join(args, " "))
+	cmd := cli.New()
+	cmd.SetArgs(append(args, "--kubeconfig", c.KubeconfigPath))
+	cmd.SetOut(out)
+	cmd.SetErr(out)
+	err := cmd.ExecuteContext(ctx)
+	if err != nil && !cli.IsReported(err) {
+		fmt.Fprintln(out, "error:", err)
+	}
+	return err
 }
 
 // kubectl runs the real kubectl against the cluster, echoing the command and its output the way a

@@ -186,6 +186,9 @@ func TestDemoShowsInjectionDenialAndWarning(t *testing.T) {
 		"denied by daemonguard: [rolling_update_budget]",
 		"Warning: daemonguard [on_delete_managed]",
 		"daemonset.apps/node-exporter created",
+		"$ daemonguard rollout status ds/node-agent",
+		"ImagePullBackOff",
+		"nginx:1.26.1",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, text)

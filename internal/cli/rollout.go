@@ -1,0 +1,406 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"golang.org/x/term"
+
+	"github.com/daemonguard/daemonguard/controller"
+	"github.com/daemonguard/daemonguard/internal/rollout"
+)
+
+// kubeFlags are the kubectl-style connection flags shared by the rollout subcommands.
+type kubeFlags struct {
+	kubeconfig, context, namespace string
+}
+
+// connect returns a client and the namespace: --namespace, else the kubeconfig context's
+// namespace, else "default" (the service account's namespace in a pod).
+func (k *kubeFlags) connect() (kubernetes.Interface, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = k.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.context}
+	overrides.Context.Namespace = k.namespace
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("load kubeconfig: %w", err)
+	}
+	ns, _, err := loader.Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("namespace from kubeconfig: %w", err)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("create client: %w", err)
+	}
+	return c, ns, nil
+}
+
+// daemonSet parses the arguments and fetches the DaemonSet.
+func (k *kubeFlags) daemonSet(ctx context.Context, args []string) (kubernetes.Interface, *appsv1.DaemonSet, error) {
+	name, err := rollout.ParseArgs(args)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, ns, err := k.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	ds, err := c.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, ds, nil
+}
+
+func newRolloutCommand() *cobra.Command {
+	k := &kubeFlags{}
+	cmd := &cobra.Command{
+		Use:   "rollout",
+		Short: "Follow, pause, resume, undo and restart DaemonSet rollouts (kubectl rollout for DaemonSets, daemonguard-aware)",
+		Long: `rollout works like kubectl rollout on DaemonSets, given as ds/NAME, daemonset/NAME or NAME.
+
+DaemonSets with updateStrategy OnDelete and the annotation daemonguard.io/rollout: managed are rolled
+out by daemonguard's rollout controller: status follows its steps and conditions, and pause/resume
+drive it through annotations. Other DaemonSets are rolled out by the built-in DaemonSet controller
+and behave as with kubectl.`,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig path (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+	pf.StringVar(&k.context, "context", "", "kubeconfig context to use (default: the current context)")
+	pf.StringVarP(&k.namespace, "namespace", "n", "", "namespace of the DaemonSet (default: the context's namespace)")
+	cmd.AddCommand(
+		newRolloutStatusCommand(k),
+		newRolloutHistoryCommand(k),
+		newRolloutUndoCommand(k),
+		newRolloutPauseCommand(k),
+		newRolloutResumeCommand(k),
+		newRolloutRestartCommand(k),
+	)
+	return cmd
+}
+
+func newRolloutStatusCommand(k *kubeFlags) *cobra.Command {
+	var watch bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "status ds/NAME",
+		Short: "Follow a DaemonSet's rollout until it completes (exit 0), fails or times out (exit 1)",
+		Long: `status follows the rollout of a DaemonSet until it completes or fails.
+
+Managed DaemonSets report the rollout controller's step, progress and next nodes; a Failed condition
+ends the command with exit code 1, a pause is shown and waited out. Other RollingUpdate DaemonSets
+are followed as kubectl rollout status does. An unmanaged OnDelete DaemonSet is not rolled out by
+anyone: status says so and exits 0.
+
+On a terminal a single progress line is redrawn in place; otherwise a line is printed whenever the
+status changes.`,
+		Example: `  daemonguard rollout status ds/node-agent -n monitoring
+  daemonguard rollout status ds/node-agent --timeout=10m
+  daemonguard rollout status node-agent --watch=false`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := rollout.ParseArgs(args)
+			if err != nil {
+				return err
+			}
+			if timeout < 0 {
+				return fmt.Errorf("--timeout must not be negative")
+			}
+			c, ns, err := k.connect()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			out := cmd.OutOrStdout()
+			tty, width := terminal(out)
+			_, err = rollout.Follow(ctx, rollout.FollowOptions{
+				Out: out, Terminal: tty, Width: width, Watch: watch, Timeout: timeout,
+			}, rollout.Watch(ctx, c, ns, name))
+			if errors.Is(err, context.Canceled) && cmd.Context().Err() != nil {
+				return fmt.Errorf("interrupted while following the rollout of daemon set %q", name)
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVarP(&watch, "watch", "w", true, "follow the rollout until it ends; false prints the status once")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (e.g. 5m); 0 waits forever")
+	return cmd
+}
+
+// terminal tells whether out is a terminal, and its width.
+func terminal(out io.Writer) (bool, int) {
+	f, ok := out.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return false, 0
+	}
+	width, _, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return true, 0
+	}
+	return true, width
+}
+
+func newRolloutHistoryCommand(k *kubeFlags) *cobra.Command {
+	var revision int64
+	cmd := &cobra.Command{
+		Use:   "history ds/NAME",
+		Short: "List a DaemonSet's revisions (ControllerRevisions), or show one revision's pod template",
+		Example: `  daemonguard rollout history ds/node-agent
+  daemonguard rollout history ds/node-agent --revision=3`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if revision < 0 {
+				return fmt.Errorf("--revision must be a positive revision number")
+			}
+			c, ds, err := k.daemonSet(cmd.Context(), args)
+			if err != nil {
+				return err
+			}
+			revs, err := rollout.Revisions(cmd.Context(), c, ds)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if revision == 0 {
+				fmt.Fprintf(out, "daemonset.apps/%s\n", ds.Name)
+				return rollout.PrintHistory(out, revs)
+			}
+			for _, r := range revs {
+				if r.Revision != revision {
+					continue
+				}
+				tmpl, err := rollout.RevisionTemplate(ds, r)
+				if err != nil {
+					return err
+				}
+				text, err := rollout.TemplateYAML(tmpl)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(out, "daemonset.apps/%s with revision #%d\nPod Template:\n%s", ds.Name, revision, indent(text, "  "))
+				return err
+			}
+			return fmt.Errorf("unable to find revision %d of daemon set %q (see daemonguard rollout history ds/%s)", revision, ds.Name, ds.Name)
+		},
+	}
+	cmd.Flags().Int64Var(&revision, "revision", 0, "show the pod template of this revision")
+	return cmd
+}
+
+// dryRunFlag adds kubectl's --dry-run[=none|client|server] (bare --dry-run means client).
+func dryRunFlag(cmd *cobra.Command, value *string) {
+	cmd.Flags().StringVar(value, "dry-run", string(rollout.DryRunNone), `"none", "client" (print, send nothing) or "server" (send as a dry run: validated, not persisted)`)
+	cmd.Flags().Lookup("dry-run").NoOptDefVal = string(rollout.DryRunClient)
+}
+
+func parseDryRun(v string) (rollout.DryRun, error) {
+	switch d := rollout.DryRun(v); d {
+	case rollout.DryRunNone, rollout.DryRunClient, rollout.DryRunServer:
+		return d, nil
+	}
+	return "", fmt.Errorf("--dry-run %q is not one of none, client, server", v)
+}
+
+func dryRunSuffix(d rollout.DryRun) string {
+	if d == rollout.DryRunNone {
+		return ""
+	}
+	return fmt.Sprintf(" (%s dry run)", d)
+}
+
+func newRolloutUndoCommand(k *kubeFlags) *cobra.Command {
+	var toRevision int64
+	var dryRun string
+	cmd := &cobra.Command{
+		Use:   "undo ds/NAME",
+		Short: "Restore a previous pod template of a DaemonSet (it becomes a new revision), like kubectl rollout undo",
+		Long: `undo patches the DaemonSet with the pod template recorded in one of its ControllerRevisions, as
+kubectl rollout undo does: by default the revision before the current one, else --to-revision.
+The DaemonSet controller records the restored template as a new, highest revision, and the
+DaemonSet's controller (built-in, or daemonguard's for managed DaemonSets) rolls it out.
+
+For a DaemonSet deployed from git (Argo CD, Flux), revert the change in git instead: the next sync
+overwrites an undo made in the cluster.`,
+		Example: `  daemonguard rollout undo ds/node-agent
+  daemonguard rollout undo ds/node-agent --to-revision=2 --dry-run`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, err := parseDryRun(dryRun)
+			if err != nil {
+				return err
+			}
+			if toRevision < 0 {
+				return fmt.Errorf("--to-revision must be a positive revision number (0 means the previous revision)")
+			}
+			c, ds, err := k.daemonSet(cmd.Context(), args)
+			if err != nil {
+				return err
+			}
+			warnGitOps(cmd.ErrOrStderr(), ds, "undo", "revert the change in git instead, and let the sync roll it out")
+			res, err := rollout.Undo(cmd.Context(), c, ds, toRevision, mode)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			switch {
+			case res.Skipped:
+				_, err = fmt.Fprintf(out, "daemonset.apps/%s skipped rollback (current template already matches revision %d)\n", ds.Name, res.To)
+				return err
+			case mode == rollout.DryRunClient:
+				text, err := rollout.TemplateYAML(res.Template)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(out, "daemonset.apps/%s will roll back to revision %d (client dry run)\nPod Template:\n%s", ds.Name, res.To, indent(text, "  "))
+				return err
+			}
+			fmt.Fprintf(out, "daemonset.apps/%s rolled back to revision %d%s\n", ds.Name, res.To, dryRunSuffix(mode))
+			if mode == rollout.DryRunNone {
+				noteAfterTemplateChange(cmd.ErrOrStderr(), ds)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().Int64Var(&toRevision, "to-revision", 0, "the revision to restore (default: the one before the current)")
+	dryRunFlag(cmd, &dryRun)
+	return cmd
+}
+
+func newRolloutRestartCommand(k *kubeFlags) *cobra.Command {
+	var dryRun string
+	cmd := &cobra.Command{
+		Use:   "restart ds/NAME",
+		Short: "Replace every pod of a DaemonSet by changing its pod template, like kubectl rollout restart",
+		Long: `restart sets the pod template annotation kubectl.kubernetes.io/restartedAt to now, as kubectl
+rollout restart does. The template change is a new revision, rolled out by the DaemonSet's
+controller (built-in, or daemonguard's for managed DaemonSets, with its steps and budget).`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, err := parseDryRun(dryRun)
+			if err != nil {
+				return err
+			}
+			c, ds, err := k.daemonSet(cmd.Context(), args)
+			if err != nil {
+				return err
+			}
+			if err := rollout.Restart(cmd.Context(), c, ds, time.Now(), mode); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "daemonset.apps/%s restarted%s\n", ds.Name, dryRunSuffix(mode))
+			if mode == rollout.DryRunNone {
+				noteAfterTemplateChange(cmd.ErrOrStderr(), ds)
+			}
+			return nil
+		},
+	}
+	dryRunFlag(cmd, &dryRun)
+	return cmd
+}
+
+func newRolloutPauseCommand(k *kubeFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "pause ds/NAME",
+		Short: "Pause a managed DaemonSet's rollout (annotation daemonguard.io/paused: \"true\")",
+		Long: `pause sets the annotation daemonguard.io/paused: "true" on a DaemonSet managed by daemonguard's
+rollout controller, which then replaces no further pods until resumed. The built-in DaemonSet
+controller cannot pause, so unmanaged DaemonSets are refused.`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ds, err := k.daemonSet(cmd.Context(), args)
+			if err != nil {
+				return err
+			}
+			res, err := rollout.Pause(cmd.Context(), c, ds, rollout.DryRunNone)
+			if err != nil {
+				return err
+			}
+			if res.Unchanged {
+				fmt.Fprintf(cmd.OutOrStdout(), "daemonset.apps/%s already paused\n", ds.Name)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "daemonset.apps/%s paused\n", ds.Name)
+			}
+			gitOpsHint(cmd.ErrOrStderr(), ds, fmt.Sprintf("%s: \"true\"", controller.AnnotationPaused))
+			return nil
+		},
+	}
+}
+
+func newRolloutResumeCommand(k *kubeFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume ds/NAME",
+		Short: "Resume a managed DaemonSet's rollout, also past an indefinite pause step",
+		Long: `resume sets daemonguard.io/paused: "false" and a new daemonguard.io/resume token on a DaemonSet
+managed by daemonguard's rollout controller: the first undoes pause, the second ends an indefinite
+"pause" step of daemonguard.io/steps.`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ds, err := k.daemonSet(cmd.Context(), args)
+			if err != nil {
+				return err
+			}
+			res, err := rollout.Resume(cmd.Context(), c, ds, time.Now(), rollout.DryRunNone)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "daemonset.apps/%s resumed (%s: %s)\n", ds.Name, controller.AnnotationResume, res.Token)
+			gitOpsHint(cmd.ErrOrStderr(), ds, fmt.Sprintf("%s: \"false\" and a new %s value", controller.AnnotationPaused, controller.AnnotationResume))
+			return nil
+		},
+	}
+}
+
+// warnGitOps warns that an in-cluster change to a DaemonSet synced from git does not last.
+func warnGitOps(w io.Writer, ds *appsv1.DaemonSet, verb, instead string) {
+	if g, ok := rollout.DetectGitOps(ds); ok {
+		fmt.Fprintf(w, "Warning: daemon set %q looks managed by %s (%s): an %s in the cluster is reverted by the next sync; %s\n",
+			ds.Name, g.Tool, g.Evidence, verb, instead)
+	}
+}
+
+// gitOpsHint reminds that pause/resume annotations belong in git when the DaemonSet is synced from it.
+func gitOpsHint(w io.Writer, ds *appsv1.DaemonSet, what string) {
+	if g, ok := rollout.DetectGitOps(ds); ok {
+		fmt.Fprintf(w, "Warning: daemon set %q looks managed by %s (%s): commit %s to its manifest in git, or a sync may undo this change\n",
+			ds.Name, g.Tool, g.Evidence, what)
+		return
+	}
+	fmt.Fprintf(w, "hint: if this DaemonSet is deployed from git (Argo CD, Flux), commit %s to its manifest too, or a sync may undo this change\n", what)
+}
+
+// noteAfterTemplateChange says what happens next when nothing, or nothing yet, rolls the new template out.
+func noteAfterTemplateChange(w io.Writer, ds *appsv1.DaemonSet) {
+	switch {
+	case rollout.IsManaged(ds) && ds.Annotations[controller.AnnotationPaused] == "true":
+		fmt.Fprintf(w, "note: the rollout of daemon set %q is paused; run daemonguard rollout resume ds/%s -n %s to roll out the change\n", ds.Name, ds.Name, ds.Namespace)
+	case ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType && !rollout.IsManaged(ds):
+		fmt.Fprintf(w, "note: daemon set %q uses updateStrategy OnDelete without %s: %q, so nothing replaces its pods until they are deleted\n", ds.Name, controller.AnnotationRollout, controller.RolloutManaged)
+	}
+}
+
+func indent(text, prefix string) string {
+	var out []byte
+	start := true
+	for i := 0; i < len(text); i++ {
+		if start && text[i] != '\n' {
+			out = append(out, prefix...)
+		}
+		out = append(out, text[i])
+		start = text[i] == '\n'
+	}
+	return string(out)
+}

@@ -1,0 +1,270 @@
+package rollout
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+)
+
+// ChangeCauseAnnotation is copied by the DaemonSet controller from the DaemonSet to each new
+// ControllerRevision; `history` shows it.
+const ChangeCauseAnnotation = "kubernetes.io/change-cause"
+
+// Revisions lists the ControllerRevisions the DaemonSet controls (owner reference with its UID,
+// not just a matching selector), sorted by .revision.
+func Revisions(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet) ([]*appsv1.ControllerRevision, error) {
+	selector, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("selector of daemon set %q: %w", ds.Name, err)
+	}
+	list, err := c.AppsV1().ControllerRevisions(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+	if err != nil {
+		return nil, fmt.Errorf("list ControllerRevisions of daemon set %q: %w", ds.Name, err)
+	}
+	var revs []*appsv1.ControllerRevision
+	for i := range list.Items {
+		if metav1.IsControlledBy(&list.Items[i], ds) {
+			revs = append(revs, &list.Items[i])
+		}
+	}
+	SortRevisions(revs)
+	return revs, nil
+}
+
+// SortRevisions sorts by .revision, then by name for a stable order.
+func SortRevisions(revs []*appsv1.ControllerRevision) {
+	slices.SortFunc(revs, func(a, b *appsv1.ControllerRevision) int {
+		if a.Revision != b.Revision {
+			return compare(a.Revision, b.Revision)
+		}
+		return compare(a.Name, b.Name)
+	})
+}
+
+func compare[T int64 | string](a, b T) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// ApplyRevision returns a copy of ds with the revision's data (a strategic merge patch replacing
+// spec.template) applied, as kubectl does to show and restore a DaemonSet revision.
+func ApplyRevision(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision) (*appsv1.DaemonSet, error) {
+	original, err := json.Marshal(ds)
+	if err != nil {
+		return nil, err
+	}
+	patched, err := strategicpatch.StrategicMergePatch(original, rev.Data.Raw, &appsv1.DaemonSet{})
+	if err != nil {
+		return nil, fmt.Errorf("apply revision %d (%s): %w", rev.Revision, rev.Name, err)
+	}
+	out := &appsv1.DaemonSet{}
+	if err := json.Unmarshal(patched, out); err != nil {
+		return nil, fmt.Errorf("apply revision %d (%s): %w", rev.Revision, rev.Name, err)
+	}
+	return out, nil
+}
+
+// TemplatePatch is the ControllerRevision data the DaemonSet controller records for ds:
+// {"spec":{"template":{...,"$patch":"replace"}}}.
+func TemplatePatch(ds *appsv1.DaemonSet) ([]byte, error) {
+	raw, err := json.Marshal(ds)
+	if err != nil {
+		return nil, err
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
+	spec, _ := obj["spec"].(map[string]any)
+	template, _ := spec["template"].(map[string]any)
+	if template == nil {
+		template = map[string]any{}
+	}
+	template["$patch"] = "replace"
+	return json.Marshal(map[string]any{"spec": map[string]any{"template": template}})
+}
+
+// Matches tells whether the revision records ds's current template: byte-equal data as the
+// DaemonSet controller compares, or a semantically equal template once applied.
+func Matches(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision) (bool, error) {
+	if p, err := TemplatePatch(ds); err == nil && bytes.Equal(p, rev.Data.Raw) {
+		return true, nil
+	}
+	applied, err := ApplyRevision(ds, rev)
+	if err != nil {
+		return false, err
+	}
+	return apiequality.Semantic.DeepEqual(applied.Spec.Template, ds.Spec.Template), nil
+}
+
+// CurrentRevision returns the revision number recording ds's current template: the matching
+// revision, else (the DaemonSet controller has synced the spec, so the newest revision is
+// current by construction) the newest one, else 0.
+func CurrentRevision(ds *appsv1.DaemonSet, revs []*appsv1.ControllerRevision) (int64, error) {
+	var current int64
+	for _, r := range revs {
+		ok, err := Matches(ds, r)
+		if err != nil {
+			return 0, err
+		}
+		if ok && r.Revision > current {
+			current = r.Revision
+		}
+	}
+	if current == 0 && len(revs) > 0 && ds.Status.ObservedGeneration >= ds.Generation {
+		for _, r := range revs {
+			current = max(current, r.Revision)
+		}
+	}
+	return current, nil
+}
+
+// UndoTarget picks the revision `undo` restores, out of the DaemonSet's revision numbers.
+// toRevision > 0 must exist. toRevision == 0 means the revision before current: the newest one
+// older than current, else the newest one other than current; with current unknown (0; the
+// DaemonSet controller has not recorded the current template yet) the newest one, which is the
+// template in force before the change.
+func UndoTarget(revisions []int64, current, toRevision int64) (int64, error) {
+	if toRevision < 0 {
+		return 0, fmt.Errorf("unable to find specified revision %d in history", toRevision)
+	}
+	if toRevision > 0 {
+		if !slices.Contains(revisions, toRevision) {
+			return 0, fmt.Errorf("unable to find specified revision %d in history", toRevision)
+		}
+		return toRevision, nil
+	}
+	var older, other int64
+	for _, r := range revisions {
+		if r == current {
+			continue
+		}
+		other = max(other, r)
+		if current == 0 || r < current {
+			older = max(older, r)
+		}
+	}
+	switch {
+	case older > 0:
+		return older, nil
+	case other > 0:
+		return other, nil
+	}
+	return 0, fmt.Errorf("no last revision to roll back to")
+}
+
+// RevisionTemplate is the pod template a revision records.
+func RevisionTemplate(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision) (*corev1.PodTemplateSpec, error) {
+	applied, err := ApplyRevision(ds, rev)
+	if err != nil {
+		return nil, err
+	}
+	return &applied.Spec.Template, nil
+}
+
+// TemplateYAML renders a pod template for a person.
+func TemplateYAML(t *corev1.PodTemplateSpec) (string, error) {
+	b, err := yaml.Marshal(t)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// PrintHistory writes the revision table of `kubectl rollout history`.
+func PrintHistory(w io.Writer, revs []*appsv1.ControllerRevision) error {
+	if len(revs) == 0 {
+		_, err := fmt.Fprintln(w, "No rollout history found.")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "REVISION\tCHANGE-CAUSE")
+	for _, r := range revs {
+		cause := r.Annotations[ChangeCauseAnnotation]
+		if cause == "" {
+			cause = "<none>"
+		}
+		fmt.Fprintf(tw, "%d\t%s\n", r.Revision, cause)
+	}
+	return tw.Flush()
+}
+
+// UndoResult says what Undo did.
+type UndoResult struct {
+	From, To int64 // current revision (0 if unknown) and restored revision
+	Skipped  bool  // the current template already matches To
+	Template *corev1.PodTemplateSpec
+}
+
+// DryRun selects how Undo and the patching commands treat the cluster.
+type DryRun string
+
+const (
+	DryRunNone   DryRun = "none"
+	DryRunClient DryRun = "client" // compute and print, do not send
+	DryRunServer DryRun = "server" // send with dryRun=All: validated and admitted, not persisted
+)
+
+// Undo restores a revision of the DaemonSet like `kubectl rollout undo ds`: it patches the
+// DaemonSet with the revision's data (a strategic merge patch replacing spec.template), so the
+// DaemonSet controller records the restored template as a new, highest revision.
+func Undo(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, toRevision int64, dryRun DryRun) (UndoResult, error) {
+	revs, err := Revisions(ctx, c, ds)
+	if err != nil {
+		return UndoResult{}, err
+	}
+	current, err := CurrentRevision(ds, revs)
+	if err != nil {
+		return UndoResult{}, err
+	}
+	numbers := make([]int64, len(revs))
+	for i, r := range revs {
+		numbers[i] = r.Revision
+	}
+	to, err := UndoTarget(numbers, current, toRevision)
+	if err != nil {
+		return UndoResult{}, err
+	}
+	var target *appsv1.ControllerRevision
+	for _, r := range revs {
+		if r.Revision == to {
+			target = r
+		}
+	}
+	res := UndoResult{From: current, To: to}
+	if res.Template, err = RevisionTemplate(ds, target); err != nil {
+		return res, err
+	}
+	if res.Skipped, err = Matches(ds, target); err != nil || res.Skipped {
+		return res, err
+	}
+	if dryRun == DryRunClient {
+		return res, nil
+	}
+	opts := metav1.PatchOptions{}
+	if dryRun == DryRunServer {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	if _, err := c.AppsV1().DaemonSets(ds.Namespace).Patch(ctx, ds.Name, types.StrategicMergePatchType, target.Data.Raw, opts); err != nil {
+		return res, fmt.Errorf("failed restoring revision %d: %w", to, err)
+	}
+	return res, nil
+}
