@@ -66,3 +66,7 @@ test-unit: ## Run only the tests that need no cluster.
 .PHONY: bench
 bench: testbin ## Run benchmarks (BENCH=regex).
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...
+
+.PHONY: loadgen
+loadgen: ## Open-loop load test of the webhooks against a null webhook, TLS on loopback (LOADGEN_FLAGS="-rates 1000 -duration 10s").
+	$(GO) run ./cmd/loadgen $(LOADGEN_FLAGS)

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -264,8 +265,8 @@ func (h *Handlers) observe(webhook string, resp admission.Response) admission.Re
 // onlyStatusAnnotationsChanged tells an update that differs from the stored object only in the
 // rollout controller's status.daemonguard.io/ annotations and in fields the API server maintains.
 func onlyStatusAnnotationsChanged(oldRaw, newRaw []byte) bool {
-	if len(oldRaw) == 0 {
-		return false
+	if len(oldRaw) == 0 || (!bytes.Contains(newRaw, []byte(controller.StatusPrefix)) && !bytes.Contains(oldRaw, []byte(controller.StatusPrefix))) {
+		return false // cheap exit for the common case: no status annotation at all
 	}
 	oldObj, err1 := decodeObject(oldRaw)
 	newObj, err2 := decodeObject(newRaw)

@@ -163,7 +163,9 @@ func Compile(ctx context.Context, modules []Module, params map[string]any) (*Set
 	if params == nil {
 		params = map[string]any{}
 	}
-	store := inmem.NewFromObject(map[string]any{"daemonguard": map[string]any{"parameters": params}})
+	// Parameters are read on every evaluation; storing them as AST values converts them once per
+	// policy set instead of on every read.
+	store := inmem.NewFromObjectWithOpts(map[string]any{"daemonguard": map[string]any{"parameters": params}}, inmem.OptReturnASTValuesOnRead(true))
 
 	s := &Set{enforcement: map[string]Action{}}
 	for _, m := range modules {

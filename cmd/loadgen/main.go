@@ -1,0 +1,101 @@
+// Command loadgen drives daemonguard's admission webhooks and a null webhook, both served in this
+// process over TLS on 127.0.0.1, open loop at fixed rates, and prints latency percentiles and the
+// daemonguard/null ratios as Markdown (or JSON). See docs/performance.md.
+//
+//	go run ./cmd/loadgen -rates 500,1000,2000 -duration 10s
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/daemonguard/daemonguard/internal/loadgen"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg := loadgen.DefaultConfig()
+	rates := flag.String("rates", "500,1000,2000", "request rates to step through, requests/s, comma-separated")
+	mix := flag.String("mix", cfg.Mix.String(), "share of requests per endpoint (mutate-daemonset, validate-daemonset, mutate-pod)")
+	asJSON := flag.Bool("json", false, "print the report as JSON instead of Markdown")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers and generator) to this file")
+	goal := loadgen.DefaultGoal
+	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "duration of each step (one target at one rate)")
+	flag.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout, from the request's scheduled time")
+	flag.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "most requests in flight per target, like the API server's concurrency limit; later ones wait (and the wait counts)")
+	flag.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unrecorded warm-up per target at the lowest rate; 0 skips it")
+	flag.DurationVar(&cfg.Pause, "pause", cfg.Pause, "pause between steps")
+	flag.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "number of nodes in the cluster facts daemonguard reads per request")
+	flag.BoolVar(&cfg.HTTP1, "http1", false, "use HTTP/1.1 keep-alive connections instead of HTTP/2")
+	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request sequence")
+	flag.Float64Var(&goal.P50, "goal-p50", goal.P50, "goal: largest acceptable p50 ratio daemonguard/null")
+	flag.Float64Var(&goal.P99, "goal-p99", goal.P99, "goal: largest acceptable p99 ratio daemonguard/null")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	cfg.Rates = nil
+	for s := range strings.SplitSeq(*rates, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || r <= 0 {
+			return fmt.Errorf("-rates: %q is not a positive integer", s)
+		}
+		cfg.Rates = append(cfg.Rates, r)
+	}
+	m, err := loadgen.ParseMix(*mix)
+	if err != nil {
+		return fmt.Errorf("-mix: %w", err)
+	}
+	cfg.Mix = m
+	cfg.Progress = os.Stderr
+
+	// Logging as `daemonguard webhook` sets it up (JSON, info level), written nowhere: the per-request
+	// logger construction is part of the cost in production.
+	log := zap.New(zap.UseDevMode(false), zap.WriteTo(io.Discard))
+	ctrl.SetLogger(log)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	servers, err := loadgen.StartServers(ctx, cfg.Nodes, log)
+	if err != nil {
+		return err
+	}
+	defer servers.Close()
+	fmt.Fprintf(os.Stderr, "null webhook at %s, daemonguard at %s\n", servers.Null.URL, servers.Daemonguard.URL)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep, err := loadgen.Run(ctx, cfg, servers)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return rep.WriteJSON(os.Stdout, goal)
+	}
+	return rep.WriteMarkdown(os.Stdout, goal)
+}

@@ -1,0 +1,119 @@
+package loadgen
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+)
+
+// Goal is the project's latency target: daemonguard within P50 times the null webhook's median and
+// P99 times its 99th percentile.
+type Goal struct{ P50, P99 float64 }
+
+// DefaultGoal is 1.25x at p50 and 1.5x at p99.
+var DefaultGoal = Goal{P50: 1.25, P99: 1.5}
+
+// RatioRow compares daemonguard with the null webhook at one rate.
+type RatioRow struct {
+	Rate   int     `json:"rate"`
+	P50    float64 `json:"p50Ratio"`
+	P99    float64 `json:"p99Ratio"`
+	P50Met bool    `json:"p50GoalMet"`
+	P99Met bool    `json:"p99GoalMet"`
+	Errors int     `json:"errors"` // of both targets at this rate
+}
+
+// Ratios returns daemonguard/null at every rate both were measured at, in the run's order.
+func (r *Report) Ratios(goal Goal) []RatioRow {
+	var out []RatioRow
+	for _, rate := range r.Config.Rates {
+		var null, dg *Result
+		for i := range r.Results {
+			res := &r.Results[i]
+			if res.Rate != rate {
+				continue
+			}
+			switch res.Target {
+			case Null:
+				null = res
+			case Daemonguard:
+				dg = res
+			}
+		}
+		if null == nil || dg == nil {
+			continue
+		}
+		row := RatioRow{Rate: rate, P50: Ratio(dg.P50, null.P50), P99: Ratio(dg.P99, null.P99), Errors: null.Errors + dg.Errors}
+		row.P50Met = row.P50 <= goal.P50 && row.Errors == 0
+		row.P99Met = row.P99 <= goal.P99 && row.Errors == 0
+		out = append(out, row)
+	}
+	return out
+}
+
+// WriteJSON writes the report and its ratios as one JSON document (durations in nanoseconds).
+func (r *Report) WriteJSON(w io.Writer, goal Goal) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		*Report
+		Goal   Goal       `json:"goal"`
+		Ratios []RatioRow `json:"ratios"`
+	}{r, goal, r.Ratios(goal)})
+}
+
+// WriteMarkdown writes the results and the ratio tables.
+func (r *Report) WriteMarkdown(w io.Writer, goal Goal) error {
+	c := r.Config
+	var b strings.Builder
+	fmt.Fprintf(&b, "Open loop, %v per step, %s over TLS on loopback, at most %d requests in flight, timeout %v, mix %s, cluster facts of %d nodes; %s, %d CPUs, GOMAXPROCS %d.\n\n",
+		c.Duration, c.Protocol, c.MaxInFlight, c.Timeout, c.Mix, c.Nodes, c.GoVersion, c.CPUs, c.MaxProcs)
+	b.WriteString("| rate/s | target | sent | ok | errors | achieved/s | p50 | p90 | p99 | max | send lag p99 | CPU/req |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.Results {
+		fmt.Fprintf(&b, "| %d | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %s | %s |\n",
+			x.Rate, x.Target, x.Sent, x.OK, x.Errors, x.Achieved, ms(x.P50), ms(x.P90), ms(x.P99), ms(x.Max), ms(x.SendLagP99), ms(x.CPUPerRequest))
+	}
+	b.WriteString("\nLatencies in ms from each request's scheduled send time; CPU/req is the whole process's CPU time (servers, generator, GC) per request.\n\n")
+	fmt.Fprintf(&b, "| rate/s | p50 daemonguard/null | p99 daemonguard/null | goal (p50 <= %.2fx, p99 <= %.2fx) |\n", goal.P50, goal.P99)
+	b.WriteString("|---:|---:|---:|---|\n")
+	for _, x := range r.Ratios(goal) {
+		verdict := "met"
+		switch {
+		case x.Errors > 0:
+			verdict = fmt.Sprintf("not met (errors: %d)", x.Errors)
+		case !x.P50Met && !x.P99Met:
+			verdict = "not met (p50 and p99)"
+		case !x.P50Met:
+			verdict = "not met (p50)"
+		case !x.P99Met:
+			verdict = "not met (p99)"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", x.Rate, ratio(x.P50), ratio(x.P99), verdict)
+	}
+	for _, x := range r.Results {
+		for _, s := range x.ErrorSamples {
+			fmt.Fprintf(&b, "\nerror sample (%s at %d/s): %s", x.Target, x.Rate, s)
+		}
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond))
+}
+
+func ratio(f float64) string {
+	if math.IsNaN(f) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", f)
+}

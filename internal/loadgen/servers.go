@@ -1,0 +1,218 @@
+package loadgen
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/daemonguard/daemonguard/internal/loadgen/fixture"
+	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/webhook"
+)
+
+// Target names.
+const (
+	Null        = "null"
+	Daemonguard = "daemonguard"
+)
+
+// Target is a running webhook server.
+type Target struct {
+	Name string
+	URL  string // https://127.0.0.1:PORT
+	// WantPatch says whether the target's answer to a case carries a patch (both always allow).
+	WantPatch func(*fixture.Case) bool
+	done      chan error
+}
+
+// Servers are the two webhook servers under test, in this process, on loopback.
+type Servers struct {
+	Null, Daemonguard *Target
+	// RootCAs trusts the servers' self-signed certificate.
+	RootCAs *x509.CertPool
+	cancel  context.CancelFunc
+}
+
+// Close stops both servers and waits for them.
+func (s *Servers) Close() {
+	s.cancel()
+	for _, t := range []*Target{s.Null, s.Daemonguard} {
+		if t != nil {
+			<-t.done
+		}
+	}
+}
+
+// DaemonguardHandlers returns daemonguard's handlers wired as internal/webhookserver wires them: every built-in
+// policy, daemonguard's own namespace and kube-system exempt, fail closed, and cluster facts of a
+// cluster of nodes nodes read the way the production cache reads them (see fixture.NodeLister).
+func DaemonguardHandlers(ctx context.Context, nodes int, log logr.Logger) (*webhook.Handlers, error) {
+	modules, params, err := policy.Builtin()
+	if err != nil {
+		return nil, err
+	}
+	set, err := policy.Compile(ctx, modules, params)
+	if err != nil {
+		return nil, fmt.Errorf("compile built-in policies: %w", err)
+	}
+	return &webhook.Handlers{
+		Engine:           policy.NewEngine(set),
+		ExemptNamespaces: []string{"daemonguard-system", "kube-system"},
+		FailureMode:      webhook.FailClosed,
+		Facts:            webhook.Facts{NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(nodes))},
+		Log:              log.WithName("admission"),
+	}, nil
+}
+
+// NullHandler decodes nothing beyond what admission.Webhook decodes and allows everything.
+var NullHandler = admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
+	return admission.Allowed("")
+})
+
+// StartServers starts, on 127.0.0.1, a controller-runtime webhook server serving daemonguard's
+// three webhooks exactly as internal/webhookserver registers them (handlers from
+// DaemonguardHandlers), and one serving the null webhook on the same three paths: same
+// certificate, TLS settings, HTTP server, metrics instrumentation and admission.Webhook decoding,
+// so the difference between them is daemonguard's own work. They run until Close.
+func StartServers(ctx context.Context, nodes int, log logr.Logger) (*Servers, error) {
+	cert, pool, err := SelfSignedCert()
+	if err != nil {
+		return nil, err
+	}
+	handlers, err := DaemonguardHandlers(ctx, nodes, log)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s := &Servers{RootCAs: pool, cancel: cancel}
+	null := &admission.Webhook{Handler: NullHandler}
+	s.Null, err = startServer(ctx, runCtx, Null, cert, pool, map[string]http.Handler{
+		webhook.MutateDaemonSetPath: null, webhook.ValidateDaemonSetPath: null, webhook.MutatePodPath: null,
+	})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.Null.WantPatch = func(*fixture.Case) bool { return false }
+	// As internal/webhookserver registers them: StrictReview around admission.Webhook.
+	s.Daemonguard, err = startServer(ctx, runCtx, Daemonguard, cert, pool, map[string]http.Handler{
+		webhook.MutateDaemonSetPath:   webhook.StrictReview(&admission.Webhook{Handler: webhook.DaemonSetMutator{Handlers: handlers}}),
+		webhook.ValidateDaemonSetPath: webhook.StrictReview(&admission.Webhook{Handler: webhook.DaemonSetValidator{Handlers: handlers}}),
+		webhook.MutatePodPath:         webhook.StrictReview(&admission.Webhook{Handler: webhook.PodPinner{Handlers: handlers}}),
+	})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.Daemonguard.WantPatch = func(c *fixture.Case) bool { return c.WantPatch }
+	return s, nil
+}
+
+// startServer runs a controller-runtime webhook server (what internal/webhookserver uses) on a free
+// loopback port and waits until it completes TLS handshakes.
+func startServer(ctx, runCtx context.Context, name string, cert tls.Certificate, pool *x509.CertPool, hooks map[string]http.Handler) (*Target, error) {
+	var lastErr error
+	for range 5 { // the free port can be taken between probing and listening; try another
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		srv := crwebhook.NewServer(crwebhook.Options{
+			Host: "127.0.0.1", Port: port,
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+				c.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }
+			}},
+		})
+		for path, h := range hooks {
+			srv.Register(path, h)
+		}
+		t := &Target{Name: name, URL: "https://127.0.0.1:" + strconv.Itoa(port), done: make(chan error, 1)}
+		go func() { t.done <- srv.Start(runCtx) }()
+		if lastErr = waitTLS(ctx, t, pool); lastErr == nil {
+			return t, nil
+		}
+	}
+	return nil, fmt.Errorf("start %s webhook server: %w", name, lastErr)
+}
+
+func waitTLS(ctx context.Context, t *Target, pool *x509.CertPool) error {
+	deadline := time.Now().Add(10 * time.Second)
+	addr := t.URL[len("https://"):]
+	for {
+		select {
+		case err := <-t.done:
+			t.done <- err
+			return fmt.Errorf("server exited: %w", err)
+		default:
+		}
+		d := tls.Dialer{Config: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return conn.Close()
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return errors.Join(err, ctx.Err())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// SelfSignedCert returns a fresh ECDSA P-256 certificate for 127.0.0.1, valid for a day, and a
+// pool that trusts it.
+func SelfSignedCert() (tls.Certificate, *x509.CertPool, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "daemonguard-loadgen"},
+		NotBefore:             now.Add(-time.Minute),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool, nil
+}
