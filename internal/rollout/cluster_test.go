@@ -385,7 +385,12 @@ func TestPauseResumeManaged(t *testing.T) {
 	}
 
 	// Without daemonguard's controller in this cluster nothing reports on the rollout: status
-	// says what it waits for, and times out.
+	// says what it waits for, and times out. First let the DaemonSet controller observe the
+	// spec, so the message is about the rollout controller, not about that.
+	cluster.WaitFor(t, time.Minute, "the DaemonSet controller to observe the spec", func(ctx context.Context) (bool, string) {
+		ds := getDS(t, ns, "agent")
+		return ds.Status.ObservedGeneration >= ds.Generation, fmt.Sprintf("observed %d of %d", ds.Status.ObservedGeneration, ds.Generation)
+	})
 	out, _ = mustRun(t, "status", "ds/agent", "-n", ns, "--watch=false")
 	if !strings.Contains(out, "daemonguard's rollout controller") {
 		t.Errorf("status --watch=false of a managed DaemonSet without controller:\n%s", out)
