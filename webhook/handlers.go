@@ -72,23 +72,20 @@ func checkDaemonSetRequest(req admission.Request) error {
 	return nil
 }
 
-func ignored(raw []byte) bool {
-	var meta struct {
-		Metadata struct {
-			Labels map[string]string `json:"labels"`
-		} `json:"metadata"`
-	}
-	return json.Unmarshal(raw, &meta) == nil && meta.Metadata.Labels[IgnoreLabel] == "true"
+// ignored tells objects labelled daemonguard.io/ignore=true (the objectSelector normally keeps
+// them away; this guards configurations without it).
+func ignored(obj map[string]any) bool {
+	meta, _ := obj["metadata"].(map[string]any)
+	labels, _ := meta["labels"].(map[string]any)
+	return labels[IgnoreLabel] == "true"
 }
 
-// input builds the policy input document. Cluster facts that cannot be read are left out rather
-// than guessed, which turns off the checks that need them.
-func (h *Handlers) input(ctx context.Context, req admission.Request, op policy.Operation) (*policy.Input, error) {
-	obj, err := decodeObject(req.Object.Raw)
-	if err != nil {
-		return nil, err
-	}
-	in := &policy.Input{Operation: op, Object: obj, Namespace: policy.Namespace{Name: req.Namespace, Labels: map[string]string{}}}
+// input builds the policy input document around the decoded object. Node facts are gathered only
+// when needNodes (the inject policy never reads them). Cluster facts that cannot be read are left
+// out rather than guessed, which turns off the checks that need them.
+func (h *Handlers) input(ctx context.Context, req admission.Request, obj map[string]any, needNodes bool) (*policy.Input, error) {
+	in := &policy.Input{Operation: policy.Operation(req.Operation), Object: obj, Namespace: policy.Namespace{Name: req.Namespace, Labels: map[string]string{}}}
+	var err error
 	if len(req.OldObject.Raw) > 0 {
 		if in.OldObject, err = decodeObject(req.OldObject.Raw); err != nil {
 			return nil, fmt.Errorf("old object: %w", err)
@@ -102,27 +99,36 @@ func (h *Handlers) input(ctx context.Context, req admission.Request, op policy.O
 			in.Namespace.Labels = labels
 		}
 	}
-	if h.Facts.Nodes != nil {
+	if needNodes && h.Facts.Nodes != nil {
 		nodes, err := h.Facts.Nodes(ctx)
 		if err != nil {
 			h.Log.V(1).Info("Nodes unavailable; node-relative checks skipped", "err", err)
-		} else {
-			var ds struct {
-				Spec struct {
-					Template corev1.PodTemplateSpec `json:"template"`
-				} `json:"spec"`
-			}
-			if err := json.Unmarshal(req.Object.Raw, &ds); err == nil {
-				in.Cluster = &policy.ClusterFacts{Nodes: len(nodes), MatchingNodes: MatchingNodes(&ds.Spec.Template.Spec, nodes)}
-			}
+		} else if podSpec, ok := templatePodSpec(obj); ok {
+			in.Cluster = &policy.ClusterFacts{Nodes: len(nodes), MatchingNodes: MatchingNodes(podSpec, nodes)}
 		}
 	}
 	return in, nil
 }
 
-// daemonSetInput checks a DaemonSet request and builds the policy input, or returns the response
-// that ends the request early: malformed (400), exempt namespace, or opted out by label.
-func (h *Handlers) daemonSetInput(ctx context.Context, req admission.Request) (*policy.Input, *admission.Response) {
+// templatePodSpec converts only spec.template.spec of the decoded object to a typed PodSpec.
+func templatePodSpec(obj map[string]any) (*corev1.PodSpec, bool) {
+	spec, _ := obj["spec"].(map[string]any)
+	template, _ := spec["template"].(map[string]any)
+	raw, err := json.Marshal(template["spec"])
+	if err != nil {
+		return nil, false
+	}
+	var podSpec corev1.PodSpec
+	if json.Unmarshal(raw, &podSpec) != nil {
+		return nil, false
+	}
+	return &podSpec, true
+}
+
+// daemonSetInput checks a DaemonSet request and builds the policy input (decoding the object
+// once), or returns the response that ends the request early: malformed (400), exempt namespace,
+// or opted out by label.
+func (h *Handlers) daemonSetInput(ctx context.Context, req admission.Request, needNodes bool) (*policy.Input, *admission.Response) {
 	end := func(r admission.Response) (*policy.Input, *admission.Response) { return nil, &r }
 	if err := checkDaemonSetRequest(req); err != nil {
 		return end(admission.Errored(http.StatusBadRequest, err))
@@ -130,7 +136,11 @@ func (h *Handlers) daemonSetInput(ctx context.Context, req admission.Request) (*
 	if h.exempt(req.Namespace) {
 		return end(admission.Allowed("namespace " + req.Namespace + " is exempt"))
 	}
-	if ignored(req.Object.Raw) {
+	obj, err := decodeObject(req.Object.Raw)
+	if err != nil {
+		return end(admission.Errored(http.StatusBadRequest, err))
+	}
+	if ignored(obj) {
 		return end(admission.Allowed("labelled " + IgnoreLabel + "=true"))
 	}
 	if req.Operation == admissionv1.Update && onlyStatusAnnotationsChanged(req.OldObject.Raw, req.Object.Raw) {
@@ -138,7 +148,7 @@ func (h *Handlers) daemonSetInput(ctx context.Context, req admission.Request) (*
 		// new revision behind the user's back) nor a policy verdict is due.
 		return end(admission.Allowed("only daemonguard status annotations changed"))
 	}
-	in, err := h.input(ctx, req, policy.Operation(req.Operation))
+	in, err := h.input(ctx, req, obj, needNodes)
 	if err != nil {
 		return end(admission.Errored(http.StatusBadRequest, err))
 	}
@@ -164,7 +174,7 @@ func (m DaemonSetMutator) Handle(ctx context.Context, req admission.Request) adm
 }
 
 func (m DaemonSetMutator) mutate(ctx context.Context, req admission.Request) admission.Response {
-	in, early := m.daemonSetInput(ctx, req)
+	in, early := m.daemonSetInput(ctx, req, false)
 	if early != nil {
 		return *early
 	}
@@ -197,7 +207,7 @@ func (v DaemonSetValidator) Handle(ctx context.Context, req admission.Request) a
 }
 
 func (v DaemonSetValidator) validate(ctx context.Context, req admission.Request) admission.Response {
-	in, early := v.daemonSetInput(ctx, req)
+	in, early := v.daemonSetInput(ctx, req, true)
 	if early != nil {
 		return *early
 	}
