@@ -205,9 +205,7 @@ func (s *sampler) result() (maxUnavailable, maxWithImage, samples int) {
 }
 
 func TestManagedRolloutStaysWithinBudgetAtEveryInstant(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local control plane")
-	}
+	localcluster.NeedCluster(t)
 	ctl := startController(t)
 	defer ctl.Stop()
 	ns := cluster.NewTestNamespace(t)
@@ -234,9 +232,7 @@ func TestManagedRolloutStaysWithinBudgetAtEveryInstant(t *testing.T) {
 }
 
 func TestFailingImageHaltsAfterFirstStepAndRollForwardCompletes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local control plane")
-	}
+	localcluster.NeedCluster(t)
 	ctl := startController(t)
 	defer ctl.Stop()
 	ns := cluster.NewTestNamespace(t)
@@ -278,9 +274,7 @@ func TestFailingImageHaltsAfterFirstStepAndRollForwardCompletes(t *testing.T) {
 }
 
 func TestRestartMidRolloutResumesWithoutOvershoot(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local control plane")
-	}
+	localcluster.NeedCluster(t)
 	ctl := startController(t)
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, managedDS("nginx:1.7.9", map[string]string{

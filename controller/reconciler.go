@@ -259,7 +259,7 @@ func (r *Reconciler) apply(ctx context.Context, log logr.Logger, ds *appsv1.Daem
 	if len(plan.Delete) > 0 {
 		rolloutDeletions.WithLabelValues(ds.Namespace, ds.Name).Add(float64(len(plan.Delete)))
 	}
-	r.forgetSettled(ds)
+	r.forgetSettled()
 
 	previous := activeCondition(ds)
 	transition := previous == nil || string(previous.Type) != string(plan.Phase) || previous.Reason != plan.Reason ||
@@ -303,7 +303,7 @@ func (r *Reconciler) reportDue(ds *appsv1.DaemonSet, now time.Time) bool {
 }
 
 // forgetSettled drops deletions older than the cache could plausibly lag.
-func (r *Reconciler) forgetSettled(_ *appsv1.DaemonSet) {
+func (r *Reconciler) forgetSettled() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cutoff := r.Clock.Now().Add(-time.Minute)

@@ -34,9 +34,7 @@ var webhookStarted = false
 
 func startWebhook(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs the local control plane; run without -short")
-	}
+	localcluster.NeedCluster(t)
 	if webhookStarted {
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/daemonguard/daemonguard/controller"
+	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -100,11 +101,11 @@ func (h *Handlers) input(ctx context.Context, req admission.Request, obj map[str
 		}
 	}
 	if needNodes && h.Facts.Nodes != nil {
-		nodes, err := h.Facts.Nodes(ctx)
+		allNodes, err := h.Facts.Nodes(ctx)
 		if err != nil {
 			h.Log.V(1).Info("Nodes unavailable; node-relative checks skipped", "err", err)
 		} else if podSpec, ok := templatePodSpec(obj); ok {
-			in.Cluster = &policy.ClusterFacts{Nodes: len(nodes), MatchingNodes: MatchingNodes(podSpec, nodes)}
+			in.Cluster = &policy.ClusterFacts{Nodes: len(allNodes), MatchingNodes: nodes.Count(podSpec, allNodes)}
 		}
 	}
 	return in, nil

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	nodeset "github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/offline"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/webhook"
@@ -114,7 +115,7 @@ func evaluate(ctx context.Context, set *policy.Set, ds *appsv1.DaemonSet, nsLabe
 	r := offline.Evaluate(ctx, set, doc, offline.Context{
 		Operation:       policy.OpAudit,
 		NamespaceLabels: nsLabels,
-		Cluster:         &policy.ClusterFacts{Nodes: len(nodes), MatchingNodes: webhook.MatchingNodes(&ds.Spec.Template.Spec, nodes)},
+		Cluster:         &policy.ClusterFacts{Nodes: len(nodes), MatchingNodes: nodeset.Count(&ds.Spec.Template.Spec, nodes)},
 	})
 	if r.Err != nil {
 		f.Error = r.Err.Error()

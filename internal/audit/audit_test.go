@@ -40,9 +40,7 @@ func repoFile(t *testing.T, parts ...string) string {
 // injected tolerations, the wide budget violates a deny policy. The one-shot CLI reports both and
 // exits non-zero; once the webhook runs, its periodic audit puts Events on both DaemonSets.
 func TestAuditFindsDaemonSetsCreatedBeforeInstall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local control plane; run without -short")
-	}
+	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
 	for _, f := range []string{repoFile(t, "testdata", "demo", "nginx-ds.yaml"), repoFile(t, "testdata", "demo-policy", "wide-budget.yaml")} {

@@ -24,13 +24,6 @@ func TestMain(m *testing.M) {
 	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
 }
 
-func needCluster(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs the local control plane; run without -short")
-	}
-}
-
 // kubectl runs the real kubectl against the shared cluster and returns its stdout.
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()
@@ -89,7 +82,7 @@ func podReady(p *corev1.Pod) bool {
 }
 
 func TestSeedDaemonSetRunsOnEveryUntaintedNode(t *testing.T) {
-	needCluster(t)
+	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, "apply", "-n", ns, "-f", seedManifest(t))
 	waitRolledOut(t, ns, "nginx-ds", 4)
@@ -131,7 +124,7 @@ func TestSeedDaemonSetRunsOnEveryUntaintedNode(t *testing.T) {
 }
 
 func TestNodeLifecycleAddsAndRemovesDaemonPods(t *testing.T) {
-	needCluster(t)
+	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, "apply", "-n", ns, "-f", seedManifest(t))
 	waitRolledOut(t, ns, "nginx-ds", 4)
@@ -170,7 +163,7 @@ func TestNodeLifecycleAddsAndRemovesDaemonPods(t *testing.T) {
 }
 
 func TestRollingUpdateRollsThroughAndKeepsHistory(t *testing.T) {
-	needCluster(t)
+	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, "apply", "-n", ns, "-f", seedManifest(t))
 	waitRolledOut(t, ns, "nginx-ds", 4)
@@ -201,7 +194,7 @@ func TestRollingUpdateRollsThroughAndKeepsHistory(t *testing.T) {
 // TestTwoClustersCoexistAndStopCleanly starts a second cluster next to the shared one, checks that
 // both serve, then stops it and checks that none of its processes survive.
 func TestTwoClustersCoexistAndStopCleanly(t *testing.T) {
-	needCluster(t)
+	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	second, err := localcluster.Start(ctx, localcluster.Config{Nodes: localcluster.WorkerNodes("second", 1)})
 	if err != nil {
@@ -253,7 +246,7 @@ func alive(pid int) bool {
 // TestKilledOwnerTakesComponentsDown kills the process that owns a cluster with SIGKILL, the one
 // signal it cannot clean up after, and checks that the kernel takes every component down with it.
 func TestKilledOwnerTakesComponentsDown(t *testing.T) {
-	needCluster(t)
+	localcluster.NeedCluster(t)
 	bin := filepath.Join(t.TempDir(), "localcluster")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/localcluster")
 	root, err := localcluster.RepoRoot()

@@ -11,6 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
+// NeedCluster skips a test under -short, where RunTests starts no cluster.
+func NeedCluster(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the local control plane; run without -short")
+	}
+}
+
 // Kubectl runs the real kubectl against the cluster, with stdin when it is not empty.
 func (c *Cluster) Kubectl(ctx context.Context, stdin string, args ...string) (stdout, stderr string, err error) {
 	cmd := exec.CommandContext(ctx, "kubectl", args...)

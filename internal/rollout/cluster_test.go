@@ -39,13 +39,6 @@ func TestMain(m *testing.M) {
 	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
 }
 
-func needCluster(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs the local control plane; run without -short")
-	}
-}
-
 // run executes `daemonguard rollout args...` against the cluster like main does.
 func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
@@ -163,7 +156,7 @@ func assertRolledOut(t *testing.T, ds *appsv1.DaemonSet, desired int32) {
 // restores revision 1's template as the new revision 3, restart makes revision 4, and pause is
 // refused because the built-in controller cannot pause.
 func TestUnmanagedRollingUpdateDaemonSet(t *testing.T) {
-	needCluster(t)
+	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, "", "apply", "-n", ns, "-f", seedManifest(t))
 
@@ -284,7 +277,7 @@ spec:
 // A rollout that cannot finish (pods are ready but count as available only after an hour):
 // status --timeout gives up with a timeout error; --watch=false reports once and succeeds.
 func TestStatusTimesOut(t *testing.T) {
-	needCluster(t)
+	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, slowDS, "apply", "-n", ns, "-f", "-")
 
@@ -318,7 +311,7 @@ spec:
 
 // An unmanaged OnDelete DaemonSet is rolled out by nobody: status says so and exits 0.
 func TestStatusOfUnmanagedOnDelete(t *testing.T) {
-	needCluster(t)
+	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, onDeleteDS, "apply", "-n", ns, "-f", "-")
 	out, _ := mustRun(t, "status", "ds/manual", "-n", ns)
@@ -348,7 +341,7 @@ spec:
 // pause and resume write the annotations daemonguard's rollout controller reads; each resume
 // sets a new token so an indefinite pause step also ends.
 func TestPauseResumeManaged(t *testing.T) {
-	needCluster(t)
+	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, managedDS, "apply", "-n", ns, "-f", "-")
 
@@ -402,7 +395,7 @@ func TestPauseResumeManaged(t *testing.T) {
 
 // Without -n the namespace is the kubeconfig context's, and --context selects the context.
 func TestNamespaceFromContext(t *testing.T) {
-	needCluster(t)
+	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, onDeleteDS, "apply", "-n", ns, "-f", "-")
 
@@ -498,7 +491,7 @@ func currentHash(t *testing.T, ns, name string, revision int64) string {
 // test): progress, an indefinite pause, completion; a failure ends it with exit 1, and a failure
 // reported for the previous revision is not taken for the new template's.
 func TestStatusFollowsTheRolloutController(t *testing.T) {
-	needCluster(t)
+	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, managedDS, "apply", "-n", ns, "-f", "-")
 	hash := currentHash(t, ns, "agent", 1)
@@ -584,7 +577,7 @@ spec:
 // nginx:1.91) makes status exit 1; undo restores the previous template and status follows the
 // roll-back to completion, not misled by the failure of the abandoned revision.
 func TestWithTheRolloutController(t *testing.T) {
-	needCluster(t)
+	localcluster.NeedCluster(t)
 	ctl, err := harness.StartController(context.Background(), cluster)
 	if err != nil {
 		t.Fatal(err)
