@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -10,13 +11,16 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
 func newWebhookCommand() *cobra.Command {
 	opts := webhookserver.Options{}
-	var kubeconfig, failureMode string
+	var kubeconfig, failureMode, tlsMode string
+	var tlsOpts selftls.Options
+	var tlsIPs []net.IP
 	cmd := &cobra.Command{
 		Use:   "webhook",
 		Short: "Serve the mutating and validating admission webhooks",
@@ -30,6 +34,14 @@ func newWebhookCommand() *cobra.Command {
 			}
 			if opts.Namespace == "" {
 				return fmt.Errorf("--namespace is required: it is exempt from admission and holds the policy ConfigMaps")
+			}
+			switch tlsMode {
+			case tlsModeFiles:
+			case tlsModeSelfManaged:
+				tlsOpts.Config.IPAddresses = tlsIPs
+				opts.SelfManagedTLS = &tlsOpts
+			default:
+				return fmt.Errorf("--tls-mode %q is not one of %s, %s", tlsMode, tlsModeFiles, tlsModeSelfManaged)
 			}
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
@@ -53,8 +65,21 @@ func newWebhookCommand() *cobra.Command {
 	f.DurationVar(&opts.AuditInterval, "audit-interval", 5*time.Minute, "how often stored DaemonSets are audited (Events, metrics); 0 disables")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to run the audit (admission is served by every replica)")
 	f.StringVar(&failureMode, "failure-mode", string(webhook.FailClosed), "when policies cannot be evaluated: deny (reject the request) or warn (admit with a warning); never silent")
+	f.StringVar(&tlsMode, "tls-mode", tlsModeFiles, `"files": serve tls.crt/tls.key from --cert-dir (a mounted Secret, e.g. from cert-manager); "self-managed": keep a CA and serving certificate in --tls-secret, write the CA bundle into --webhook-configuration and rotate both`)
+	f.StringVar(&tlsOpts.SecretName, "tls-secret", "", "self-managed: Secret in --namespace holding the CA and the serving certificate")
+	f.StringVar(&tlsOpts.WebhookConfigurationName, "webhook-configuration", "", "self-managed: name of the Mutating- and ValidatingWebhookConfiguration to write the CA bundle into")
+	f.StringSliceVar(&tlsOpts.Config.DNSNames, "tls-dns-name", nil, "self-managed: DNS name the serving certificate covers (repeatable), e.g. the webhook Service's names")
+	f.IPSliceVar(&tlsIPs, "tls-ip-address", nil, "self-managed: IP address the serving certificate covers (repeatable)")
+	f.DurationVar(&tlsOpts.Config.CAValidity, "tls-ca-validity", selftls.DefaultCAValidity, "self-managed: lifetime of a new CA; renewed two thirds through")
+	f.DurationVar(&tlsOpts.Config.CertValidity, "tls-cert-validity", selftls.DefaultCertValidity, "self-managed: lifetime of a new serving certificate; renewed two thirds through")
+	f.DurationVar(&tlsOpts.Config.PropagationGrace, "tls-propagation-grace", selftls.DefaultPropagationGrace, "self-managed: how long a new CA is published before certificates from it are served, and how long a new certificate is served before the old CA is dropped")
 	return cmd
 }
+
+const (
+	tlsModeFiles       = "files"
+	tlsModeSelfManaged = "self-managed"
+)
 
 // restConfig loads --kubeconfig, else in-cluster config, else $KUBECONFIG / ~/.kube/config.
 func restConfig(kubeconfig string) (*rest.Config, error) {

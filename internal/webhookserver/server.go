@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -57,6 +59,9 @@ type Options struct {
 	AuditInterval time.Duration
 	// LeaderElection makes replicas elect one leader for the audit (admission runs on all).
 	LeaderElection bool
+	// SelfManagedTLS, when set, makes the webhook keep its own CA and serving certificate in a
+	// Secret and write them to CertDir; when nil, CertDir is a mounted Secret (cert-manager).
+	SelfManagedTLS *selftls.Options
 	Log            logr.Logger
 }
 
@@ -76,15 +81,25 @@ func Run(ctx context.Context, opts Options) error {
 	engine := policy.NewEngine(initial)
 
 	policySelector := labels.SelectorFromSet(labels.Set{PolicyConfigMapLabel: "true"})
+	byObject := map[client.Object]cache.ByObject{
+		// Only the policy ConfigMaps of our own namespace: no cluster-wide ConfigMap access.
+		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}, Label: policySelector},
+		// Nodes are needed for labels and taints only; dropping status and managed fields keeps
+		// the cache small at thousands of nodes.
+		&corev1.Node{}: {Transform: stripNode},
+	}
+	if opts.SelfManagedTLS != nil {
+		tlsOpts := *opts.SelfManagedTLS
+		tlsOpts.Namespace, tlsOpts.CertDir = opts.Namespace, opts.CertDir
+		if err := tlsOpts.Validate(); err != nil {
+			return err
+		}
+		opts.SelfManagedTLS = &tlsOpts
+		maps.Copy(byObject, selftls.CacheOptions(tlsOpts))
+	}
 	mgr, err := ctrl.NewManager(opts.RESTConfig, ctrl.Options{
-		Logger: log,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only the policy ConfigMaps of our own namespace: no cluster-wide ConfigMap access.
-			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}, Label: policySelector},
-			// Nodes are needed for labels and taints only; dropping status and managed fields keeps
-			// the cache small at thousands of nodes.
-			&corev1.Node{}: {Transform: stripNode},
-		}},
+		Logger:                  log,
+		Cache:                   cache.Options{ByObject: byObject},
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "daemonguard-webhook",
@@ -153,6 +168,16 @@ func Run(ctx context.Context, opts Options) error {
 			Recorder: eventClient.NewRecorder("daemonguard-audit"), Log: log.WithName("audit"),
 		})
 		if err != nil {
+			return err
+		}
+	}
+	if opts.SelfManagedTLS != nil {
+		rotator := selftls.NewRotator(mgr.GetClient(), *opts.SelfManagedTLS, log.WithName("tls"))
+		// The webhook server's certwatcher needs a certificate on disk before it starts.
+		if err := rotator.Bootstrap(ctx, mgr.GetAPIReader()); err != nil {
+			return err
+		}
+		if err := rotator.SetupWithManager(mgr); err != nil {
 			return err
 		}
 	}
