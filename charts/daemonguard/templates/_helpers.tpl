@@ -1,0 +1,327 @@
+{{/*
+The chart name, or nameOverride.
+*/}}
+{{- define "daemonguard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The prefix of every resource name, and the name of both webhook configurations (the binary patches
+that name in self-managed TLS mode). Truncated to 52 characters so that suffixed names such as
+<fullname>-controller-metrics stay within the 63 characters of a DNS label.
+*/}}
+{{- define "daemonguard.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The chart label value: name-version.
+*/}}
+{{- define "daemonguard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Selector labels of a component. Call with (dict "context" $ "component" "webhook").
+*/}}
+{{- define "daemonguard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "daemonguard.name" .context }}
+app.kubernetes.io/instance: {{ .context.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+Labels of every object of a component. Call with (dict "context" $ "component" "webhook").
+*/}}
+{{- define "daemonguard.labels" -}}
+helm.sh/chart: {{ include "daemonguard.chart" .context }}
+{{ include "daemonguard.selectorLabels" . }}
+app.kubernetes.io/version: {{ .context.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .context.Release.Service }}
+app.kubernetes.io/part-of: {{ include "daemonguard.name" .context }}
+{{- end }}
+
+{{/*
+The image reference: repository@digest when a digest is set, else repository:tag (default tag: the
+chart's appVersion).
+*/}}
+{{- define "daemonguard.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+ServiceAccount names.
+*/}}
+{{- define "daemonguard.webhook.serviceAccountName" -}}
+{{- default (printf "%s-webhook" (include "daemonguard.fullname" .)) .Values.webhook.serviceAccount.name }}
+{{- end }}
+
+{{- define "daemonguard.controller.serviceAccountName" -}}
+{{- default (printf "%s-controller" (include "daemonguard.fullname" .)) .Values.controller.serviceAccount.name }}
+{{- end }}
+
+{{/*
+The webhook Service, its TLS Secret (and cert-manager Certificate) names.
+*/}}
+{{- define "daemonguard.webhook.serviceName" -}}
+{{- printf "%s-webhook" (include "daemonguard.fullname" .) }}
+{{- end }}
+
+{{- define "daemonguard.webhook.tlsSecretName" -}}
+{{- printf "%s-webhook-tls" (include "daemonguard.fullname" .) }}
+{{- end }}
+
+{{/*
+The DNS names of the webhook's serving certificate, as a JSON list (use with fromJsonArray).
+*/}}
+{{- define "daemonguard.webhook.dnsNames" -}}
+{{- $svc := include "daemonguard.webhook.serviceName" . }}
+{{- $ns := .Release.Namespace }}
+{{- $names := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns .Values.clusterDomain) }}
+{{- concat $names .Values.tls.extraDNSNames | toJson }}
+{{- end }}
+
+{{/*
+The pod securityContext, scheduling and service account fields shared by both Deployments. Call with
+(dict "context" $ "component" "webhook" "values" .Values.webhook "affinity" $affinity).
+*/}}
+{{- define "daemonguard.podSpec" -}}
+serviceAccountName: {{ include (printf "daemonguard.%s.serviceAccountName" .component) .context }}
+automountServiceAccountToken: true
+{{- with .values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .context.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .values.podSecurityContext | nindent 2 }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- range . }}
+  {{- $c := deepCopy . }}
+  {{- if not (hasKey $c "labelSelector") }}
+  {{- $_ := set $c "labelSelector" (dict "matchLabels" (include "daemonguard.selectorLabels" (dict "context" $.context "component" $.component) | fromYaml)) }}
+  {{- end }}
+  - {{- toYaml $c | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The container fields shared by both Deployments: image, environment, ports, probes, resources and
+securityContext. Call with (dict "context" $ "values" .Values.webhook "webhookPort" true).
+*/}}
+{{- define "daemonguard.container" -}}
+image: {{ include "daemonguard.image" .context }}
+imagePullPolicy: {{ .context.Values.image.pullPolicy }}
+env:
+  - name: POD_NAMESPACE
+    valueFrom:
+      fieldRef:
+        fieldPath: metadata.namespace
+ports:
+  {{- if .webhookPort }}
+  - name: webhook
+    containerPort: 9443
+    protocol: TCP
+  {{- end }}
+  - name: http-metrics
+    containerPort: 8080
+    protocol: TCP
+  - name: healthz
+    containerPort: 8081
+    protocol: TCP
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: healthz
+  initialDelaySeconds: 5
+  periodSeconds: 10
+  timeoutSeconds: 2
+  failureThreshold: 3
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: healthz
+  periodSeconds: 5
+  timeoutSeconds: 2
+  failureThreshold: 3
+resources:
+  {{- toYaml .values.resources | nindent 2 }}
+securityContext:
+  {{- toYaml .values.containerSecurityContext | nindent 2 }}
+{{- end }}
+
+{{/*
+The metrics Service of a component. Call with (dict "context" $ "component" "webhook").
+*/}}
+{{- define "daemonguard.metricsService" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "daemonguard.fullname" .context }}-{{ .component }}-metrics
+  namespace: {{ .context.Release.Namespace }}
+  labels:
+    {{- include "daemonguard.labels" . | nindent 4 }}
+    daemonguard.io/metrics: "true"
+spec:
+  type: ClusterIP
+  selector:
+    {{- include "daemonguard.selectorLabels" . | nindent 4 }}
+  ports:
+    - name: http-metrics
+      port: 8080
+      targetPort: http-metrics
+      protocol: TCP
+{{- end }}
+
+{{/*
+The ServiceMonitor of a component's metrics Service. Call with (dict "context" $ "component" "webhook").
+*/}}
+{{- define "daemonguard.serviceMonitor" -}}
+{{- $sm := .context.Values.metrics.serviceMonitor }}
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: {{ include "daemonguard.fullname" .context }}-{{ .component }}
+  namespace: {{ .context.Release.Namespace }}
+  labels:
+    {{- include "daemonguard.labels" . | nindent 4 }}
+    {{- with $sm.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  jobLabel: app.kubernetes.io/component
+  namespaceSelector:
+    matchNames:
+      - {{ .context.Release.Namespace }}
+  selector:
+    matchLabels:
+      {{- include "daemonguard.selectorLabels" . | nindent 6 }}
+      daemonguard.io/metrics: "true"
+  endpoints:
+    - port: http-metrics
+      path: /metrics
+      interval: {{ $sm.interval }}
+      scrapeTimeout: {{ $sm.scrapeTimeout }}
+{{- end }}
+
+{{/*
+The clientConfig of a webhook: the webhook Service, or webhook.url in URL mode. No caBundle: the
+binary (self-managed TLS) or cert-manager's cainjector writes it. Call with
+(dict "context" $ "path" "/mutate-v1-pod").
+*/}}
+{{- define "daemonguard.webhook.clientConfig" -}}
+{{- with .context.Values.webhook.url -}}
+url: {{ printf "%s%s" (trimSuffix "/" .) $.path | quote }}
+{{- else -}}
+service:
+  name: {{ include "daemonguard.webhook.serviceName" .context }}
+  namespace: {{ .context.Release.Namespace }}
+  path: {{ .path }}
+  port: 443
+{{- end }}
+{{- end }}
+
+{{/*
+The rules of the two DaemonSet webhooks.
+*/}}
+{{- define "daemonguard.webhook.daemonSetRules" -}}
+- apiGroups: [apps]
+  apiVersions: [v1]
+  resources: [daemonsets]
+  operations: [CREATE, UPDATE]
+  scope: Namespaced
+{{- end }}
+
+{{/*
+The fields all three webhooks share. The release namespace and kube-system are always exempt, so
+that a broken daemonguard can never block its own recovery or the cluster's system pods.
+*/}}
+{{- define "daemonguard.webhook.common" -}}
+failurePolicy: {{ .Values.webhook.failurePolicy }}
+sideEffects: None
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+admissionReviewVersions: [v1]
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values:
+        {{- concat (list .Release.Namespace "kube-system") .Values.webhook.exemptNamespaces | toYaml | nindent 8 }}
+    {{- with .Values.webhook.namespaceSelector.matchExpressions }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
+
+{{/*
+The objectSelector of the two DaemonSet webhooks: objects labelled daemonguard.io/ignore=true are
+never sent.
+*/}}
+{{- define "daemonguard.webhook.objectSelector" -}}
+objectSelector:
+  matchExpressions:
+    - key: daemonguard.io/ignore
+      operator: NotIn
+      values: ["true"]
+    {{- with .Values.webhook.objectSelector.matchExpressions }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
+
+{{/*
+The rules of the rollout controller in the namespaces it rolls out (all, or controller.watchNamespace).
+*/}}
+{{- define "daemonguard.controller.rolloutRules" -}}
+- apiGroups: [apps]
+  resources: [daemonsets]
+  verbs: [get, list, watch, update, patch]
+- apiGroups: [apps]
+  resources: [daemonsets/status]
+  verbs: [get, update, patch]
+- apiGroups: [apps]
+  resources: [controllerrevisions]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, delete]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
+
+{{/*
+The subjects of the controller's role bindings.
+*/}}
+{{- define "daemonguard.controller.subjects" -}}
+- kind: ServiceAccount
+  name: {{ include "daemonguard.controller.serviceAccountName" . }}
+  namespace: {{ .Release.Namespace }}
+{{- end }}

@@ -1,0 +1,489 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/selftls"
+)
+
+var cluster *localcluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
+}
+
+// release is one helm release of the chart.
+type release struct {
+	t         *testing.T
+	name      string
+	namespace string
+	helmEnv   []string
+	// webhookPort is the loopback port the chart's URL-mode webhook configurations point at.
+	webhookPort int
+}
+
+// installChart creates the release namespace with the restricted Pod Security level enforced (the
+// chart's pods must pass it) and installs the chart in URL mode: the webhook configurations point
+// at a daemonguard binary on the host.
+func installChart(t *testing.T, name string, sets ...string) *release {
+	t.Helper()
+	ctx := context.Background()
+	ns := name + "-system"
+	_, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   ns,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
+	home := t.TempDir()
+	r := &release{t: t, name: name, namespace: ns, webhookPort: freePort(t), helmEnv: append(cluster.Env(),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"))}
+	args := []string{"install", name, chartDir(t), "--namespace", ns, "--wait", "--timeout", "3m",
+		"--set", "webhook.url=https://127.0.0.1:" + strconv.Itoa(r.webhookPort),
+		"--set", "tls.ipAddresses={127.0.0.1}"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	r.helm(args...)
+	t.Cleanup(func() {
+		// Uninstalling first takes the webhook configurations away, so a failed test leaves
+		// nothing behind that rejects the next test's DaemonSets.
+		_, _ = r.helmErr("uninstall", name, "--namespace", ns, "--wait")
+	})
+	return r
+}
+
+func (r *release) helm(args ...string) string {
+	r.t.Helper()
+	out, err := r.helmErr(args...)
+	if err != nil {
+		r.t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (r *release) helmErr(args ...string) (string, error) {
+	cmd := exec.Command(cluster.Binaries.Path("helm"), args...)
+	cmd.Env = r.helmEnv
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// manifest returns the objects of the release as helm stored them.
+func (r *release) manifest() []*unstructured.Unstructured {
+	r.t.Helper()
+	out := r.helm("get", "manifest", r.name, "--namespace", r.namespace)
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return objs
+		} else if err != nil {
+			r.t.Fatalf("decode manifest: %v", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+// object returns the release's only object of kind whose name ends in suffix.
+func (r *release) object(kind, suffix string) *unstructured.Unstructured {
+	r.t.Helper()
+	var found *unstructured.Unstructured
+	for _, o := range r.manifest() {
+		if o.GetKind() == kind && strings.HasSuffix(o.GetName(), suffix) {
+			if found != nil {
+				r.t.Fatalf("two %s objects named *%s: %s and %s", kind, suffix, found.GetName(), o.GetName())
+			}
+			found = o
+		}
+	}
+	if found == nil {
+		r.t.Fatalf("the release has no %s named *%s", kind, suffix)
+	}
+	return found
+}
+
+// webhookConfigurationName is the name the chart gives both webhook configurations.
+func (r *release) webhookConfigurationName() string {
+	return r.object("MutatingWebhookConfiguration", "").GetName()
+}
+
+// component is a chart component run on the host.
+type component struct {
+	proc       *localcluster.HostProcess
+	healthAddr string
+}
+
+// runComponent runs the daemonguard binary with the arguments and the ServiceAccount the chart
+// gives the Deployment named *-<suffix>, overriding only what a host process must (addresses,
+// cert dir, credentials). Running with the chart's ServiceAccount token proves its RBAC is enough.
+func (r *release) runComponent(suffix string, overrides ...string) *component {
+	r.t.Helper()
+	var dep appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.object("Deployment", suffix).Object, &dep); err != nil {
+		r.t.Fatal(err)
+	}
+	ctr := dep.Spec.Template.Spec.Containers[0]
+	args := append(append([]string{}, ctr.Command...), ctr.Args...)
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") && args[0] != "webhook" && args[0] != "controller" {
+		args = args[1:] // the image's binary path
+	}
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(a, "$(POD_NAMESPACE)", r.namespace)
+	}
+	kubeconfig, err := cluster.ServiceAccountKubeconfig(context.Background(), r.namespace, dep.Spec.Template.Spec.ServiceAccountName)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	c := &component{healthAddr: "127.0.0.1:" + strconv.Itoa(freePort(r.t))}
+	args = append(args, "--kubeconfig="+kubeconfig, "--health-probe-bind-address="+c.healthAddr,
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(freePort(r.t)))
+	args = append(args, overrides...)
+	name := fmt.Sprintf("%s-%s-%d", r.name, suffix, time.Now().UnixNano())
+	c.proc, err = cluster.StartHostProcess(name, daemonguardBinary(r.t), args...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(c.proc.Stop)
+	r.t.Logf("started %s: daemonguard %s (log %s)", suffix, strings.Join(args, " "), c.proc.LogPath())
+	cluster.WaitFor(r.t, 2*time.Minute, suffix+" ready", func(ctx context.Context) (bool, string) {
+		if err := c.proc.Exited(); err != nil {
+			r.t.Fatalf("%s exited: %v", suffix, err)
+		}
+		resp, err := http.Get("http://" + c.healthAddr + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	return c
+}
+
+// runWebhook runs a webhook replica serving on port with its own cert dir.
+func (r *release) runWebhook(port int, extra ...string) *component {
+	return r.runComponent("webhook", append([]string{"--host=127.0.0.1", "--port=" + strconv.Itoa(port),
+		"--cert-dir=" + r.t.TempDir()}, extra...)...)
+}
+
+// waitAdmission waits until a server-side dry-run create in ns comes back mutated: the API server
+// reached the webhook over TLS with the CA it was given.
+func waitAdmission(t *testing.T, ns string) {
+	t.Helper()
+	cluster.WaitFor(t, 2*time.Minute, "the API server calls the webhook", func(ctx context.Context) (bool, string) {
+		got, err := dryRunDaemonSet(ctx, ns, "probe")
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.Spec.Template.Spec.PriorityClassName != "", "not mutated"
+	})
+}
+
+func dryRunDaemonSet(ctx context.Context, ns, name string) (*appsv1.DaemonSet, error) {
+	labels := map[string]string{"app": name}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "agent:1"}}},
+			},
+		},
+	}
+	return cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+}
+
+// assertNoDrift applies the demo DaemonSets and checks that kubectl diff --server-side, which is
+// what Argo CD's server-side diff does, finds nothing: the mutation is idempotent and dry-run
+// sees exactly what the real write stored.
+func assertNoDrift(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []string{"testdata/demo/nginx-ds.yaml", "testdata/demo-rollout/node-agent.yaml"}
+	for _, f := range files {
+		path := filepath.Join(root, f)
+		if out, stderr, err := cluster.Kubectl(ctx, "", "apply", "--server-side", "-n", ns, "-f", path); err != nil {
+			t.Fatalf("kubectl apply %s: %v\n%s%s", f, err, out, stderr)
+		}
+		out, stderr, err := cluster.Kubectl(ctx, "", "diff", "--server-side", "-n", ns, "-f", path)
+		if err != nil || out != "" {
+			t.Errorf("kubectl diff --server-side -f %s reports drift after apply (err %v):\n%s%s", f, err, out, stderr)
+		}
+	}
+	ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, "nginx-ds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasToleration(ds.Spec.Template.Spec.Tolerations, "node-role.kubernetes.io/control-plane") {
+		t.Errorf("nginx-ds was stored without the injected control-plane toleration: %+v", ds.Spec.Template.Spec.Tolerations)
+	}
+}
+
+func hasToleration(ts []corev1.Toleration, key string) bool {
+	for _, t := range ts {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// servedCertificate returns the leaf a webhook replica serves right now.
+func servedCertificate(addr string) (*x509.Certificate, error) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // we inspect the certificate, not trust it
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0], nil
+}
+
+func bundleOf(t *testing.T, pemBytes []byte) []*x509.Certificate {
+	t.Helper()
+	var cas []*x509.Certificate
+	rest := pemBytes
+	for len(bytes.TrimSpace(rest)) > 0 {
+		c, r, err := decodePEMCert(rest)
+		if err != nil {
+			t.Fatalf("bad CA bundle: %v", err)
+		}
+		cas, rest = append(cas, c), r
+	}
+	return cas
+}
+
+// admissionLoad sends server-side dry-run DaemonSet creates through the API server (and so
+// through the webhooks) from several workers until stopped, counting every outcome.
+type admissionLoad struct {
+	ok, failed atomic.Int64
+	mu         sync.Mutex
+	firstErr   error
+	stop       chan struct{}
+	wg         sync.WaitGroup
+}
+
+func startAdmissionLoad(ns string, workers int) *admissionLoad {
+	l := &admissionLoad{stop: make(chan struct{})}
+	for w := range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				got, err := dryRunDaemonSet(context.Background(), ns, fmt.Sprintf("load-%d-%d", w, i))
+				if err == nil && got.Spec.Template.Spec.PriorityClassName == "" {
+					err = errors.New("admitted without mutation")
+				}
+				if err != nil {
+					l.failed.Add(1)
+					l.mu.Lock()
+					if l.firstErr == nil {
+						l.firstErr = err
+					}
+					l.mu.Unlock()
+					continue
+				}
+				l.ok.Add(1)
+			}
+		}()
+	}
+	return l
+}
+
+func (l *admissionLoad) Stop() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// TestSelfManagedTLS installs the chart without cert-manager. Two webhook replicas on the host,
+// running as the chart's ServiceAccount, create the CA and serving certificate in one Secret and
+// write the CA bundle into the chart's webhook configurations; the API server then calls them over
+// TLS. A forced CA rotation under admission load fails no request; a helm upgrade keeps the CA
+// bundle; the controller, also on the chart's ServiceAccount, completes a managed rollout.
+func TestSelfManagedTLS(t *testing.T) {
+	localcluster.NeedCluster(t)
+	ctx := context.Background()
+	r := installChart(t, "dg-self")
+	secretName := r.object("Deployment", "webhook").GetName() + "-tls"
+	configName := r.webhookConfigurationName()
+
+	// Self-managed mode is the chart's default; the propagation grace is shortened for the test.
+	grace := "--tls-propagation-grace=3s"
+	altPort := freePort(t)
+	r.runWebhook(r.webhookPort, grace)
+	r.runWebhook(altPort, grace)
+	ns := cluster.NewTestNamespace(t)
+	waitAdmission(t, ns)
+
+	secret, err := cluster.Client.CoreV1().Secrets(r.namespace).Get(ctx, secretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the webhook did not create its TLS secret %s: %v", secretName, err)
+	}
+	firstCAs := bundleOf(t, secret.Data[selftls.KeyCABundle])
+	if len(firstCAs) != 1 {
+		t.Fatalf("a fresh install trusts %d CAs, want 1", len(firstCAs))
+	}
+	for _, addr := range []string{"127.0.0.1:" + strconv.Itoa(r.webhookPort), "127.0.0.1:" + strconv.Itoa(altPort)} {
+		leaf, err := servedCertificate(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := leaf.CheckSignatureFrom(firstCAs[0]); err != nil {
+			t.Errorf("replica %s serves a certificate the published CA did not sign: %v", addr, err)
+		}
+	}
+
+	t.Run("no drift after apply", func(t *testing.T) { assertNoDrift(t, ns) })
+
+	t.Run("forced CA rotation under load fails no admission request", func(t *testing.T) {
+		cluster.WaitFor(t, 10*time.Second, "the CA is older than a rotation request made now", func(context.Context) (bool, string) {
+			return time.Now().Truncate(time.Second).After(firstCAs[0].NotBefore), ""
+		})
+		load := startAdmissionLoad(ns, 4)
+		loadStopped := false
+		defer func() {
+			if !loadStopped {
+				load.Stop()
+			}
+		}()
+		cluster.WaitFor(t, 30*time.Second, "load is flowing", func(context.Context) (bool, string) {
+			return load.ok.Load() >= 20, fmt.Sprintf("%d ok, %d failed", load.ok.Load(), load.failed.Load())
+		})
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, selftls.AnnotationRotateRequestedAt, time.Now().UTC().Format(time.RFC3339))
+		if _, _, err := cluster.Kubectl(ctx, "", "patch", "secret", secretName, "-n", r.namespace, "--type=merge", "-p", patch); err != nil {
+			t.Fatal(err)
+		}
+		sawBoth := false
+		var newCA *x509.Certificate
+		cluster.WaitFor(t, 2*time.Minute, "the rotation completes", func(ctx context.Context) (bool, string) {
+			s, err := cluster.Client.CoreV1().Secrets(r.namespace).Get(ctx, secretName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			cas := bundleOf(t, s.Data[selftls.KeyCABundle])
+			if len(cas) == 2 {
+				sawBoth = true
+			}
+			if len(cas) != 1 || cas[0].Equal(firstCAs[0]) {
+				return false, fmt.Sprintf("bundle has %d CAs", len(cas))
+			}
+			newCA = cas[0]
+			for _, port := range []int{r.webhookPort, altPort} {
+				leaf, err := servedCertificate("127.0.0.1:" + strconv.Itoa(port))
+				if err != nil {
+					return false, err.Error()
+				}
+				if leaf.CheckSignatureFrom(newCA) != nil {
+					return false, fmt.Sprintf("port %d still serves a certificate from the old CA", port)
+				}
+			}
+			m, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, w := range m.Webhooks {
+				if !bytes.Equal(w.ClientConfig.CABundle, s.Data[selftls.KeyCABundle]) {
+					return false, "webhook configuration still has the old bundle"
+				}
+			}
+			return true, ""
+		})
+		// Keep the load on a little after the old CA left the bundle: the API server must keep
+		// reaching the webhook with only the new CA.
+		after := load.ok.Load()
+		cluster.WaitFor(t, 30*time.Second, "load continues after the rotation", func(context.Context) (bool, string) {
+			return load.ok.Load() >= after+20, ""
+		})
+		load.Stop()
+		loadStopped = true
+		t.Logf("admission requests during rotation: %d ok, %d failed", load.ok.Load(), load.failed.Load())
+		if n := load.failed.Load(); n > 0 {
+			t.Errorf("%d admission requests failed during the rotation; first: %v", n, load.firstErr)
+		}
+		if !sawBoth {
+			t.Errorf("the bundle never held the old and the new CA together: the rotation was not staged")
+		}
+	})
+
+	t.Run("helm upgrade keeps the CA bundle the webhook wrote", func(t *testing.T) {
+		r.helm("upgrade", r.name, chartDir(t), "--namespace", r.namespace, "--reuse-values", "--set", "webhook.timeoutSeconds=7", "--wait", "--timeout", "3m")
+		m, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range m.Webhooks {
+			if len(w.ClientConfig.CABundle) == 0 {
+				t.Errorf("webhook %s lost its caBundle in the upgrade", w.Name)
+			}
+			if w.TimeoutSeconds == nil || *w.TimeoutSeconds != 7 {
+				t.Errorf("webhook %s timeoutSeconds = %v after upgrade, want 7", w.Name, w.TimeoutSeconds)
+			}
+		}
+		waitAdmission(t, ns)
+	})
+
+	t.Run("controller with the chart's RBAC completes a managed rollout", func(t *testing.T) {
+		r.runComponent("controller")
+		if out, stderr, err := cluster.Kubectl(ctx, "", "-n", ns, "set", "image", "ds/node-agent", "agent=registry.example/node-agent:2.0"); err != nil {
+			t.Fatalf("set image: %v\n%s%s", err, out, stderr)
+		}
+		status := exec.Command(daemonguardBinary(t), "rollout", "status", "ds/node-agent", "-n", ns, "--timeout", "3m")
+		status.Env = cluster.Env()
+		out, err := status.CombinedOutput()
+		if err != nil {
+			t.Fatalf("daemonguard rollout status: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("uninstall removes the webhook configurations", func(t *testing.T) {
+		r.helm("uninstall", r.name, "--namespace", r.namespace, "--wait")
+		_, err := cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("validating webhook configuration after uninstall: %v", err)
+		}
+		if _, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("mutating webhook configuration after uninstall: %v", err)
+		}
+	})
+}
