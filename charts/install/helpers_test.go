@@ -1,10 +1,12 @@
 package install
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -68,4 +70,26 @@ func decodePEMCert(b []byte) (*x509.Certificate, []byte, error) {
 	}
 	c, err := x509.ParseCertificate(block.Bytes)
 	return c, rest, err
+}
+
+var (
+	helmOnce sync.Once
+	helmPath string
+	helmErr  error
+)
+
+// helmBinary is helm v3 built from the tools module like the control plane's binaries.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	helmOnce.Do(func() {
+		var b *localcluster.Binaries
+		b, helmErr = localcluster.EnsureBinaries(context.Background(), os.Stderr, "helm")
+		if helmErr == nil {
+			helmPath = b.Path("helm")
+		}
+	})
+	if helmErr != nil {
+		t.Fatal(helmErr)
+	}
+	return helmPath
 }

@@ -92,7 +92,7 @@ func (r *release) helm(args ...string) string {
 }
 
 func (r *release) helmErr(args ...string) (string, error) {
-	cmd := exec.Command(cluster.Binaries.Path("helm"), args...)
+	cmd := exec.Command(helmBinary(r.t), args...)
 	cmd.Env = r.helmEnv
 	out, err := cmd.CombinedOutput()
 	return string(out), err

@@ -123,14 +123,16 @@ affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with .values.topologySpreadConstraints }}
+{{- $constraints := list }}
+{{- range . }}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" (include "daemonguard.selectorLabels" (dict "context" $.context "component" $.component) | fromYaml)) }}
+{{- end }}
+{{- $constraints = append $constraints $c }}
+{{- end }}
 topologySpreadConstraints:
-  {{- range . }}
-  {{- $c := deepCopy . }}
-  {{- if not (hasKey $c "labelSelector") }}
-  {{- $_ := set $c "labelSelector" (dict "matchLabels" (include "daemonguard.selectorLabels" (dict "context" $.context "component" $.component) | fromYaml)) }}
-  {{- end }}
-  - {{- toYaml $c | nindent 4 }}
-  {{- end }}
+  {{- toYaml $constraints | nindent 2 }}
 {{- end }}
 {{- end }}
 

@@ -1,0 +1,151 @@
+package charts
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pmezard/go-difflib/difflib"
+)
+
+func TestLint(t *testing.T) {
+	for name, c := range renderCases {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"lint", "--strict", "--kube-version", kubeVersion, "--namespace", namespace, chartDir}
+			if c.values != "" {
+				args = append(args, "--values", filepath.Join("testdata", "values", c.values))
+			}
+			// helm lint also renders NOTES.txt, which helm template leaves out.
+			out, err := runHelm(t, args...)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), "0 chart(s) failed") {
+				t.Fatalf("helm lint:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestGolden(t *testing.T) {
+	for name, c := range renderCases {
+		t.Run(name, func(t *testing.T) {
+			got := render(t, c)
+			objects(t, got) // every object of a built-in kind decodes strictly
+			path := filepath.Join("testdata", "golden", c.golden+".yaml")
+			if os.Getenv("UPDATE_GOLDEN") == "1" {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run UPDATE_GOLDEN=1 go test ./charts/)", err)
+			}
+			if string(got) != string(want) {
+				diff, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+					A: difflib.SplitLines(string(want)), B: difflib.SplitLines(string(got)),
+					FromFile: path, ToFile: "helm template", Context: 2,
+				})
+				t.Fatalf("rendered chart differs from %s (run UPDATE_GOLDEN=1 go test ./charts/ if the change is intended):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+func TestValuesSchemaRejects(t *testing.T) {
+	cases := map[string]struct {
+		args []string // helm template flags that set the value
+		want string   // part of helm's schema error
+	}{
+		"a mistyped top-level key": {
+			args: []string{"--set", "imagee.tag=v1"}, want: "additional properties 'imagee' not allowed",
+		},
+		"a mistyped image key": {
+			args: []string{"--set", "image.repo=example.com/dg"}, want: "at '/image': additional properties 'repo' not allowed",
+		},
+		"a mistyped webhook key": {
+			args: []string{"--set", "webhook.replica=3"}, want: "at '/webhook': additional properties 'replica' not allowed",
+		},
+		"a mistyped key two levels down": {
+			args: []string{"--set", "webhook.podDisruptionBudget.minAvailabel=1"}, want: "at '/webhook/podDisruptionBudget': additional properties 'minAvailabel' not allowed",
+		},
+		"a mistyped key in a service account": {
+			args: []string{"--set", "controller.serviceAccount.annotation.a=b"}, want: "at '/controller/serviceAccount': additional properties 'annotation' not allowed",
+		},
+		"a mistyped key in a resources block": {
+			args: []string{"--set", "controller.resources.request.cpu=1"}, want: "at '/controller/resources': additional properties 'request' not allowed",
+		},
+		"a mistyped key in a label selector requirement": {
+			args: []string{"--set-json", `webhook.namespaceSelector.matchExpressions=[{"key":"team","operater":"In","values":["a"]}]`},
+			want: "additional properties 'operater' not allowed",
+		},
+		"a mistyped key in a toleration": {
+			args: []string{"--set-json", `webhook.tolerations=[{"key":"a","effects":"NoSchedule"}]`}, want: "additional properties 'effects' not allowed",
+		},
+		"a mistyped controller key": {
+			args: []string{"--set", "controller.watchNamespaces=agents"}, want: "at '/controller': additional properties 'watchNamespaces' not allowed",
+		},
+		"a mistyped TLS key": {
+			args: []string{"--set", "tls.ipAddress={127.0.0.1}"}, want: "at '/tls': additional properties 'ipAddress' not allowed",
+		},
+		"a mistyped cert-manager key": {
+			args: []string{"--set", "certManager.enable=true"}, want: "at '/certManager': additional properties 'enable' not allowed",
+		},
+		"a mistyped issuerRef key": {
+			args: []string{"--set", "certManager.issuerRef.nmae=corp-ca"}, want: "at '/certManager/issuerRef': additional properties 'nmae' not allowed",
+		},
+		"a mistyped self-managed TLS key": {
+			args: []string{"--set", "selfManaged.caValidty=8760h"}, want: "at '/selfManaged': additional properties 'caValidty' not allowed",
+		},
+		"a mistyped ServiceMonitor key": {
+			args: []string{"--set", "metrics.serviceMonitor.enable=true"}, want: "at '/metrics/serviceMonitor': additional properties 'enable' not allowed",
+		},
+		"a mistyped policy ConfigMap key": {
+			args: []string{"--set", "policies.configMaps.team.file.a\\.rego=x"}, want: "additional properties 'file' not allowed",
+		},
+		"a policy file name the webhook would ignore": {
+			args: []string{"--set", "policies.configMaps.team.files.paramaters\\.yaml=x"}, want: "'paramaters.yaml' does not match pattern",
+		},
+		"an unknown failurePolicy": {
+			args: []string{"--set", "webhook.failurePolicy=Open"}, want: "at '/webhook/failurePolicy': value must be one of 'Fail', 'Ignore'",
+		},
+		"an unknown failureMode": {
+			args: []string{"--set", "webhook.failureMode=allow"}, want: "at '/webhook/failureMode': value must be one of 'deny', 'warn'",
+		},
+		"an unknown image pull policy": {
+			args: []string{"--set", "image.pullPolicy=Sometimes"}, want: "at '/image/pullPolicy': value must be one of",
+		},
+		"an unknown anti-affinity type": {
+			args: []string{"--set", "webhook.podAntiAffinity.type=soft"}, want: "at '/webhook/podAntiAffinity/type': value must be one of",
+		},
+		"a webhook URL the API server would refuse (not https)": {
+			args: []string{"--set", "webhook.url=http://127.0.0.1:9443"}, want: "at '/webhook/url'",
+		},
+		"an audit interval the binary cannot parse": {
+			args: []string{"--set", "webhook.auditInterval=5 minutes"}, want: "at '/webhook/auditInterval'",
+		},
+		"a timeout above the API server's maximum": {
+			args: []string{"--set", "webhook.timeoutSeconds=31"}, want: "at '/webhook/timeoutSeconds'",
+		},
+		"an issuerRef without a name": {
+			args: []string{"--set", "certManager.issuerRef.kind=ClusterIssuer"}, want: "missing property 'name'",
+		},
+		"a string where a number belongs": {
+			args: []string{"--set-string", "webhook.replicas=two"}, want: "at '/webhook/replicas': got string, want integer",
+		},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := template(t, c.args...)
+			if err == nil {
+				t.Fatalf("helm template %v succeeded, want a schema error", c.args)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "values don't meet the specifications of the schema") || !strings.Contains(msg, c.want) {
+				t.Fatalf("helm template %v failed with\n%s\nwant a schema error containing %q", c.args, msg, c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,228 @@
+package charts
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/webhook"
+)
+
+// Every render uses the same release, namespace and Kubernetes version so the goldens are stable.
+const (
+	chartDir    = "daemonguard"
+	releaseName = "rel"
+	namespace   = "daemonguard-system"
+	kubeVersion = "1.36.3"
+)
+
+// renderCase is one way to install the chart: a values file and what it must produce.
+type renderCase struct {
+	golden string // testdata/golden/<golden>.yaml
+	values string // testdata/values/<values>, or "" for the chart's defaults
+	// fullname is the prefix of every resource and the name of both webhook configurations.
+	fullname string
+	// selfManaged says the webhook manages its own TLS (certManager.enabled=false).
+	selfManaged bool
+	// controller says the rollout controller is deployed.
+	controller bool
+	// controllerNamespace is where the controller must be able to roll DaemonSets out.
+	controllerNamespace string
+	// webhooks are the settings webhook.Configurations is called with (Name, Namespace and Service
+	// are filled in), plus what the chart appends from values.
+	webhooks webhook.ConfigurationOptions
+	extra    extraWebhookFields
+}
+
+// extraWebhookFields are the selectors and matchConditions the chart appends from values to what
+// webhook.Configurations returns.
+type extraWebhookFields struct {
+	namespaceExpressions []metav1.LabelSelectorRequirement // all three webhooks
+	objectExpressions    []metav1.LabelSelectorRequirement // the two DaemonSet webhooks
+	matchConditions      []admissionregistrationv1.MatchCondition
+}
+
+var renderCases = map[string]renderCase{
+	"defaults: self-managed TLS, webhooks called through the in-cluster Service": {
+		golden: "defaults", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+	},
+	"cert-manager with the self-signed and CA issuers the chart creates": {
+		golden: "cert-manager", values: "cert-manager.yaml", fullname: "rel-daemonguard", controller: true, controllerNamespace: "default",
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+	},
+	"cert-manager with an existing ClusterIssuer": {
+		golden: "cert-manager-issuer-ref", values: "cert-manager-issuer-ref.yaml", fullname: "rel-daemonguard", controller: true, controllerNamespace: "default",
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+	},
+	"URL mode for a webhook outside the cluster, certificate for 127.0.0.1": {
+		golden: "url-mode", values: "url-mode.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
+		webhooks: webhook.ConfigurationOptions{URL: "https://127.0.0.1:9443", FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+	},
+	"policies as labelled ConfigMaps": {
+		golden: "policies", values: "policies.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+	},
+	"admission only, the rollout controller disabled": {
+		golden: "controller-disabled", values: "controller-disabled.yaml", fullname: "rel-daemonguard", selfManaged: true,
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+	},
+	"every knob away from its default": {
+		golden: "everything", values: "everything.yaml", fullname: "guard", selfManaged: true, controller: true, controllerNamespace: "agents",
+		webhooks: webhook.ConfigurationOptions{
+			ExemptNamespaces: []string{"monitoring", "cert-manager"},
+			FailurePolicy:    admissionregistrationv1.Ignore, TimeoutSeconds: 10,
+		},
+		extra: extraWebhookFields{
+			namespaceExpressions: []metav1.LabelSelectorRequirement{{Key: "daemonguard.io/enabled", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"false"}}},
+			objectExpressions:    []metav1.LabelSelectorRequirement{{Key: "app.kubernetes.io/managed-by", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"legacy-tool"}}},
+			matchConditions:      []admissionregistrationv1.MatchCondition{{Name: "not-ci-bot", Expression: `!('ci-bots' in request.userInfo.groups)`}},
+		},
+	},
+}
+
+// helmBinary builds helm from tools/helm once per test binary (cached across runs).
+var helmBinary = sync.OnceValues(func() (string, error) {
+	bins, err := localcluster.EnsureBinaries(context.Background(), io.Discard, "helm")
+	if err != nil {
+		return "", err
+	}
+	return bins.Path("helm"), nil
+})
+
+// runHelm runs helm with its config, cache and data homes in a temporary folder, so no user
+// repositories or plugins take part. A failure returns helm's stderr as the error.
+func runHelm(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	bin, err := helmBinary()
+	if err != nil {
+		t.Fatalf("build helm: %v", err)
+	}
+	home := t.TempDir()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+	)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("helm %v: %w: %s", args, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// template runs helm template with the fixed release, namespace and Kubernetes version.
+func template(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	return runHelm(t, append([]string{"template", "--namespace", namespace, releaseName, chartDir, "--kube-version", kubeVersion}, args...)...)
+}
+
+var (
+	rendersMu sync.Mutex
+	renders   = map[string][]byte{}
+)
+
+// render returns the manifests of a case, rendered once per test binary.
+func render(t *testing.T, c renderCase) []byte {
+	t.Helper()
+	rendersMu.Lock()
+	defer rendersMu.Unlock()
+	if out, ok := renders[c.golden]; ok {
+		return out
+	}
+	var args []string
+	if c.values != "" {
+		args = []string{"--values", filepath.Join("testdata", "values", c.values)}
+	}
+	out, err := template(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renders[c.golden] = out
+	return out
+}
+
+// object is one rendered manifest: its YAML and, for kinds client-go knows, the typed object.
+type object struct {
+	Kind, Name, Namespace string
+	YAML                  []byte
+	Typed                 runtime.Object // nil for CRD kinds (cert-manager, Prometheus Operator)
+}
+
+// strictDecoder fails on fields the API types do not have, so a mistyped field in a template
+// fails the tests instead of being dropped by the API server.
+var strictDecoder = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+
+// objects splits and decodes rendered manifests.
+func objects(t *testing.T, rendered []byte) []object {
+	t.Helper()
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(rendered)))
+	var out []object
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("split manifests: %v", err)
+		}
+		var meta metav1.PartialObjectMetadata
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			t.Fatalf("decode manifest: %v\n%s", err, doc)
+		}
+		if meta.Kind == "" {
+			continue // only comments
+		}
+		o := object{Kind: meta.Kind, Name: meta.Name, Namespace: meta.Namespace, YAML: doc}
+		typed, _, err := strictDecoder.Decode(doc, nil, nil)
+		switch {
+		case runtime.IsNotRegisteredError(err):
+		case err != nil:
+			t.Errorf("%s %s does not decode strictly: %v", meta.Kind, meta.Name, err)
+		default:
+			o.Typed = typed
+		}
+		out = append(out, o)
+	}
+}
+
+// typedObjects returns the rendered objects of type T.
+func typedObjects[T runtime.Object](objs []object) []T {
+	var out []T
+	for _, o := range objs {
+		if typed, ok := o.Typed.(T); ok {
+			out = append(out, typed)
+		}
+	}
+	return out
+}
+
+// only returns the single rendered object of type T.
+func only[T runtime.Object](t *testing.T, objs []object) T {
+	t.Helper()
+	found := typedObjects[T](objs)
+	if len(found) != 1 {
+		var zero T
+		t.Fatalf("rendered %d objects of type %T, want 1", len(found), zero)
+	}
+	return found[0]
+}
