@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 
 	"golang.org/x/mod/modfile"
@@ -25,6 +29,18 @@ type toolModule struct {
 	dir     string            // folder under tools/
 	ldflags string            // stamped into every binary of the module
 	outputs map[string]string // binary name -> package path
+	// ownCode marks a module with Go code of its own rather than only version pins: its .go files
+	// are then part of the cache key, so editing them rebuilds the binaries.
+	ownCode bool
+	// files are folders of a required module copied next to the binaries at build time, for data
+	// that must match the built version exactly (cert-manager's CRDs): name -> where to copy from.
+	files map[string]moduleFolder
+}
+
+// moduleFolder is a folder inside a module that the tools module requires.
+type moduleFolder struct {
+	module string // module path, resolved to the version the tools module's go.mod pins
+	dir    string // folder inside the module
 }
 
 var toolModules = []toolModule{
@@ -52,14 +68,28 @@ var toolModules = []toolModule{
 		ldflags: "-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0",
 		outputs: map[string]string{"helm": "helm.sh/helm/v3/cmd/helm"},
 	},
+	{
+		// cert-manager's controllers and cainjector in one process (see tools/certmanager), and
+		// the CRDs of exactly that version.
+		dir:     "certmanager",
+		ldflags: "-s -w",
+		outputs: map[string]string{"cert-manager": "github.com/daemonguard/daemonguard/tools/certmanager/cmd/cert-manager"},
+		ownCode: true,
+		files:   map[string]moduleFolder{CertManagerCRDs: {module: "github.com/cert-manager/cert-manager", dir: "deploy/crds"}},
+	},
 }
+
+// CertManagerCRDs names the folder of cert-manager's CRDs built with the cert-manager binary;
+// Binaries.Path(CertManagerCRDs) locates it.
+const CertManagerCRDs = "cert-manager-crds"
 
 // Binaries locates the test binaries built from the tools modules.
 type Binaries struct {
 	dirs map[string]string // binary name -> folder that holds it
 }
 
-// Path returns the absolute path of a built binary such as "kube-apiserver" or "helm".
+// Path returns the absolute path of a built binary such as "kube-apiserver" or "helm", or of a
+// folder copied with one (CertManagerCRDs).
 func (b *Binaries) Path(name string) string {
 	return filepath.Join(b.dirs[name], name)
 }
@@ -85,7 +115,7 @@ func EnsureBinaries(ctx context.Context, log io.Writer, names ...string) (*Binar
 	b := &Binaries{dirs: map[string]string{}}
 	for _, m := range toolModules {
 		needed := len(names) == 0
-		for out := range m.outputs {
+		for out := range m.products() {
 			if wanted[out] {
 				needed = true
 				delete(wanted, out)
@@ -98,7 +128,7 @@ func EnsureBinaries(ctx context.Context, log io.Writer, names ...string) (*Binar
 		if err != nil {
 			return nil, err
 		}
-		for out := range m.outputs {
+		for out := range m.products() {
 			b.dirs[out] = dir
 		}
 	}
@@ -155,11 +185,28 @@ func ensureModule(ctx context.Context, log io.Writer, moduleDir, cacheRoot strin
 			return "", fmt.Errorf("build %s from tools/%s: %w\n%s", name, m.dir, err, out)
 		}
 	}
+	for name, from := range m.files {
+		if err := copyModuleFolder(ctx, moduleDir, from, filepath.Join(staging, name)); err != nil {
+			return "", fmt.Errorf("copy %s from tools/%s: %w", name, m.dir, err)
+		}
+	}
 	_ = os.RemoveAll(dir) // a partial folder left by a crash
 	if err := os.Rename(staging, dir); err != nil {
 		return "", fmt.Errorf("move built binaries into %s: %w", dir, err)
 	}
 	return dir, nil
+}
+
+// products lists what the module puts into its cache folder: binaries and copied folders.
+func (m toolModule) products() map[string]bool {
+	p := map[string]bool{}
+	for name := range m.outputs {
+		p[name] = true
+	}
+	for name := range m.files {
+		p[name] = true
+	}
+	return p
 }
 
 func complete(dir string, m toolModule) bool {
@@ -168,9 +215,51 @@ func complete(dir string, m toolModule) bool {
 			return false
 		}
 	}
+	for name := range m.files {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || !fi.IsDir() {
+			return false
+		}
+	}
 	return true
 }
 
+// copyModuleFolder copies the regular files of a folder of a required module, at the version the
+// tools module in moduleDir resolves, into to. It runs right after the build, which has just put
+// that module into the module cache.
+func copyModuleFolder(ctx context.Context, moduleDir string, from moduleFolder, to string) error {
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", from.module)
+	cmd.Dir = moduleDir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOWORK=off")
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("locate module %s: %w", from.module, err)
+	}
+	src := filepath.Join(strings.TrimSpace(string(out)), filepath.FromSlash(from.dir))
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(to, 0o755); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		// Module cache files are read-only; the copies are not, so the cache can be cleaned.
+		if err := os.WriteFile(filepath.Join(to, e.Name()), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// moduleKey hashes what decides a module's build: go.mod, go.sum, the Go version, the platform and
+// the ldflags; for a module with code of its own also its .go files, and the folders it copies.
 func moduleKey(moduleDir string, m toolModule) (string, error) {
 	h := sha256.New()
 	for _, f := range []string{"go.mod", "go.sum"} {
@@ -181,7 +270,33 @@ func moduleKey(moduleDir string, m toolModule) (string, error) {
 		h.Write(data)
 	}
 	fmt.Fprintf(h, "%s %s/%s %s", runtime.Version(), runtime.GOOS, runtime.GOARCH, m.ldflags)
+	if m.ownCode {
+		if err := hashGoFiles(h, moduleDir); err != nil {
+			return "", fmt.Errorf("hash tools module %s: %w", m.dir, err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.files)) {
+		fmt.Fprintf(h, "\nfiles %s %s %s", name, m.files[name].module, m.files[name].dir)
+	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// hashGoFiles writes the path and content of every .go file below dir into h, in walk order
+// (lexical, so stable).
+func hashGoFiles(h io.Writer, dir string) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".go" {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		fmt.Fprintf(h, "\n%s %d\n", filepath.ToSlash(rel), len(data))
+		_, err = h.Write(data)
+		return err
+	})
 }
 
 func lockFile(path string) (func(), error) {
