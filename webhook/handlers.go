@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -54,6 +56,11 @@ type Handlers struct {
 	FailureMode      FailureMode
 	Facts            Facts
 	Log              logr.Logger
+	// NoDecisionCache turns off the decision cache (see decisionCache): every request is decoded
+	// and evaluated. For measurements; the cache is on by default.
+	NoDecisionCache bool
+
+	cache decisionCache
 }
 
 func (h *Handlers) exempt(namespace string) bool {
@@ -81,31 +88,96 @@ func ignored(obj map[string]any) bool {
 	return labels[IgnoreLabel] == "true"
 }
 
-// input builds the policy input document around the decoded object. Node facts are gathered only
-// when needNodes (the inject policy never reads them). Cluster facts that cannot be read are left
-// out rather than guessed, which turns off the checks that need them.
-func (h *Handlers) input(ctx context.Context, req admission.Request, obj map[string]any, needNodes bool) (*policy.Input, error) {
-	in := &policy.Input{Operation: policy.Operation(req.Operation), Object: obj, Namespace: policy.Namespace{Name: req.Namespace, Labels: map[string]string{}}}
-	var err error
-	if len(req.OldObject.Raw) > 0 {
-		if in.OldObject, err = decodeObject(req.OldObject.Raw); err != nil {
-			return nil, fmt.Errorf("old object: %w", err)
-		}
-	}
+// clusterFacts is what the handlers read of the live cluster for one request.
+type clusterFacts struct {
+	labels   map[string]string // of the namespace; {} when unknown
+	nodes    []*corev1.Node
+	nodesErr error // nodes could not be read (or were not asked for)
+}
+
+// gather reads the namespace labels and, when needNodes (the inject policy never reads nodes),
+// the nodes. Facts that cannot be read are left out rather than guessed, which turns off the
+// checks that need them.
+func (h *Handlers) gather(ctx context.Context, req admission.Request, needNodes bool) clusterFacts {
+	f := clusterFacts{labels: map[string]string{}, nodesErr: errNodesNotRead}
 	if h.Facts.NamespaceLabels != nil {
 		labels, err := h.Facts.NamespaceLabels(ctx, req.Namespace)
 		if err != nil {
 			h.Log.V(1).Info("Namespace labels unavailable", "namespace", req.Namespace, "err", err)
 		} else if labels != nil {
-			in.Namespace.Labels = labels
+			f.labels = labels
 		}
 	}
 	if needNodes && h.Facts.Nodes != nil {
-		allNodes, err := h.Facts.Nodes(ctx)
-		if err != nil {
-			h.Log.V(1).Info("Nodes unavailable; node-relative checks skipped", "err", err)
-		} else if podSpec, ok := templatePodSpec(obj); ok {
-			in.Cluster = &policy.ClusterFacts{Nodes: len(allNodes), MatchingNodes: nodes.Count(podSpec, allNodes)}
+		f.nodes, f.nodesErr = h.Facts.Nodes(ctx)
+		if f.nodesErr != nil {
+			h.Log.V(1).Info("Nodes unavailable; node-relative checks skipped", "err", f.nodesErr)
+		}
+	}
+	return f
+}
+
+var errNodesNotRead = errors.New("nodes not read")
+
+// cacheKey returns the decision cache key of a request, or nil when the request must not be
+// cached: the set is not deterministic, the cache is off, or the node facts cannot be vouched for.
+func (h *Handlers) cacheKey(set *policy.Set, webhook string, req admission.Request, f clusterFacts, needNodes bool) *cacheKey {
+	if h.NoDecisionCache || !set.Deterministic() {
+		return nil
+	}
+	key := &cacheKey{
+		webhook: webhook, operation: string(req.Operation), namespace: req.Namespace,
+		labels: labelsKey(f.labels), object: req.Object.Raw, oldObject: req.OldObject.Raw,
+	}
+	if needNodes && f.nodesErr == nil {
+		var ok bool
+		if key.nodes, ok = nodesKey(f.nodes); !ok {
+			return nil
+		}
+	} else if needNodes && !errors.Is(f.nodesErr, errNodesNotRead) {
+		key.nodes = []byte("unreadable") // differs from every readable list (those start with N)
+	}
+	return key
+}
+
+// checkDaemonSet answers malformed (400) and exempt-namespace requests early.
+func (h *Handlers) checkDaemonSet(req admission.Request) *admission.Response {
+	if err := checkDaemonSetRequest(req); err != nil {
+		r := admission.Errored(http.StatusBadRequest, err)
+		return &r
+	}
+	if h.exempt(req.Namespace) {
+		r := admission.Allowed("namespace " + req.Namespace + " is exempt")
+		return &r
+	}
+	return nil
+}
+
+// daemonSetInput decodes the object once and builds the policy input, or returns the response
+// that ends the request early: malformed (400), or opted out by label, or a status-only update.
+func (h *Handlers) daemonSetInput(req admission.Request, f clusterFacts) (*policy.Input, *admission.Response) {
+	end := func(r admission.Response) (*policy.Input, *admission.Response) { return nil, &r }
+	obj, err := decodeObject(req.Object.Raw)
+	if err != nil {
+		return end(admission.Errored(http.StatusBadRequest, err))
+	}
+	if ignored(obj) {
+		return end(admission.Allowed("labelled " + IgnoreLabel + "=true"))
+	}
+	if req.Operation == admissionv1.Update && onlyStatusAnnotationsChanged(req.OldObject.Raw, req.Object.Raw) {
+		// The rollout controller reporting progress: neither a new injection (which would start a
+		// new revision behind the user's back) nor a policy verdict is due.
+		return end(admission.Allowed("only daemonguard status annotations changed"))
+	}
+	in := &policy.Input{Operation: policy.Operation(req.Operation), Object: obj, Namespace: policy.Namespace{Name: req.Namespace, Labels: f.labels}}
+	if len(req.OldObject.Raw) > 0 {
+		if in.OldObject, err = decodeObject(req.OldObject.Raw); err != nil {
+			return end(admission.Errored(http.StatusBadRequest, fmt.Errorf("old object: %w", err)))
+		}
+	}
+	if f.nodesErr == nil {
+		if podSpec, ok := templatePodSpec(obj); ok {
+			in.Cluster = &policy.ClusterFacts{Nodes: len(f.nodes), MatchingNodes: nodes.Count(podSpec, f.nodes)}
 		}
 	}
 	return in, nil
@@ -126,36 +198,6 @@ func templatePodSpec(obj map[string]any) (*corev1.PodSpec, bool) {
 	return &podSpec, true
 }
 
-// daemonSetInput checks a DaemonSet request and builds the policy input (decoding the object
-// once), or returns the response that ends the request early: malformed (400), exempt namespace,
-// or opted out by label.
-func (h *Handlers) daemonSetInput(ctx context.Context, req admission.Request, needNodes bool) (*policy.Input, *admission.Response) {
-	end := func(r admission.Response) (*policy.Input, *admission.Response) { return nil, &r }
-	if err := checkDaemonSetRequest(req); err != nil {
-		return end(admission.Errored(http.StatusBadRequest, err))
-	}
-	if h.exempt(req.Namespace) {
-		return end(admission.Allowed("namespace " + req.Namespace + " is exempt"))
-	}
-	obj, err := decodeObject(req.Object.Raw)
-	if err != nil {
-		return end(admission.Errored(http.StatusBadRequest, err))
-	}
-	if ignored(obj) {
-		return end(admission.Allowed("labelled " + IgnoreLabel + "=true"))
-	}
-	if req.Operation == admissionv1.Update && onlyStatusAnnotationsChanged(req.OldObject.Raw, req.Object.Raw) {
-		// The rollout controller reporting progress: neither a new injection (which would start a
-		// new revision behind the user's back) nor a policy verdict is due.
-		return end(admission.Allowed("only daemonguard status annotations changed"))
-	}
-	in, err := h.input(ctx, req, obj, needNodes)
-	if err != nil {
-		return end(admission.Errored(http.StatusBadRequest, err))
-	}
-	return in, nil
-}
-
 // evaluationFailed applies the failure mode to an error from the policy engine.
 func (h *Handlers) evaluationFailed(req admission.Request, err error) admission.Response {
 	evaluationErrors.Inc()
@@ -174,28 +216,55 @@ func (m DaemonSetMutator) Handle(ctx context.Context, req admission.Request) adm
 	return m.observe("mutate-daemonset", m.mutate(ctx, req))
 }
 
+// injection is the mutating webhook's cached outcome of an evaluation.
+type injection struct {
+	decision policy.InjectDecision
+	patch    []jsonpatch.Operation
+}
+
 func (m DaemonSetMutator) mutate(ctx context.Context, req admission.Request) admission.Response {
-	in, early := m.daemonSetInput(ctx, req, false)
+	if early := m.checkDaemonSet(req); early != nil {
+		return *early
+	}
+	set := m.Engine.Set()
+	f := m.gather(ctx, req, false)
+	key := m.cacheKey(set, "mutate-daemonset", req, f, false)
+	if key != nil {
+		if v, ok := m.cache.get(set, key); ok {
+			decisionCacheTotal.WithLabelValues("mutate-daemonset", "hit").Inc()
+			return injectionResponse(v.(*injection))
+		}
+		decisionCacheTotal.WithLabelValues("mutate-daemonset", "miss").Inc()
+	}
+	in, early := m.daemonSetInput(req, f)
 	if early != nil {
 		return *early
 	}
-	decision, err := m.Engine.Set().Inject(ctx, in)
+	decision, err := set.Inject(ctx, in)
 	if err != nil {
 		return m.evaluationFailed(req, err)
 	}
-	patch, err := DaemonSetPatch(req.Object.Raw, decision)
+	patch, err := daemonSetPatch(in.Object, decision)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if len(patch) == 0 {
-		reason := decision.Reason
-		if decision.Inject {
+	out := &injection{decision: decision, patch: patch}
+	if key != nil {
+		m.cache.put(set, key, out)
+	}
+	return injectionResponse(out)
+}
+
+func injectionResponse(x *injection) admission.Response {
+	if len(x.patch) == 0 {
+		reason := x.decision.Reason
+		if x.decision.Inject {
 			reason = "template already has everything the inject policy asks for"
 		}
 		return admission.Allowed(reason)
 	}
 	resp := admission.Allowed("")
-	resp.Patches = patch
+	resp.Patches = x.patch
 	return resp
 }
 
@@ -208,14 +277,35 @@ func (v DaemonSetValidator) Handle(ctx context.Context, req admission.Request) a
 }
 
 func (v DaemonSetValidator) validate(ctx context.Context, req admission.Request) admission.Response {
-	in, early := v.daemonSetInput(ctx, req, true)
+	if early := v.checkDaemonSet(req); early != nil {
+		return *early
+	}
+	set := v.Engine.Set()
+	f := v.gather(ctx, req, true)
+	key := v.cacheKey(set, "validate-daemonset", req, f, true)
+	if key != nil {
+		if cached, ok := v.cache.get(set, key); ok {
+			decisionCacheTotal.WithLabelValues("validate-daemonset", "hit").Inc()
+			return v.verdict(req, cached.([]policy.Violation))
+		}
+		decisionCacheTotal.WithLabelValues("validate-daemonset", "miss").Inc()
+	}
+	in, early := v.daemonSetInput(req, f)
 	if early != nil {
 		return *early
 	}
-	violations, err := v.Engine.Set().Validate(ctx, in)
+	violations, err := set.Validate(ctx, in)
 	if err != nil {
 		return v.evaluationFailed(req, err)
 	}
+	if key != nil {
+		v.cache.put(set, key, violations)
+	}
+	return v.verdict(req, violations)
+}
+
+// verdict turns violations into the response, counting them and logging dry runs.
+func (v DaemonSetValidator) verdict(req admission.Request, violations []policy.Violation) admission.Response {
 	verdict := Decide(violations)
 	for _, x := range violations {
 		violationsTotal.WithLabelValues(x.Policy, string(x.Action)).Inc()

@@ -139,7 +139,7 @@ func BenchmarkMutateDaemonSet(b *testing.B) {
 	})
 	b.Run("Inject", func(b *testing.B) { // the inject policy alone, input built once
 		req := decodeRequest(b, create)
-		in, early := h.daemonSetInput(b.Context(), req, false)
+		in, early := h.daemonSetInput(req, h.gather(b.Context(), req, false))
 		if early != nil {
 			b.Fatalf("early response %+v", early)
 		}
@@ -153,7 +153,7 @@ func BenchmarkMutateDaemonSet(b *testing.B) {
 	})
 	b.Run("DaemonSetPatch", func(b *testing.B) { // the patch computation alone
 		req := decodeRequest(b, create)
-		in, _ := h.daemonSetInput(b.Context(), req, false)
+		in, _ := h.daemonSetInput(req, h.gather(b.Context(), req, false))
 		decision, err := h.Engine.Set().Inject(b.Context(), in)
 		if err != nil || !decision.Inject {
 			b.Fatalf("decision %+v, %v", decision, err)
@@ -171,7 +171,7 @@ func BenchmarkMutateDaemonSet(b *testing.B) {
 		req := decodeRequest(b, create)
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, early := h.daemonSetInput(b.Context(), req, true); early != nil {
+			if _, early := h.daemonSetInput(req, h.gather(b.Context(), req, true)); early != nil {
 				b.Fatal(early)
 			}
 		}
@@ -188,7 +188,8 @@ func BenchmarkValidateDaemonSet(b *testing.B) {
 		benchServeHTTP(b, daemonguardHTTP(DaemonSetValidator{big}), create, false)
 	})
 	b.Run("Validate", func(b *testing.B) { // the validation policies alone, input built once
-		in, early := h.daemonSetInput(b.Context(), decodeRequest(b, create), true)
+		req := decodeRequest(b, create)
+		in, early := h.daemonSetInput(req, h.gather(b.Context(), req, true))
 		if early != nil {
 			b.Fatalf("early response %+v", early)
 		}

@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -30,17 +32,12 @@ func decodeObject(raw []byte) (map[string]any, error) {
 	return obj, nil
 }
 
-// child returns obj[key] as an object, creating it when create is set. It fails when the key holds
-// something that is not an object: such input is malformed and must not be overwritten.
-func child(obj map[string]any, key string, create bool) (map[string]any, error) {
+// child returns obj[key] as an object, or nil when the key is absent or null. It fails when the key
+// holds something that is not an object: such input is malformed and must not be overwritten.
+func child(obj map[string]any, key string) (map[string]any, error) {
 	v, ok := obj[key]
 	if !ok || v == nil {
-		if !create {
-			return nil, nil
-		}
-		m := map[string]any{}
-		obj[key] = m
-		return m, nil
+		return nil, nil
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -62,63 +59,201 @@ func DaemonSetPatch(raw []byte, d policy.InjectDecision) ([]jsonpatch.Operation,
 	if err != nil {
 		return nil, err
 	}
-	spec, err := child(obj, "spec", true)
-	if err != nil {
-		return nil, err
-	}
-	template, err := child(spec, "template", true)
-	if err != nil {
-		return nil, fmt.Errorf("spec.%w", err)
-	}
-	podSpec, err := child(template, "spec", true)
-	if err != nil {
-		return nil, fmt.Errorf("spec.template.%w", err)
-	}
-	if err := addTolerations(podSpec, d.Tolerations); err != nil {
-		return nil, err
-	}
-	addPriorityClass(podSpec, d.PriorityClassName)
-
-	mutated, err := json.Marshal(obj)
-	if err != nil {
-		return nil, fmt.Errorf("encode mutated object: %w", err)
-	}
-	return jsonpatch.CreatePatch(raw, mutated)
+	return daemonSetPatch(obj, d)
 }
 
-func addTolerations(podSpec map[string]any, wanted []corev1.Toleration) error {
-	var existing []any
-	if v, ok := podSpec["tolerations"]; ok && v != nil {
-		list, ok := v.([]any)
-		if !ok {
-			return fmt.Errorf("spec.template.spec.tolerations is %T, want a list", v)
-		}
-		existing = list
+// Paths of the pod template and its fields, as JSON pointers.
+const (
+	podSpecPointer           = "/spec/template/spec"
+	tolerationsPointer       = podSpecPointer + "/tolerations"
+	priorityClassNamePointer = podSpecPointer + "/priorityClassName"
+)
+
+// daemonSetPatch is DaemonSetPatch over the decoded object, which it does not modify. The patch is
+// written, not diffed: only additions can come out of an injection, and it knows where they go.
+// Each operation is an "add" of a new key or list item, or a "replace" of a key that holds null or
+// "" (a JSON patch "add" would do the same; "replace" says what happens).
+func daemonSetPatch(obj map[string]any, d policy.InjectDecision) ([]jsonpatch.Operation, error) {
+	if !d.Inject {
+		return nil, nil
 	}
-	have := make([]corev1.Toleration, 0, len(existing))
-	for _, item := range existing {
-		b, err := json.Marshal(item)
+	// Find the pod spec, or the first level of spec.template.spec that is missing (absent or null).
+	levels := []struct{ key, pointer, prefix string }{
+		{"spec", "/spec", ""},
+		{"template", "/spec/template", "spec."},
+		{"spec", podSpecPointer, "spec.template."},
+	}
+	missing := -1 // index into levels of the first missing level
+	parent := obj
+	for i, l := range levels {
+		m, err := child(parent, l.key)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("%s%w", l.prefix, err)
 		}
-		var t corev1.Toleration
-		if err := json.Unmarshal(b, &t); err != nil {
-			return fmt.Errorf("spec.template.spec.tolerations: %w", err)
+		if m == nil {
+			missing = i
+			break
 		}
-		have = append(have, t)
+		parent = m
 	}
-	added := existing
-	for _, w := range wanted {
+	var podSpec map[string]any // nil when missing
+	if missing < 0 {
+		podSpec = parent
+	}
+
+	existing, err := existingTolerations(podSpec)
+	if err != nil {
+		return nil, err
+	}
+	var added []any
+	have := existing
+	for _, w := range d.Tolerations {
 		if covered(have, w) {
 			continue
 		}
 		have = append(have, w)
 		added = append(added, tolerationJSON(w))
 	}
-	if len(added) != len(existing) {
-		podSpec["tolerations"] = added
+	setClass := needsPriorityClass(podSpec, d.PriorityClassName)
+	if len(added) == 0 && !setClass {
+		return nil, nil
 	}
-	return nil
+
+	if missing >= 0 {
+		// Create the missing part of spec.template.spec with everything in it, in one operation.
+		sub := map[string]any{}
+		if len(added) > 0 {
+			sub["tolerations"] = added
+		}
+		if setClass {
+			sub["priorityClassName"] = d.PriorityClassName
+		}
+		value := sub
+		for i := len(levels) - 1; i > missing; i-- {
+			value = map[string]any{levels[i].key: value}
+		}
+		return []jsonpatch.Operation{addOrReplace(parent, levels[missing].key, levels[missing].pointer, value)}, nil
+	}
+
+	var ops []jsonpatch.Operation
+	switch {
+	case len(added) == 0:
+	case len(existing) == 0 && !isList(podSpec["tolerations"]):
+		ops = append(ops, addOrReplace(podSpec, "tolerations", tolerationsPointer, added))
+	default:
+		for i, t := range added {
+			ops = append(ops, jsonpatch.NewOperation("add", tolerationsPointer+"/"+strconv.Itoa(len(existing)+i), t))
+		}
+	}
+	if setClass {
+		ops = append(ops, addOrReplace(podSpec, "priorityClassName", priorityClassNamePointer, d.PriorityClassName))
+	}
+	return ops, nil
+}
+
+func isList(v any) bool {
+	_, ok := v.([]any)
+	return ok
+}
+
+// addOrReplace sets obj[key] (at pointer): "add" when the key is absent, else "replace".
+func addOrReplace(obj map[string]any, key, pointer string, value any) jsonpatch.Operation {
+	if _, ok := obj[key]; ok {
+		return jsonpatch.NewOperation("replace", pointer, value)
+	}
+	return jsonpatch.NewOperation("add", pointer, value)
+}
+
+// existingTolerations reads spec.template.spec.tolerations of a decoded pod spec (nil: none).
+func existingTolerations(podSpec map[string]any) ([]corev1.Toleration, error) {
+	v, ok := podSpec["tolerations"]
+	if !ok || v == nil {
+		return nil, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("spec.template.spec.tolerations is %T, want a list", v)
+	}
+	have := make([]corev1.Toleration, 0, len(list)+2)
+	for _, item := range list {
+		t, err := tolerationOf(item)
+		if err != nil {
+			return nil, fmt.Errorf("spec.template.spec.tolerations: %w", err)
+		}
+		have = append(have, t)
+	}
+	return have, nil
+}
+
+// tolerationOf converts one decoded toleration as json.Unmarshal into a corev1.Toleration would.
+// The usual shape (the fields spelled as the API server writes them, string values, an integer
+// tolerationSeconds) is read straight from the map; anything else takes the JSON round trip, so
+// odd input gets exactly encoding/json's answer.
+func tolerationOf(item any) (corev1.Toleration, error) {
+	var t corev1.Toleration
+	m, ok := item.(map[string]any)
+	if !ok && item != nil {
+		return roundTripToleration(item)
+	}
+	for k, v := range m {
+		var field *string
+		switch k {
+		case "key":
+			field = &t.Key
+		case "operator":
+			field = (*string)(&t.Operator)
+		case "value":
+			field = &t.Value
+		case "effect":
+			field = (*string)(&t.Effect)
+		case "tolerationSeconds":
+			switch n := v.(type) {
+			case nil:
+				continue
+			case json.Number:
+				secs, err := strconv.ParseInt(string(n), 10, 64)
+				if err != nil {
+					return roundTripToleration(item)
+				}
+				t.TolerationSeconds = &secs
+				continue
+			default:
+				return roundTripToleration(item)
+			}
+		default:
+			if tolerationField(k) {
+				return roundTripToleration(item) // a differently cased field name: encoding/json matches it
+			}
+			continue
+		}
+		switch s := v.(type) {
+		case nil:
+		case string:
+			*field = s
+		default:
+			return roundTripToleration(item)
+		}
+	}
+	return t, nil
+}
+
+func tolerationField(k string) bool {
+	for _, f := range []string{"key", "operator", "value", "effect", "tolerationSeconds"} {
+		if strings.EqualFold(k, f) {
+			return true
+		}
+	}
+	return false
+}
+
+func roundTripToleration(item any) (corev1.Toleration, error) {
+	var t corev1.Toleration
+	b, err := json.Marshal(item)
+	if err != nil {
+		return t, err
+	}
+	err = json.Unmarshal(b, &t)
+	return t, err
 }
 
 // covered reports whether the tolerations already tolerate everything w tolerates: an identical
@@ -175,17 +310,18 @@ func tolerationJSON(t corev1.Toleration) map[string]any {
 	return m
 }
 
-// addPriorityClass sets the class only when the template names none and carries no explicit
-// priority: the Priority admission plugin rejects pods whose priority disagrees with their class.
-func addPriorityClass(podSpec map[string]any, class string) {
+// needsPriorityClass tells whether to set the class: only when the template names none and carries
+// no explicit priority, since the Priority admission plugin rejects pods whose priority disagrees
+// with their class.
+func needsPriorityClass(podSpec map[string]any, class string) bool {
 	if class == "" {
-		return
+		return false
 	}
 	if v, ok := podSpec["priorityClassName"].(string); ok && v != "" {
-		return
+		return false
 	}
 	if v, ok := podSpec["priority"]; ok && v != nil {
-		return
+		return false
 	}
-	podSpec["priorityClassName"] = class
+	return true
 }

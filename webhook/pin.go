@@ -1,11 +1,9 @@
 package webhook
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"gomodules.xyz/jsonpatch/v2"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // nodeNameField is the field the DaemonSet controller pins its pods with. Unlike the
@@ -36,7 +34,7 @@ func PodPinPatch(raw []byte) (PinResult, error) {
 	if !controlledByDaemonSet(obj) {
 		return PinResult{Reason: "not controlled by a DaemonSet"}, nil
 	}
-	spec, err := child(obj, "spec", false)
+	spec, err := child(obj, "spec")
 	if err != nil {
 		return PinResult{}, err
 	}
@@ -54,29 +52,46 @@ func PodPinPatch(raw []byte) (PinResult, error) {
 		return PinResult{Reason: "DaemonSet pod without a node pin or nodeName; left to the scheduler"}, nil
 	}
 
-	affinity, err := child(spec, "affinity", true)
+	ops, err := pinOps(spec, nodeName)
 	if err != nil {
-		return PinResult{}, fmt.Errorf("spec.%w", err)
+		return PinResult{}, err
 	}
-	nodeAffinity, err := child(affinity, "nodeAffinity", true)
-	if err != nil {
-		return PinResult{}, fmt.Errorf("spec.affinity.%w", err)
-	}
-	nodeAffinity["requiredDuringSchedulingIgnoredDuringExecution"] = map[string]any{
+	return PinResult{Patch: ops, Reason: "spec.nodeName " + nodeName + " rewritten into a node affinity pin"}, nil
+}
+
+// pinOps writes the patch that moves nodeName into the required node affinity of spec: the pin
+// replaces spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution (creating
+// affinity and nodeAffinity when absent or null), and spec.nodeName is removed. Nothing else in
+// spec changes.
+func pinOps(spec map[string]any, nodeName string) ([]jsonpatch.Operation, error) {
+	pin := map[string]any{
 		"nodeSelectorTerms": []any{map[string]any{
 			"matchFields": []any{map[string]any{"key": nodeNameField, "operator": "In", "values": []any{nodeName}}},
 		}},
 	}
-	delete(spec, "nodeName")
-	mutated, err := json.Marshal(obj)
+	const (
+		affinityPointer     = "/spec/affinity"
+		nodeAffinityPointer = affinityPointer + "/nodeAffinity"
+		requiredPointer     = nodeAffinityPointer + "/requiredDuringSchedulingIgnoredDuringExecution"
+	)
+	remove := jsonpatch.NewOperation("remove", "/spec/nodeName", nil)
+	affinity, err := child(spec, "affinity")
 	if err != nil {
-		return PinResult{}, fmt.Errorf("encode mutated pod: %w", err)
+		return nil, fmt.Errorf("spec.%w", err)
 	}
-	patch, err := jsonpatch.CreatePatch(raw, mutated)
+	if affinity == nil {
+		value := map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": pin}}
+		return []jsonpatch.Operation{addOrReplace(spec, "affinity", affinityPointer, value), remove}, nil
+	}
+	nodeAffinity, err := child(affinity, "nodeAffinity")
 	if err != nil {
-		return PinResult{}, err
+		return nil, fmt.Errorf("spec.affinity.%w", err)
 	}
-	return PinResult{Patch: patch, Reason: "spec.nodeName " + nodeName + " rewritten into a node affinity pin"}, nil
+	if nodeAffinity == nil {
+		value := map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": pin}
+		return []jsonpatch.Operation{addOrReplace(affinity, "nodeAffinity", nodeAffinityPointer, value), remove}, nil
+	}
+	return []jsonpatch.Operation{addOrReplace(nodeAffinity, "requiredDuringSchedulingIgnoredDuringExecution", requiredPointer, pin), remove}, nil
 }
 
 func controlledByDaemonSet(obj map[string]any) bool {
@@ -96,32 +111,87 @@ func controlledByDaemonSet(obj map[string]any) bool {
 
 // pinnedNode reports whether the required node affinity pins the pod to one node by name: exactly
 // one term, whose matchFields include metadata.name In [one value]. Other requirements in the term
-// only narrow it further and are kept.
+// only narrow it further and are kept. It reads the decoded spec as json.Unmarshal into
+// corev1.Affinity would: null counts as absent, and a value of the wrong type anywhere on the
+// way means no pin.
 func pinnedNode(spec map[string]any) (bool, string) {
-	raw, err := json.Marshal(spec["affinity"])
-	if err != nil {
+	nodeAffinity, ok := objectAt(spec, "affinity", "nodeAffinity")
+	if !ok {
 		return false, ""
 	}
-	var affinity struct {
-		NodeAffinity *struct {
-			Required *struct {
-				Terms []struct {
-					MatchFields []corev1.NodeSelectorRequirement `json:"matchFields"`
-				} `json:"nodeSelectorTerms"`
-			} `json:"requiredDuringSchedulingIgnoredDuringExecution"`
-		} `json:"nodeAffinity"`
-	}
-	if json.Unmarshal(raw, &affinity) != nil || affinity.NodeAffinity == nil || affinity.NodeAffinity.Required == nil {
+	required, ok := objectAt(nodeAffinity, "requiredDuringSchedulingIgnoredDuringExecution")
+	if !ok {
 		return false, ""
 	}
-	terms := affinity.NodeAffinity.Required.Terms
-	if len(terms) != 1 {
+	terms, ok := listAt(required, "nodeSelectorTerms")
+	if !ok || len(terms) != 1 {
 		return false, ""
 	}
-	for _, f := range terms[0].MatchFields {
-		if f.Key == nodeNameField && f.Operator == "In" && len(f.Values) == 1 {
-			return true, f.Values[0]
+	term, ok := terms[0].(map[string]any)
+	if !ok && terms[0] != nil {
+		return false, ""
+	}
+	fields, ok := listAt(term, "matchFields")
+	if !ok {
+		return false, ""
+	}
+	node, pinned := "", false
+	for _, f := range fields {
+		req, ok := f.(map[string]any)
+		if !ok && f != nil {
+			return false, ""
+		}
+		key, ok1 := stringAt(req, "key")
+		op, ok2 := stringAt(req, "operator")
+		values, ok3 := listAt(req, "values")
+		if !ok1 || !ok2 || !ok3 {
+			return false, ""
+		}
+		for _, v := range values {
+			if _, ok := v.(string); !ok && v != nil {
+				return false, ""
+			}
+		}
+		if !pinned && key == nodeNameField && op == "In" && len(values) == 1 {
+			node, _ = values[0].(string)
+			pinned = true
 		}
 	}
-	return false, ""
+	return pinned, node
+}
+
+// objectAt follows keys through nested objects. ok is false when a value on the way is neither an
+// object nor null; an absent or null value yields (nil, true) only for the last key, and ends the
+// walk with ok false before it (nothing to pin).
+func objectAt(obj map[string]any, keys ...string) (map[string]any, bool) {
+	for _, k := range keys {
+		v := obj[k]
+		if v == nil {
+			return nil, false
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		obj = m
+	}
+	return obj, true
+}
+
+func listAt(obj map[string]any, key string) ([]any, bool) {
+	v := obj[key]
+	if v == nil {
+		return nil, true
+	}
+	l, ok := v.([]any)
+	return l, ok
+}
+
+func stringAt(obj map[string]any, key string) (string, bool) {
+	v := obj[key]
+	if v == nil {
+		return "", true
+	}
+	s, ok := v.(string)
+	return s, ok
 }

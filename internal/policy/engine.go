@@ -16,9 +16,11 @@ import (
 	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -106,17 +108,42 @@ func (in *Input) value() (ast.Value, error) {
 	}
 	doc := map[string]any{
 		"operation": string(in.Operation),
-		"object":    in.Object,
+		"object":    withoutManagedFields(in.Object),
 		"namespace": map[string]any{"name": in.Namespace.Name, "labels": labels},
 	}
 	if in.OldObject != nil {
-		doc["oldObject"] = in.OldObject
+		doc["oldObject"] = withoutManagedFields(in.OldObject)
 	}
 	if in.Cluster != nil {
 		doc["cluster"] = map[string]any{"nodes": in.Cluster.Nodes, "matchingNodes": in.Cluster.MatchingNodes}
 	}
 	// InterfaceToValue walks the generic map directly; no JSON round trip on the hot path.
 	return ast.InterfaceToValue(doc)
+}
+
+// withoutManagedFields returns obj without metadata.managedFields, copying only the two maps on
+// the way (obj itself is not modified). managedFields is the largest nested part of a stored
+// object, no policy has a use for it, and converting it to AST was most of the cost of the input.
+func withoutManagedFields(obj map[string]any) map[string]any {
+	meta, ok := obj["metadata"].(map[string]any)
+	if !ok {
+		return obj
+	}
+	if _, ok := meta["managedFields"]; !ok {
+		return obj
+	}
+	metaCopy := make(map[string]any, len(meta))
+	for k, v := range meta {
+		if k != "managedFields" {
+			metaCopy[k] = v
+		}
+	}
+	objCopy := make(map[string]any, len(obj))
+	for k, v := range obj {
+		objCopy[k] = v
+	}
+	objCopy["metadata"] = metaCopy
+	return objCopy
 }
 
 // Module is one Rego file and where it came from (a path, or configmap/NAME/KEY), for errors.
@@ -132,6 +159,9 @@ type Set struct {
 	hasInject   bool
 	enforcement map[string]Action
 	modules     []string
+	// deterministic is true when no module calls a nondeterministic built-in (time.now_ns,
+	// http.send, rand.intn, ...): the set's answers then depend on the input alone.
+	deterministic bool
 }
 
 const (
@@ -167,7 +197,7 @@ func Compile(ctx context.Context, modules []Module, params map[string]any) (*Set
 	// policy set instead of on every read.
 	store := inmem.NewFromObjectWithOpts(map[string]any{"daemonguard": map[string]any{"parameters": params}}, inmem.OptReturnASTValuesOnRead(true))
 
-	s := &Set{enforcement: map[string]Action{}}
+	s := &Set{enforcement: map[string]Action{}, deterministic: !callsNondeterministicBuiltins(compiler)}
 	for _, m := range modules {
 		s.modules = append(s.modules, m.Name)
 	}
@@ -228,6 +258,39 @@ func (s *Set) resolveEnforcement(ctx context.Context, compiler *ast.Compiler, st
 	return nil
 }
 
+// callsNondeterministicBuiltins reports whether any compiled module calls a built-in whose result
+// depends on more than its arguments (time, randomness, the network, the runtime).
+func callsNondeterministicBuiltins(c *ast.Compiler) bool {
+	found := false
+	check := func(op ast.Ref) {
+		if b, ok := ast.BuiltinMap[op.String()]; ok && b.Nondeterministic {
+			found = true
+		}
+	}
+	for _, m := range c.Modules {
+		ast.WalkExprs(m, func(e *ast.Expr) bool {
+			if e.IsCall() {
+				check(e.Operator())
+			}
+			return false
+		})
+		ast.WalkTerms(m, func(t *ast.Term) bool {
+			if call, ok := t.Value.(ast.Call); ok && len(call) > 0 {
+				if op, ok := call[0].Value.(ast.Ref); ok {
+					check(op)
+				}
+			}
+			return false
+		})
+	}
+	return found
+}
+
+// Deterministic reports whether the set's decisions depend on the input alone, so that a caller
+// may reuse the decision for an identical input (same set, same input document). False when any
+// module calls a nondeterministic built-in such as time.now_ns or http.send.
+func (s *Set) Deterministic() bool { return s.deterministic }
+
 // Modules lists the names of the modules compiled into the set.
 func (s *Set) Modules() []string { return s.modules }
 
@@ -247,7 +310,7 @@ func (s *Set) Validate(ctx context.Context, in *Input) ([]Violation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build policy input: %w", err)
 	}
-	rs, err := s.validate.Eval(ctx, rego.EvalParsedInput(v))
+	rs, err := eval(ctx, s.validate, v)
 	if err != nil {
 		return nil, fmt.Errorf("evaluate policies: %w", err)
 	}
@@ -289,6 +352,20 @@ func (s *Set) Validate(ctx context.Context, in *Input) ([]Violation, error) {
 	return out, nil
 }
 
+// noMetrics is shared by every evaluation: nothing reads OPA's per-query timers, and creating them
+// costs an allocation and a clock read each.
+var noMetrics = metrics.NoOp()
+
+// eval runs a prepared query on an AST input. Cancellation of ctx still stops the evaluation, but
+// through context.AfterFunc, which starts no goroutine unless ctx is actually cancelled (OPA's
+// default starts one per evaluation to watch ctx).
+func eval(ctx context.Context, q rego.PreparedEvalQuery, input ast.Value) (rego.ResultSet, error) {
+	cancel := topdown.NewCancel()
+	stop := context.AfterFunc(ctx, cancel.Cancel)
+	defer stop()
+	return q.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(noMetrics), rego.EvalExternalCancel(cancel))
+}
+
 // Inject evaluates the inject policy. A set without one injects nothing.
 func (s *Set) Inject(ctx context.Context, in *Input) (InjectDecision, error) {
 	if !s.hasInject {
@@ -298,7 +375,7 @@ func (s *Set) Inject(ctx context.Context, in *Input) (InjectDecision, error) {
 	if err != nil {
 		return InjectDecision{}, fmt.Errorf("build policy input: %w", err)
 	}
-	rs, err := s.inject.Eval(ctx, rego.EvalParsedInput(v))
+	rs, err := eval(ctx, s.inject, v)
 	if err != nil {
 		return InjectDecision{}, fmt.Errorf("evaluate inject policy: %w", err)
 	}
