@@ -27,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/selftls"
@@ -203,7 +205,7 @@ func (r *release) runWebhook(port int, extra ...string) *component {
 func waitAdmission(t *testing.T, ns string) {
 	t.Helper()
 	cluster.WaitFor(t, 2*time.Minute, "the API server calls the webhook", func(ctx context.Context) (bool, string) {
-		got, err := dryRunDaemonSet(ctx, ns, "probe")
+		got, err := dryRunDaemonSet(ctx, cluster.Client, ns, "probe")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -211,7 +213,7 @@ func waitAdmission(t *testing.T, ns string) {
 	})
 }
 
-func dryRunDaemonSet(ctx context.Context, ns, name string) (*appsv1.DaemonSet, error) {
+func dryRunDaemonSet(ctx context.Context, client kubernetes.Interface, ns, name string) (*appsv1.DaemonSet, error) {
 	labels := map[string]string{"app": name}
 	ds := &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -223,7 +225,7 @@ func dryRunDaemonSet(ctx context.Context, ns, name string) (*appsv1.DaemonSet, e
 			},
 		},
 	}
-	return cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	return client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 }
 
 // assertNoDrift applies the demo DaemonSets and checks that kubectl diff --server-side, which is
@@ -242,6 +244,9 @@ func assertNoDrift(t *testing.T, ns string) {
 		if out, stderr, err := cluster.Kubectl(ctx, "", "apply", "--server-side", "-n", ns, "-f", path); err != nil {
 			t.Fatalf("kubectl apply %s: %v\n%s%s", f, err, out, stderr)
 		}
+		// kubectl diff compares a live read with a dry-run apply made a moment later; a status
+		// still changing between the two would show up as a difference that is not drift.
+		waitSettled(t, ns)
 		out, stderr, err := cluster.Kubectl(ctx, "", "diff", "--server-side", "-n", ns, "-f", path)
 		if err != nil || out != "" {
 			t.Errorf("kubectl diff --server-side -f %s reports drift after apply (err %v):\n%s%s", f, err, out, stderr)
@@ -254,6 +259,25 @@ func assertNoDrift(t *testing.T, ns string) {
 	if !hasToleration(ds.Spec.Template.Spec.Tolerations, "node-role.kubernetes.io/control-plane") {
 		t.Errorf("nginx-ds was stored without the injected control-plane toleration: %+v", ds.Spec.Template.Spec.Tolerations)
 	}
+}
+
+// waitSettled waits until every DaemonSet in ns has been observed and has all its pods available.
+func waitSettled(t *testing.T, ns string) {
+	t.Helper()
+	cluster.WaitFor(t, 2*time.Minute, "DaemonSets settle", func(ctx context.Context) (bool, string) {
+		list, err := cluster.Client.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, ds := range list.Items {
+			st := ds.Status
+			if st.ObservedGeneration != ds.Generation || st.DesiredNumberScheduled == 0 ||
+				st.NumberAvailable != st.DesiredNumberScheduled || st.UpdatedNumberScheduled != st.DesiredNumberScheduled {
+				return false, fmt.Sprintf("%s: %+v", ds.Name, st)
+			}
+		}
+		return true, ""
+	})
 }
 
 func hasToleration(ts []corev1.Toleration, key string) bool {
@@ -299,19 +323,30 @@ type admissionLoad struct {
 	wg         sync.WaitGroup
 }
 
-func startAdmissionLoad(ns string, workers int) *admissionLoad {
+func startAdmissionLoad(t *testing.T, ns string, workers int) *admissionLoad {
+	t.Helper()
+	// A client of its own, so the load never starves the test's polling of rate-limiter tokens.
+	cfg := rest.CopyConfig(cluster.RESTConfig)
+	cfg.QPS, cfg.Burst = 1000, 1000
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	l := &admissionLoad{stop: make(chan struct{})}
 	for w := range workers {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
+			// Each worker sends at most 25 requests a second: steady load, CPU left for the rest.
+			pace := time.NewTicker(40 * time.Millisecond)
+			defer pace.Stop()
 			for i := 0; ; i++ {
 				select {
 				case <-l.stop:
 					return
-				default:
+				case <-pace.C:
 				}
-				got, err := dryRunDaemonSet(context.Background(), ns, fmt.Sprintf("load-%d-%d", w, i))
+				got, err := dryRunDaemonSet(context.Background(), client, ns, fmt.Sprintf("load-%d-%d", w, i))
 				if err == nil && got.Spec.Template.Spec.PriorityClassName == "" {
 					err = errors.New("admitted without mutation")
 				}
@@ -380,7 +415,7 @@ func TestSelfManagedTLS(t *testing.T) {
 		cluster.WaitFor(t, 10*time.Second, "the CA is older than a rotation request made now", func(context.Context) (bool, string) {
 			return time.Now().Truncate(time.Second).After(firstCAs[0].NotBefore), ""
 		})
-		load := startAdmissionLoad(ns, 4)
+		load := startAdmissionLoad(t, ns, 4)
 		loadStopped := false
 		defer func() {
 			if !loadStopped {

@@ -231,7 +231,7 @@ func Decide(st State, cfg Config, now time.Time) Plan {
 	// Publishing is the reconciler's job after every write; the first time it sees the bundle in
 	// place, the grace clock starts.
 	if !p.BundleChanged(st) && st.Published && st.BundlePublishedAt.IsZero() {
-		p.RecordPublished = true
+		p.RecordPublished, p.Reasons = true, append(p.Reasons, "the CA bundle is published; its propagation grace starts")
 	}
 	if p.Changed(st) {
 		due = now // look again right after the write, to publish and take the next step

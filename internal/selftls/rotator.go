@@ -128,8 +128,9 @@ func (r *Rotator) SetupWithManager(mgr ctrl.Manager) error {
 		For(&corev1.Secret{}, builder.WithPredicates(named(r.SecretName))).
 		Watches(&admissionregistrationv1.MutatingWebhookConfiguration{}, toSecret, builder.WithPredicates(named(r.WebhookConfigurationName))).
 		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, toSecret, builder.WithPredicates(named(r.WebhookConfigurationName))).
-		// A process may run the webhook server more than once (tests, restarts in place).
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
+		// Every replica writes its own files, so this runs on followers too. A process may run the
+		// webhook server more than once (tests, restarts in place).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), SkipNameValidation: ptr.To(true)}).
 		Complete(r)
 }
 
