@@ -511,6 +511,34 @@ func TestSelfManagedTLS(t *testing.T) {
 		}
 	})
 
+	t.Run("a policy ConfigMap from values is hot-reloaded and enforced", func(t *testing.T) {
+		values := filepath.Join(t.TempDir(), "policies.yaml")
+		err := os.WriteFile(values, []byte(`policies:
+  configMaps:
+    team-limits:
+      files:
+        parameters.yaml: |
+          policies:
+            revision_history:
+              default:
+                minReadySeconds: 10
+`), 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dryRunDaemonSet(ctx, cluster.Client, ns, "before"); err != nil {
+			t.Fatalf("minReadySeconds 0 is denied before the policy ConfigMap exists: %v", err)
+		}
+		r.helm("upgrade", r.name, chartDir(t), "--namespace", r.namespace, "--reuse-values", "-f", values, "--wait", "--timeout", "3m")
+		cluster.WaitFor(t, time.Minute, "the webhook enforces the new parameter", func(ctx context.Context) (bool, string) {
+			_, err := dryRunDaemonSet(ctx, cluster.Client, ns, "after")
+			if err == nil {
+				return false, "still admitted"
+			}
+			return strings.Contains(err.Error(), "revision_history") && strings.Contains(err.Error(), "minReadySeconds"), err.Error()
+		})
+	})
+
 	t.Run("uninstall removes the webhook configurations", func(t *testing.T) {
 		r.helm("uninstall", r.name, "--namespace", r.namespace, "--wait")
 		_, err := cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
