@@ -25,7 +25,9 @@ import (
 // (StrictReview, then controller-runtime's admission.Webhook, which reads and decodes the
 // AdmissionReview, runs the handler and encodes the response), with every built-in policy loaded,
 // cluster facts read the way the production cache reads them, and a production-style JSON logger
-// (writing to io.Discard). The other benchmarks isolate one function of that path.
+// (writing to io.Discard). They repeat one request, so the decision cache is off except in the
+// .../cached benchmarks, which measure its hit path. The other benchmarks isolate one function of
+// that path.
 //
 //	go test -short -run '^$' -bench . -benchmem ./webhook/
 //
@@ -67,12 +69,19 @@ func benchFixtures(b *testing.B) ([]fixture.Case, *policy.Set, logr.Logger) {
 func benchHandlers(b *testing.B, nodes int) (*Handlers, []fixture.Case) {
 	cases, set, log := benchFixtures(b)
 	return &Handlers{
+		NoDecisionCache:  true, // the benchmarks repeat one request: measure the evaluation, not the cache
 		Engine:           policy.NewEngine(set),
 		ExemptNamespaces: []string{"daemonguard-system", "kube-system"},
 		FailureMode:      FailClosed,
 		Facts:            Facts{NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(nodes))},
 		Log:              log.WithName("admission"),
 	}, cases
+}
+
+// cached returns a copy of h with the decision cache on (and empty): its ServeHTTP benchmarks
+// measure a request identical to one answered before, the cache's hit path.
+func cached(h *Handlers) *Handlers {
+	return &Handlers{Engine: h.Engine, ExemptNamespaces: h.ExemptNamespaces, FailureMode: h.FailureMode, Facts: h.Facts, Log: h.Log}
 }
 
 // serveOnce posts one review to wh and returns the decoded response.
@@ -129,6 +138,8 @@ func BenchmarkMutateDaemonSet(b *testing.B) {
 	create, update := fixture.Get(cases, "mutate-daemonset/create"), fixture.Get(cases, "mutate-daemonset/update")
 	b.Run("ServeHTTP/create", func(b *testing.B) { benchServeHTTP(b, daemonguardHTTP(DaemonSetMutator{h}), create, true) })
 	b.Run("ServeHTTP/update", func(b *testing.B) { benchServeHTTP(b, daemonguardHTTP(DaemonSetMutator{h}), update, false) })
+	b.Run("ServeHTTP/create/cached", func(b *testing.B) { benchServeHTTP(b, daemonguardHTTP(DaemonSetMutator{cached(h)}), create, true) })
+	b.Run("ServeHTTP/update/cached", func(b *testing.B) { benchServeHTTP(b, daemonguardHTTP(DaemonSetMutator{cached(h)}), update, false) })
 	b.Run("Handle/create", func(b *testing.B) {
 		req := decodeRequest(b, create)
 		m := DaemonSetMutator{h}
@@ -183,6 +194,8 @@ func BenchmarkValidateDaemonSet(b *testing.B) {
 	create, update := fixture.Get(cases, "validate-daemonset/create"), fixture.Get(cases, "validate-daemonset/update")
 	b.Run("ServeHTTP/create", func(b *testing.B) { benchServeHTTP(b, daemonguardHTTP(DaemonSetValidator{h}), create, false) })
 	b.Run("ServeHTTP/update", func(b *testing.B) { benchServeHTTP(b, daemonguardHTTP(DaemonSetValidator{h}), update, false) })
+	b.Run("ServeHTTP/create/cached", func(b *testing.B) { benchServeHTTP(b, daemonguardHTTP(DaemonSetValidator{cached(h)}), create, false) })
+	b.Run("ServeHTTP/update/cached", func(b *testing.B) { benchServeHTTP(b, daemonguardHTTP(DaemonSetValidator{cached(h)}), update, false) })
 	b.Run("ServeHTTP/create/nodes=500", func(b *testing.B) {
 		big, _ := benchHandlers(b, 500)
 		benchServeHTTP(b, daemonguardHTTP(DaemonSetValidator{big}), create, false)

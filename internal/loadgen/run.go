@@ -42,7 +42,11 @@ type Config struct {
 	Nodes       int    // size of the cluster the cluster facts describe
 	HTTP1       bool   // HTTP/1.1 over many keep-alive connections instead of HTTP/2 (what the API server uses)
 	Seed        uint64 // of the request sequence
-	Progress    io.Writer
+	// UniqueObjects makes every DaemonSet request carry an object not sent before (see
+	// fixture.Options), so daemonguard's decision cache never hits; otherwise each variant's object
+	// repeats and, after its first request, is answered from the cache.
+	UniqueObjects bool
+	Progress      io.Writer
 }
 
 // DefaultConfig is 500, 1,000 and 2,000 requests/s for 10s each, the default mix, 5 nodes, HTTP/2.
@@ -86,6 +90,7 @@ type Report struct {
 		Mix         string        `json:"mix"`
 		Nodes       int           `json:"nodes"`
 		Protocol    string        `json:"protocol"`
+		Objects     string        `json:"objects"` // "repeated" or "unique" (Config.UniqueObjects)
 		GoVersion   string        `json:"goVersion"`
 		CPUs        int           `json:"cpus"`
 		MaxProcs    int           `json:"gomaxprocs"`
@@ -105,7 +110,7 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 			return nil, fmt.Errorf("rate %d is not positive", r)
 		}
 	}
-	cases, err := fixture.Cases()
+	cases, err := fixture.CasesWith(fixture.Options{UniqueObjects: cfg.UniqueObjects})
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +124,10 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 	rc.Protocol, rc.GoVersion, rc.CPUs, rc.MaxProcs = "HTTP/2", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0)
 	if cfg.HTTP1 {
 		rc.Protocol = "HTTP/1.1"
+	}
+	rc.Objects = "repeated"
+	if cfg.UniqueObjects {
+		rc.Objects = "unique"
 	}
 
 	clients := map[string]*http.Client{}

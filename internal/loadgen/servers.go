@@ -58,10 +58,16 @@ func (s *Servers) Close() {
 	}
 }
 
+// ServerOptions configure daemonguard's server under test.
+type ServerOptions struct {
+	Nodes           int  // size of the cluster the cluster facts describe
+	NoDecisionCache bool // turn daemonguard's decision cache off (webhook.Handlers.NoDecisionCache)
+}
+
 // DaemonguardHandlers returns daemonguard's handlers wired as internal/webhookserver wires them: every built-in
 // policy, daemonguard's own namespace and kube-system exempt, fail closed, and cluster facts of a
-// cluster of nodes nodes read the way the production cache reads them (see fixture.NodeLister).
-func DaemonguardHandlers(ctx context.Context, nodes int, log logr.Logger) (*webhook.Handlers, error) {
+// cluster of opts.Nodes nodes read the way the production cache reads them (see fixture.NodeLister).
+func DaemonguardHandlers(ctx context.Context, opts ServerOptions, log logr.Logger) (*webhook.Handlers, error) {
 	modules, params, err := policy.Builtin()
 	if err != nil {
 		return nil, err
@@ -74,8 +80,9 @@ func DaemonguardHandlers(ctx context.Context, nodes int, log logr.Logger) (*webh
 		Engine:           policy.NewEngine(set),
 		ExemptNamespaces: []string{"daemonguard-system", "kube-system"},
 		FailureMode:      webhook.FailClosed,
-		Facts:            webhook.Facts{NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(nodes))},
+		Facts:            webhook.Facts{NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(opts.Nodes))},
 		Log:              log.WithName("admission"),
+		NoDecisionCache:  opts.NoDecisionCache,
 	}, nil
 }
 
@@ -89,12 +96,12 @@ var NullHandler = admission.HandlerFunc(func(context.Context, admission.Request)
 // DaemonguardHandlers), and one serving the null webhook on the same three paths: same
 // certificate, TLS settings, HTTP server, metrics instrumentation and admission.Webhook decoding,
 // so the difference between them is daemonguard's own work. They run until Close.
-func StartServers(ctx context.Context, nodes int, log logr.Logger) (*Servers, error) {
+func StartServers(ctx context.Context, opts ServerOptions, log logr.Logger) (*Servers, error) {
 	cert, pool, err := SelfSignedCert()
 	if err != nil {
 		return nil, err
 	}
-	handlers, err := DaemonguardHandlers(ctx, nodes, log)
+	handlers, err := DaemonguardHandlers(ctx, opts, log)
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func TestFixturePathsAreTheWebhookPaths(t *testing.T) {
 // It asserts nothing about latency.
 func TestSmoke(t *testing.T) {
 	ctrl.SetLogger(logr.Discard())
-	servers, err := StartServers(t.Context(), 5, logr.Discard())
+	servers, err := StartServers(t.Context(), ServerOptions{Nodes: 5}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
