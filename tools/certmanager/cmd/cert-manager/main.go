@@ -18,12 +18,14 @@ import (
 
 func main() {
 	var opts certmanager.Options
-	flag.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to run against (required)")
-	flag.StringVar(&opts.ClusterResourceNamespace, "cluster-resource-namespace", "kube-system",
+	// Not flag.CommandLine: controller-runtime registers its own --kubeconfig there.
+	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to run against (required)")
+	fs.StringVar(&opts.ClusterResourceNamespace, "cluster-resource-namespace", "kube-system",
 		"namespace that holds the Secrets of ClusterIssuers")
-	flag.StringVar(&opts.ReadyFile, "ready-file", "", "file written once every informer has synced")
-	klog.InitFlags(flag.CommandLine)
-	flag.Parse()
+	fs.StringVar(&opts.ReadyFile, "ready-file", "", "file written once every informer has synced")
+	klog.InitFlags(fs)
+	_ = fs.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
