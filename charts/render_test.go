@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,10 +108,31 @@ var helmBinary = sync.OnceValues(func() (string, error) {
 	return bins.Path("helm"), nil
 })
 
+// readInputs reads every file helm reads, in this process: go test caches results by the files a
+// test opens, and would otherwise not see a changed template that only the helm process read.
+var readInputs = sync.OnceValue(func() error {
+	for _, dir := range []string{chartDir, filepath.Join("testdata", "values")} {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			_, err = os.ReadFile(path)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+})
+
 // runHelm runs helm with its config, cache and data homes in a temporary folder, so no user
 // repositories or plugins take part. A failure returns helm's stderr as the error.
 func runHelm(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
+	if err := readInputs(); err != nil {
+		t.Fatal(err)
+	}
 	bin, err := helmBinary()
 	if err != nil {
 		t.Fatalf("build helm: %v", err)

@@ -7,18 +7,18 @@ The chart name, or nameOverride.
 
 {{/*
 The prefix of every resource name, and the name of both webhook configurations (the binary patches
-that name in self-managed TLS mode). Truncated to 52 characters so that suffixed names such as
-<fullname>-controller-metrics stay within the 63 characters of a DNS label.
+that name in self-managed TLS mode). Truncated to 44 characters so that the longest suffixed DNS
+label, the Service <fullname>-controller-metrics, stays within 63 characters.
 */}}
 {{- define "daemonguard.fullname" -}}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- .Values.fullnameOverride | trunc 44 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- .Release.Name | trunc 44 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name $name | trunc 44 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
 {{- end }}
