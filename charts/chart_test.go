@@ -84,6 +84,13 @@ func TestValuesSchemaRejects(t *testing.T) {
 		"a mistyped key in a toleration": {
 			args: []string{"--set-json", `webhook.tolerations=[{"key":"a","effects":"NoSchedule"}]`}, want: "additional properties 'effects' not allowed",
 		},
+		"a mistyped security context field that would silently drop a restriction": {
+			args: []string{"--set", "webhook.containerSecurityContext.readOnlyRootFileSystem=true"},
+			want: "at '/webhook/containerSecurityContext': additional properties 'readOnlyRootFileSystem' not allowed",
+		},
+		"a mistyped affinity field": {
+			args: []string{"--set", "controller.affinity.nodeAfinity.x=y"}, want: "at '/controller/affinity': additional properties 'nodeAfinity' not allowed",
+		},
 		"a mistyped controller key": {
 			args: []string{"--set", "controller.watchNamespaces=agents"}, want: "at '/controller': additional properties 'watchNamespaces' not allowed",
 		},
