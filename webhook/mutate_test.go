@@ -240,3 +240,150 @@ func applyRawPatch(t *testing.T, raw, patch []byte) []byte {
 	}
 	return out
 }
+
+// diffPatch is how DaemonSetPatch used to compute its patch, kept as the reference: decode, add
+// what is missing to the generic object (creating spec, template and spec as needed), re-encode
+// and diff the whole object with jsonpatch.CreatePatch.
+func diffPatch(t *testing.T, raw []byte, d policy.InjectDecision) []jsonpatch.Operation {
+	t.Helper()
+	obj, err := decodeObject(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podSpec := obj
+	for _, k := range []string{"spec", "template", "spec"} {
+		next, _ := podSpec[k].(map[string]any)
+		if next == nil {
+			next = map[string]any{}
+			podSpec[k] = next
+		}
+		podSpec = next
+	}
+	have, err := existingTolerations(podSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := podSpec["tolerations"].([]any)
+	added := false
+	for _, w := range d.Tolerations {
+		if !covered(have, w) {
+			have = append(have, w)
+			list = append(list, tolerationJSON(w))
+			added = true
+		}
+	}
+	if added {
+		podSpec["tolerations"] = list
+	}
+	if needsPriorityClass(podSpec, d.PriorityClassName) {
+		podSpec["priorityClassName"] = d.PriorityClassName
+	}
+	mutated, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := jsonpatch.CreatePatch(raw, mutated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops
+}
+
+// Property: the written patch does what diffing the mutated object did, for random objects with
+// missing, null and present levels, random tolerations and priority fields.
+func TestDaemonSetPatchMatchesTheDiff(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	tolerations := []any{
+		map[string]any{"key": "node-role.kubernetes.io/master", "effect": "NoSchedule"},
+		map[string]any{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"},
+		map[string]any{"operator": "Exists"},
+		map[string]any{"key": "gpu", "operator": "Equal", "value": "v", "effect": "NoExecute", "tolerationSeconds": json.Number("30")},
+		nil,
+	}
+	decisions := []policy.InjectDecision{controlPlaneDecision, {Inject: true, Tolerations: controlPlaneDecision.Tolerations}, {Inject: true, PriorityClassName: "p"}}
+	pick := func(options ...any) any { return options[rng.IntN(len(options))] }
+	for i := range 3000 {
+		podSpec := map[string]any{"containers": []any{map[string]any{"name": "a", "futureField": true}}}
+		switch rng.IntN(4) {
+		case 0: // no tolerations key
+		case 1:
+			podSpec["tolerations"] = nil
+		default:
+			var list []any
+			for range rng.IntN(4) {
+				list = append(list, tolerations[rng.IntN(len(tolerations))])
+			}
+			podSpec["tolerations"] = append([]any{}, list...)
+		}
+		if v := pick("absent", "", nil, "mine"); v != "absent" {
+			podSpec["priorityClassName"] = v
+		}
+		if rng.IntN(5) == 0 {
+			podSpec["priority"] = pick(json.Number("1000"), nil)
+		}
+		var obj map[string]any
+		switch rng.IntN(7) {
+		case 0:
+			obj = map[string]any{"metadata": map[string]any{"name": "x"}}
+		case 1:
+			obj = map[string]any{"spec": nil}
+		case 2:
+			obj = map[string]any{"spec": map[string]any{"selector": map[string]any{}}}
+		case 3:
+			obj = map[string]any{"spec": map[string]any{"template": nil}}
+		case 4:
+			obj = map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{}}}}
+		case 5:
+			obj = map[string]any{"spec": map[string]any{"template": map[string]any{"spec": nil}}}
+		default:
+			obj = map[string]any{"spec": map[string]any{"futureSpecField": 1, "template": map[string]any{"spec": podSpec}}}
+		}
+		raw, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := decisions[rng.IntN(len(decisions))]
+		ops, err := DaemonSetPatch(raw, d)
+		if err != nil {
+			t.Fatalf("case %d %s: %v", i, raw, err)
+		}
+		want := diffPatch(t, raw, d)
+		if len(ops) == 0 && len(want) > 0 && !onlyCreatesEmptyObjects(t, raw, want) {
+			t.Fatalf("case %d %s: no patch, the diff is %v", i, raw, want)
+		}
+		got, wantOut := applyPatch(t, raw, ops), applyPatch(t, raw, want)
+		if len(ops) == 0 {
+			continue // the diff may have created empty objects only (checked above)
+		}
+		var g, w any
+		if json.Unmarshal(got, &g) != nil || json.Unmarshal(wantOut, &w) != nil || !reflect.DeepEqual(g, w) {
+			t.Fatalf("case %d %s (%+v):\nwritten %s\ngives   %s\ndiff    %s\ngives   %s", i, raw, d, mustJSON(ops), got, mustJSON(want), wantOut)
+		}
+		if again, err := DaemonSetPatch(got, d); err != nil || len(again) != 0 {
+			t.Fatalf("case %d: second pass over %s: %v, %v", i, got, again, err)
+		}
+	}
+}
+
+// onlyCreatesEmptyObjects tells a diff whose only effect is to create an empty spec.template.spec
+// (the old code did that when a decision had nothing to add); the written patch leaves it out.
+func onlyCreatesEmptyObjects(t *testing.T, raw []byte, ops []jsonpatch.Operation) bool {
+	t.Helper()
+	out, err := decodeObject(applyPatch(t, raw, ops))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := child(out, "spec")
+	for _, k := range []string{"template", "spec"} {
+		if err != nil || ps == nil {
+			return false
+		}
+		ps, err = child(ps, k)
+	}
+	return err == nil && len(ps) == 0
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

@@ -3,8 +3,13 @@ package webhook
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
+
+	"gomodules.xyz/jsonpatch/v2"
+	corev1 "k8s.io/api/core/v1"
 )
 
 const dsOwner = `"ownerReferences":[{"apiVersion":"apps/v1","kind":"DaemonSet","name":"ds","uid":"u","controller":true}]`
@@ -125,5 +130,120 @@ func TestOnlyStatusAnnotationsChanged(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// typedPinnedNode is how pinnedNode used to read the pin, kept as the reference: the affinity
+// re-encoded and decoded into the typed fields it checks.
+func typedPinnedNode(spec map[string]any) (bool, string) {
+	raw, err := json.Marshal(spec["affinity"])
+	if err != nil {
+		return false, ""
+	}
+	var affinity struct {
+		NodeAffinity *struct {
+			Required *struct {
+				Terms []struct {
+					MatchFields []corev1.NodeSelectorRequirement `json:"matchFields"`
+				} `json:"nodeSelectorTerms"`
+			} `json:"requiredDuringSchedulingIgnoredDuringExecution"`
+		} `json:"nodeAffinity"`
+	}
+	if json.Unmarshal(raw, &affinity) != nil || affinity.NodeAffinity == nil || affinity.NodeAffinity.Required == nil {
+		return false, ""
+	}
+	terms := affinity.NodeAffinity.Required.Terms
+	if len(terms) != 1 {
+		return false, ""
+	}
+	for _, f := range terms[0].MatchFields {
+		if f.Key == nodeNameField && f.Operator == "In" && len(f.Values) == 1 {
+			return true, f.Values[0]
+		}
+	}
+	return false, ""
+}
+
+// Property: for random affinities (pins, other terms, nulls and wrong types on the way), the pin is
+// read as the typed decoding read it, and a rewrite does what diffing the rewritten pod did.
+func TestPodPinPatchMatchesTheTypedReadAndTheDiff(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	pick := func(options ...any) any { return options[rng.IntN(len(options))] }
+	requirement := func() any {
+		return pick(
+			map[string]any{"key": nodeNameField, "operator": "In", "values": []any{pick("n1", "n2")}},
+			map[string]any{"key": nodeNameField, "operator": "In", "values": []any{"n1", "n2"}},
+			map[string]any{"key": nodeNameField, "operator": "NotIn", "values": []any{"n1"}},
+			map[string]any{"key": "other", "operator": "In", "values": []any{"n1"}},
+			map[string]any{"key": nodeNameField, "operator": "In", "values": []any{json.Number("5")}},
+			map[string]any{"key": nodeNameField, "operator": "In", "values": []any{nil}},
+			map[string]any{"key": nodeNameField, "operator": nil, "values": nil},
+			"garbage", nil,
+		)
+	}
+	list := func(item func() any) any {
+		var l []any
+		for range rng.IntN(3) {
+			l = append(l, item())
+		}
+		return pick(l, l, nil, "garbage")
+	}
+	term := func() any {
+		return pick(map[string]any{"matchFields": list(requirement), "matchExpressions": []any{}}, nil, 7)
+	}
+	for i := range 3000 {
+		spec := map[string]any{"containers": []any{}}
+		if rng.IntN(2) == 0 {
+			spec["nodeName"] = pick("n1", "n2", "")
+		}
+		if rng.IntN(6) != 0 {
+			required := pick(map[string]any{"nodeSelectorTerms": list(term)}, nil, "garbage")
+			nodeAffinity := pick(map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": required, "preferredDuringSchedulingIgnoredDuringExecution": []any{}}, map[string]any{}, nil, []any{})
+			spec["affinity"] = pick(map[string]any{"nodeAffinity": nodeAffinity, "podAntiAffinity": map[string]any{}}, nil, "x")
+		}
+		pod := map[string]any{"metadata": map[string]any{"ownerReferences": []any{map[string]any{"apiVersion": "apps/v1", "kind": "DaemonSet", "controller": true}}}, "spec": spec}
+		raw, err := json.Marshal(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded, _ := decodeObject(raw)
+		decodedSpec := decoded["spec"].(map[string]any)
+		gotPinned, gotNode := pinnedNode(decodedSpec)
+		if wantPinned, wantNode := typedPinnedNode(decodedSpec); gotPinned != wantPinned || gotNode != wantNode {
+			t.Fatalf("case %d %s: pinned %v %q, the typed read says %v %q", i, raw, gotPinned, gotNode, wantPinned, wantNode)
+		}
+		res, err := PodPinPatch(raw)
+		if err != nil || len(res.Patch) == 0 {
+			continue // no rewrite (or a malformed affinity): nothing to compare
+		}
+		// The old rewrite: set the required terms on the decoded pod, drop nodeName, diff.
+		aff, _ := decodedSpec["affinity"].(map[string]any)
+		if aff == nil {
+			aff = map[string]any{}
+			decodedSpec["affinity"] = aff
+		}
+		na, _ := aff["nodeAffinity"].(map[string]any)
+		if na == nil {
+			na = map[string]any{}
+			aff["nodeAffinity"] = na
+		}
+		node := decodedSpec["nodeName"].(string)
+		na["requiredDuringSchedulingIgnoredDuringExecution"] = map[string]any{"nodeSelectorTerms": []any{map[string]any{
+			"matchFields": []any{map[string]any{"key": nodeNameField, "operator": "In", "values": []any{node}}},
+		}}}
+		delete(decodedSpec, "nodeName")
+		mutated, _ := json.Marshal(decoded)
+		want, err := jsonpatch.CreatePatch(raw, mutated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g, w any
+		got, wantOut := applyPatch(t, raw, res.Patch), applyPatch(t, raw, want)
+		if json.Unmarshal(got, &g) != nil || json.Unmarshal(wantOut, &w) != nil || !reflect.DeepEqual(g, w) {
+			t.Fatalf("case %d %s:\nwritten gives %s\ndiff gives    %s", i, raw, got, wantOut)
+		}
+		if again, err := PodPinPatch(got); err != nil || len(again.Patch) != 0 {
+			t.Fatalf("case %d: second pass over %s: %+v, %v", i, got, again, err)
+		}
 	}
 }

@@ -1,0 +1,96 @@
+package webhook
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// reviewHeadAgrees checks reviewHead against json.Unmarshal: whenever the cheap scan answers, it
+// must answer what the full decode sees.
+func reviewHeadAgrees(t *testing.T, body []byte) {
+	t.Helper()
+	apiVersion, kind, ok := reviewHead(body)
+	if !ok {
+		return
+	}
+	var head struct {
+		APIVersion *string `json:"apiVersion"`
+		Kind       *string `json:"kind"`
+	}
+	if err := json.Unmarshal(body, &head); err != nil {
+		// The scan does not validate nested values; the full check would reject the body, and so
+		// does controller-runtime's decoder after it. The head must still be what is written.
+		return
+	}
+	if head.APIVersion == nil || head.Kind == nil || *head.APIVersion != apiVersion || *head.Kind != kind {
+		t.Errorf("reviewHead(%.200s) = %q, %q; json.Unmarshal sees %s, %s", body, apiVersion, kind, deref(head.APIVersion), deref(head.Kind))
+	}
+}
+
+func TestReviewHead(t *testing.T) {
+	seed := review("apps", "v1", "DaemonSet", "CREATE", seedObject)
+	tests := map[string]struct {
+		body   string
+		wantOK bool // the cheap scan answers (else the full check decides)
+	}{
+		"what the API server sends":      {body: seed, wantOK: true},
+		"kind first, as Go encodes it":   {body: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"kind":{"kind":"X"},"apiVersion":"y"}}`, wantOK: true},
+		"whitespace everywhere":          {body: " {\n \"apiVersion\" : \"admission.k8s.io/v1\" ,\t\"kind\":\"AdmissionReview\" , \"request\" : [ 1 , {\"a\":\"}\\\"\"} ] }\n", wantOK: true},
+		"a duplicate kind later":         {body: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{},"kind":"Other"}`},
+		"a differently cased key":        {body: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","APIVERSION":"admission.k8s.io/v2"}`},
+		"a Kelvin-sign kind":             {body: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","\u212aind":"Other"}`},
+		"an escaped key":                 {body: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","kin\u0064":"Other"}`},
+		"an escaped value":               {body: `{"kind":"Admission\u0052eview","apiVersion":"admission.k8s.io/v1"}`},
+		"kind missing":                   {body: `{"apiVersion":"admission.k8s.io/v1","request":{}}`},
+		"kind null":                      {body: `{"kind":null,"apiVersion":"admission.k8s.io/v1"}`},
+		"truncated":                      {body: seed[:120]},
+		"trailing garbage":               {body: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"} x`},
+		"not an object":                  {body: `["kind","AdmissionReview"]`},
+		"empty object":                   {body: `{}`},
+		"unbalanced nested value":        {body: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"a":[}`},
+		"a string with an escaped quote": {body: `{"request":{"x":"\"kind\":\"Other\""},"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}`, wantOK: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if _, _, ok := reviewHead([]byte(tc.body)); ok != tc.wantOK {
+				t.Errorf("ok = %v, want %v", ok, tc.wantOK)
+			}
+			reviewHeadAgrees(t, []byte(tc.body))
+		})
+	}
+}
+
+// Every body of the AdmissionReview fuzz corpus, and the seeds, through both checks.
+func TestReviewHeadAgreesOnTheFuzzCorpus(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzAdmissionReview", "*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no corpus: %v", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// go test fuzz v1 corpus files hold one []byte("...") line after the header.
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			if body, ok := strings.CutPrefix(line, "[]byte("); ok {
+				s, err := strconv.Unquote(strings.TrimSuffix(body, ")"))
+				if err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				reviewHeadAgrees(t, []byte(s))
+			}
+		}
+	}
+}
+
+func FuzzReviewHead(f *testing.F) {
+	f.Add([]byte(review("apps", "v1", "DaemonSet", "CREATE", seedObject)))
+	f.Add([]byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","kind":"x"}`))
+	f.Add([]byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1beta1","request":{"a":"\\\""}}`))
+	f.Fuzz(func(t *testing.T, body []byte) { reviewHeadAgrees(t, body) })
+}
