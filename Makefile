@@ -63,6 +63,10 @@ test: testbin lint ## Run every test, including the integration tests on the loc
 test-unit: ## Run only the tests that need no cluster.
 	$(GO) test $(TEST_FLAGS) -short ./...
 
+.PHONY: helm-lint
+helm-lint: testbin ## Lint the chart (helm lint --strict) and compare `helm template` with the goldens (UPDATE_GOLDEN=1 rewrites them).
+	$(GO) test -count=1 -run 'TestLint|TestGolden|TestValuesSchemaRejects' ./charts/
+
 .PHONY: bench
 bench: testbin ## Run benchmarks (BENCH=regex).
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...
