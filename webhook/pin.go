@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -27,9 +29,12 @@ type PinResult struct {
 // Only the required terms are rewritten, as the DaemonSet controller itself does; preferred terms
 // and everything else survive.
 func PodPinPatch(raw []byte) (PinResult, error) {
-	obj, err := decodeObject(raw)
-	if err != nil {
-		return PinResult{}, err
+	obj, ok := podView(raw)
+	if !ok {
+		var err error
+		if obj, err = decodeObject(raw); err != nil {
+			return PinResult{}, err
+		}
 	}
 	if !controlledByDaemonSet(obj) {
 		return PinResult{Reason: "not controlled by a DaemonSet"}, nil
@@ -92,6 +97,57 @@ func pinOps(spec map[string]any, nodeName string) ([]jsonpatch.Operation, error)
 		return []jsonpatch.Operation{addOrReplace(affinity, "nodeAffinity", nodeAffinityPointer, value), remove}, nil
 	}
 	return []jsonpatch.Operation{addOrReplace(nodeAffinity, "requiredDuringSchedulingIgnoredDuringExecution", requiredPointer, pin), remove}, nil
+}
+
+// podView decodes only what PodPinPatch reads of a pod: metadata.ownerReferences, spec.nodeName
+// and spec.affinity, into the same shape decodeObject gives them (the other keys of metadata and
+// spec are left out, and everything else at the top). The rest of the pod (containers, volumes,
+// managedFields: most of it) is only scanned, not built. ok is false when raw does not decode into
+// an object; decodeObject then gives the error.
+func podView(raw []byte) (map[string]any, bool) {
+	var top map[string]json.RawMessage
+	if decodeValue(raw, &top) != nil || top == nil {
+		return nil, false
+	}
+	obj := map[string]any{}
+	for key, keep := range map[string][]string{"metadata": {"ownerReferences"}, "spec": {"nodeName", "affinity"}} {
+		if v, ok := top[key]; ok {
+			value, err := partialObject(v, keep)
+			if err != nil {
+				return nil, false
+			}
+			obj[key] = value
+		}
+	}
+	return obj, true
+}
+
+// partialObject decodes raw, keeping only the keys keep when it is an object; any other value is
+// decoded whole.
+func partialObject(raw json.RawMessage, keep []string) (any, error) {
+	var fields map[string]json.RawMessage
+	if decodeValue(raw, &fields) != nil || fields == nil {
+		var whole any
+		return whole, decodeValue(raw, &whole)
+	}
+	out := make(map[string]any, len(keep))
+	for _, k := range keep {
+		if v, ok := fields[k]; ok {
+			var x any
+			if err := decodeValue(v, &x); err != nil {
+				return nil, err
+			}
+			out[k] = x
+		}
+	}
+	return out, nil
+}
+
+// decodeValue decodes the first JSON value of raw as decodeObject does (numbers as json.Number).
+func decodeValue(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	return dec.Decode(v)
 }
 
 func controlledByDaemonSet(obj map[string]any) bool {
