@@ -320,6 +320,7 @@ type admissionLoad struct {
 	mu         sync.Mutex
 	firstErr   error
 	stop       chan struct{}
+	once       sync.Once
 	wg         sync.WaitGroup
 }
 
@@ -366,8 +367,9 @@ func startAdmissionLoad(t *testing.T, ns string, workers int) *admissionLoad {
 	return l
 }
 
+// Stop ends the load and waits for the workers; calling it again does nothing.
 func (l *admissionLoad) Stop() {
-	close(l.stop)
+	l.once.Do(func() { close(l.stop) })
 	l.wg.Wait()
 }
 
@@ -416,12 +418,7 @@ func TestSelfManagedTLS(t *testing.T) {
 			return time.Now().Truncate(time.Second).After(firstCAs[0].NotBefore), ""
 		})
 		load := startAdmissionLoad(t, ns, 4)
-		loadStopped := false
-		defer func() {
-			if !loadStopped {
-				load.Stop()
-			}
-		}()
+		defer load.Stop()
 		cluster.WaitFor(t, 30*time.Second, "load is flowing", func(context.Context) (bool, string) {
 			return load.ok.Load() >= 20, fmt.Sprintf("%d ok, %d failed", load.ok.Load(), load.failed.Load())
 		})
@@ -471,7 +468,6 @@ func TestSelfManagedTLS(t *testing.T) {
 			return load.ok.Load() >= after+20, ""
 		})
 		load.Stop()
-		loadStopped = true
 		t.Logf("admission requests during rotation: %d ok, %d failed", load.ok.Load(), load.failed.Load())
 		if n := load.failed.Load(); n > 0 {
 			t.Errorf("%d admission requests failed during the rotation; first: %v", n, load.firstErr)
@@ -547,6 +543,141 @@ func TestSelfManagedTLS(t *testing.T) {
 		}
 		if _, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("mutating webhook configuration after uninstall: %v", err)
+		}
+	})
+}
+
+// mountSecret plays the kubelet's Secret volume for a component on the host: it writes tls.crt
+// and tls.key of the Secret to dir now and again whenever the Secret changes, until the test ends.
+func mountSecret(t *testing.T, ns, name, dir string) {
+	t.Helper()
+	sync := func(ctx context.Context) (bool, string) {
+		s, err := cluster.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(s.Data[corev1.TLSCertKey]) == 0 || len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
+			return false, "secret has no certificate yet"
+		}
+		for _, key := range []string{corev1.TLSPrivateKeyKey, corev1.TLSCertKey} {
+			path := filepath.Join(dir, key)
+			if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, s.Data[key]) {
+				continue
+			}
+			tmp := path + ".tmp"
+			if err := os.WriteFile(tmp, s.Data[key], 0o600); err != nil {
+				return false, err.Error()
+			}
+			if err := os.Rename(tmp, path); err != nil {
+				return false, err.Error()
+			}
+		}
+		return true, ""
+	}
+	cluster.WaitFor(t, 2*time.Minute, "cert-manager issues the serving certificate", sync)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		// The kubelet refreshes Secret volumes periodically; a short period keeps the test quick.
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				sync(ctx)
+			}
+		}
+	}()
+}
+
+// TestCertManagerTLS installs the chart with certManager.enabled=true next to cert-manager's own
+// issuing controllers and cainjector: the chart's Issuers issue the serving certificate, the
+// cainjector puts the CA into the chart's webhook configurations, and the API server calls the
+// webhook over TLS through it. A renewal under admission load is reloaded from disk without a
+// restart and fails no request.
+func TestCertManagerTLS(t *testing.T) {
+	localcluster.NeedCluster(t)
+	ctx := context.Background()
+	if _, err := cluster.StartCertManager(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := installChart(t, "dg-cm", "certManager.enabled=true")
+	certName := r.object("Certificate", "webhook-tls").GetName()
+	configName := r.webhookConfigurationName()
+	certDir := t.TempDir()
+	mountSecret(t, r.namespace, certName, certDir)
+
+	cluster.WaitFor(t, 2*time.Minute, "the cainjector injects the CA", func(ctx context.Context) (bool, string) {
+		s, err := cluster.Client.CoreV1().Secrets(r.namespace).Get(ctx, certName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		m, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		v, err := cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		bundles := [][]byte{}
+		for _, w := range m.Webhooks {
+			bundles = append(bundles, w.ClientConfig.CABundle)
+		}
+		for _, w := range v.Webhooks {
+			bundles = append(bundles, w.ClientConfig.CABundle)
+		}
+		for _, b := range bundles {
+			if len(b) == 0 || !bytes.Equal(b, s.Data["ca.crt"]) {
+				return false, "caBundle not injected yet"
+			}
+		}
+		return true, ""
+	})
+	web := r.runComponent("webhook", "--host=127.0.0.1", "--port="+strconv.Itoa(r.webhookPort), "--cert-dir="+certDir)
+	ns := cluster.NewTestNamespace(t)
+	waitAdmission(t, ns)
+
+	t.Run("no drift after apply", func(t *testing.T) { assertNoDrift(t, ns) })
+
+	t.Run("a renewal under load is reloaded without restart and fails no request", func(t *testing.T) {
+		addr := "127.0.0.1:" + strconv.Itoa(r.webhookPort)
+		before, err := servedCertificate(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		load := startAdmissionLoad(t, ns, 4)
+		defer load.Stop()
+		cluster.WaitFor(t, 30*time.Second, "load is flowing", func(context.Context) (bool, string) {
+			return load.ok.Load() >= 20, fmt.Sprintf("%d ok, %d failed", load.ok.Load(), load.failed.Load())
+		})
+		// What `cmctl renew` does: set the Issuing condition, which cert-manager's trigger honours.
+		patch := `[{"op":"add","path":"/status/conditions/-","value":{"type":"Issuing","status":"True","reason":"ManuallyTriggered","message":"renewal requested by the install e2e"}}]`
+		if out, stderr, err := cluster.Kubectl(ctx, "", "patch", "certificate", certName, "-n", r.namespace, "--subresource=status", "--type=json", "-p", patch); err != nil {
+			t.Fatalf("request renewal: %v\n%s%s", err, out, stderr)
+		}
+		cluster.WaitFor(t, 2*time.Minute, "the webhook serves the renewed certificate", func(context.Context) (bool, string) {
+			now, err := servedCertificate(addr)
+			if err != nil {
+				return false, err.Error()
+			}
+			return !now.Equal(before), "still the certificate served before the renewal"
+		})
+		after := load.ok.Load()
+		cluster.WaitFor(t, 30*time.Second, "load continues after the renewal", func(context.Context) (bool, string) {
+			return load.ok.Load() >= after+20, ""
+		})
+		load.Stop()
+		t.Logf("admission requests during renewal: %d ok, %d failed", load.ok.Load(), load.failed.Load())
+		if n := load.failed.Load(); n > 0 {
+			t.Errorf("%d admission requests failed during the renewal; first: %v", n, load.firstErr)
+		}
+		if err := web.proc.Exited(); err != nil {
+			t.Errorf("the webhook restarted or died during the renewal: %v", err)
 		}
 	})
 }
