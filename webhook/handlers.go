@@ -319,7 +319,8 @@ func (v DaemonSetValidator) verdict(req admission.Request, violations []policy.V
 	return admission.Allowed("").WithWarnings(verdict.WarningMessages()...)
 }
 
-// PodPinner pins DaemonSet pods to their node by node affinity (Pods, CREATE only).
+// PodPinner pins DaemonSet pods to their node by node affinity (Pods, CREATE only). Its requests
+// must come from admission.Webhook, which has checked that the object is valid JSON.
 type PodPinner struct{ *Handlers }
 
 // Handle implements admission.Handler.
@@ -337,7 +338,8 @@ func (p PodPinner) pin(req admission.Request) admission.Response {
 	if p.exempt(req.Namespace) {
 		return admission.Allowed("namespace " + req.Namespace + " is exempt")
 	}
-	res, err := PodPinPatch(req.Object.Raw)
+	// admission.Webhook decoded the AdmissionReview, object included, so the object is valid JSON.
+	res, err := podPinPatch(req.Object.Raw, true)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
