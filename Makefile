@@ -36,7 +36,7 @@ lint: vet ## Check formatting and vet (fails on unformatted files).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: testbin
-testbin: ## Build (or reuse cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and helm.
+testbin: ## Build (or reuse cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm and cert-manager.
 	$(GO) run ./cmd/localcluster build
 
 ##@ Run
