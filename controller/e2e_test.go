@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -85,13 +86,18 @@ func condition(ds *appsv1.DaemonSet, t controller.Phase) *appsv1.DaemonSetCondit
 	return nil
 }
 
-// waitPhase waits until the given rollout condition is True and the DaemonSet's pods all run image
-// (when image is not empty).
+// waitPhase waits until the given rollout condition of nginx-ds is True.
 func waitPhase(t *testing.T, ns string, phase controller.Phase, timeout time.Duration) *appsv1.DaemonSet {
 	t.Helper()
+	return waitPhaseOf(t, ns, "nginx-ds", phase, timeout)
+}
+
+// waitPhaseOf waits until the given rollout condition of the named DaemonSet is True.
+func waitPhaseOf(t *testing.T, ns, name string, phase controller.Phase, timeout time.Duration) *appsv1.DaemonSet {
+	t.Helper()
 	var ds *appsv1.DaemonSet
-	cluster.WaitFor(t, timeout, "rollout condition "+string(phase), func(ctx context.Context) (bool, string) {
-		got, err := getDS(ctx, ns)
+	cluster.WaitFor(t, timeout, name+" rollout condition "+string(phase), func(ctx context.Context) (bool, string) {
+		got, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -101,20 +107,36 @@ func waitPhase(t *testing.T, ns string, phase controller.Phase, timeout time.Dur
 	return ds
 }
 
-func waitSettled(t *testing.T, ns string, image string) {
+// waitSettled waits until each of want reachable nodes runs exactly one pod of nginx-ds, Ready and
+// with image (terminating pods count, so none may be left). Nodes that are unreachable or gone are
+// not counted, nor their pods: a kubelet that stopped acting never finishes a deletion.
+func waitSettled(t *testing.T, ns string, image string, want int) {
 	t.Helper()
 	cluster.WaitFor(t, 3*time.Minute, "all pods running "+image, func(ctx context.Context) (bool, string) {
+		nodes, err := cluster.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
 		pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=nginx-ds"})
 		if err != nil {
 			return false, err.Error()
 		}
-		ready := 0
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image == image && podReady(&p) {
-				ready++
+		perNode := map[string][]*corev1.Pod{}
+		for i := range pods.Items {
+			perNode[pods.Items[i].Spec.NodeName] = append(perNode[pods.Items[i].Spec.NodeName], &pods.Items[i])
+		}
+		reachable, settled := 0, 0
+		for i := range nodes.Items {
+			if !nodeReachable(&nodes.Items[i]) {
+				continue
+			}
+			reachable++
+			ps := perNode[nodes.Items[i].Name]
+			if len(ps) == 1 && ps[0].DeletionTimestamp == nil && ps[0].Spec.Containers[0].Image == image && podReady(ps[0]) {
+				settled++
 			}
 		}
-		return ready == nodeCount && len(pods.Items) == nodeCount, fmt.Sprintf("%d of %d ready with %s, %d pods", ready, nodeCount, image, len(pods.Items))
+		return reachable == want && settled == want, fmt.Sprintf("%d of %d reachable nodes (want %d) run one ready pod with %s", settled, reachable, want, image)
 	})
 }
 
@@ -127,75 +149,121 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// sampler watches the namespace's pods and records, after every event, how many nodes lack an
-// available pod and how many pods run a given image: a continuous sample, not an end state.
+// nodeReachable is a Ready node without the node lifecycle controller's not-ready or unreachable
+// taints: one the rollout counts.
+func nodeReachable(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady {
+			return false
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// sampler watches the nodes and the namespace's pods and records, after every event, how many
+// reachable nodes lack an available pod, how many pods run a given image and which images each
+// node ran: a continuous sample, not an end state.
 type sampler struct {
 	mu             sync.Mutex
+	nodes          map[string]*corev1.Node
 	pods           map[string]*corev1.Pod
 	maxUnavailable int
 	maxWithImage   int
 	image          string
+	imagesOn       map[string]map[string]bool // node -> images of its non-terminating pods, ever
 	samples        int
-	synced         bool // the initial list is in; before it the map is partial
+	synced         bool // both initial lists are in; before that the maps are partial
 	stop           chan struct{}
 }
 
 func startSampler(t *testing.T, ns, image string) *sampler {
 	t.Helper()
-	s := &sampler{pods: map[string]*corev1.Pod{}, image: image, stop: make(chan struct{})}
-	factory := informers.NewSharedInformerFactoryWithOptions(cluster.Client, 0, informers.WithNamespace(ns))
-	inf := factory.Core().V1().Pods().Informer()
+	s := &sampler{nodes: map[string]*corev1.Node{}, pods: map[string]*corev1.Pod{}, imagesOn: map[string]map[string]bool{}, image: image, stop: make(chan struct{})}
+	pods := informers.NewSharedInformerFactoryWithOptions(cluster.Client, 0, informers.WithNamespace(ns)).Core().V1().Pods().Informer()
+	nodes := informers.NewSharedInformerFactory(cluster.Client, 0).Core().V1().Nodes().Informer()
 	record := func(obj any, deleted bool) {
-		p, ok := obj.(*corev1.Pod)
-		if !ok {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				p, _ = tomb.Obj.(*corev1.Pod)
-			}
-		}
-		if p == nil {
-			return
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if deleted {
-			delete(s.pods, p.Name)
-		} else {
-			s.pods[p.Name] = p
-		}
-		if !s.synced {
+		switch o := obj.(type) {
+		case *corev1.Pod:
+			if deleted {
+				delete(s.pods, o.Name)
+			} else {
+				s.pods[o.Name] = o
+			}
+		case *corev1.Node:
+			if deleted {
+				delete(s.nodes, o.Name)
+			} else {
+				s.nodes[o.Name] = o
+			}
+		default:
 			return
 		}
-		availableNodes := map[string]bool{}
-		withImage := 0
-		for _, q := range s.pods {
-			if q.DeletionTimestamp == nil && podReady(q) {
-				availableNodes[q.Spec.NodeName] = true
-			}
-			if q.DeletionTimestamp == nil && q.Spec.Containers[0].Image == s.image {
-				withImage++
-			}
+		if s.synced {
+			s.sample()
 		}
-		s.maxUnavailable = max(s.maxUnavailable, nodeCount-len(availableNodes))
-		s.maxWithImage = max(s.maxWithImage, withImage)
-		s.samples++
 	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { record(o, false) },
 		UpdateFunc: func(_, o any) { record(o, false) },
 		DeleteFunc: func(o any) { record(o, true) },
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	go inf.Run(s.stop)
-	if !cache.WaitForCacheSync(s.stop, inf.HasSynced) {
-		t.Fatal("pod informer did not sync")
+	for _, inf := range []cache.SharedIndexInformer{pods, nodes} {
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			t.Fatal(err)
+		}
+		go inf.Run(s.stop)
+	}
+	if !cache.WaitForCacheSync(s.stop, pods.HasSynced, nodes.HasSynced) {
+		t.Fatal("informers did not sync")
 	}
 	s.mu.Lock()
 	s.synced = true
+	s.sample()
 	s.mu.Unlock()
 	t.Cleanup(func() { close(s.stop) })
 	return s
+}
+
+// sample records one observation; s.mu is held.
+func (s *sampler) sample() {
+	availableOn := map[string]bool{}
+	withImage := 0
+	for _, p := range s.pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if podReady(p) {
+			availableOn[p.Spec.NodeName] = true
+		}
+		if p.Spec.Containers[0].Image == s.image {
+			withImage++
+		}
+		if p.Spec.NodeName != "" {
+			if s.imagesOn[p.Spec.NodeName] == nil {
+				s.imagesOn[p.Spec.NodeName] = map[string]bool{}
+			}
+			s.imagesOn[p.Spec.NodeName][p.Spec.Containers[0].Image] = true
+		}
+	}
+	unavailable := 0
+	for name, n := range s.nodes {
+		if nodeReachable(n) && !availableOn[name] {
+			unavailable++
+		}
+	}
+	s.maxUnavailable = max(s.maxUnavailable, unavailable)
+	s.maxWithImage = max(s.maxWithImage, withImage)
+	s.samples++
 }
 
 func (s *sampler) result() (maxUnavailable, maxWithImage, samples int) {
@@ -204,18 +272,30 @@ func (s *sampler) result() (maxUnavailable, maxWithImage, samples int) {
 	return s.maxUnavailable, s.maxWithImage, s.samples
 }
 
+// imagesSeenOn lists the images the node's pods ran while the sampler watched.
+func (s *sampler) imagesSeenOn(node string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for image := range s.imagesOn[node] {
+		out = append(out, image)
+	}
+	sort.Strings(out)
+	return out
+}
+
 func TestManagedRolloutStaysWithinBudgetAtEveryInstant(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ctl := startController(t)
 	defer ctl.Stop()
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, managedDS("nginx:1.7.9", map[string]string{controller.AnnotationMaxUnavailable: "2"}), "apply", "-n", ns, "-f", "-")
-	waitSettled(t, ns, "nginx:1.7.9")
+	waitSettled(t, ns, "nginx:1.7.9", nodeCount)
 	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
 
 	s := startSampler(t, ns, "nginx:1.24.0")
 	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
-	waitSettled(t, ns, "nginx:1.24.0")
+	waitSettled(t, ns, "nginx:1.24.0", nodeCount)
 	ds := waitPhase(t, ns, controller.PhaseComplete, time.Minute)
 
 	maxUnavailable, _, samples := s.result()
@@ -237,7 +317,7 @@ func TestFailingImageHaltsAfterFirstStepAndRollForwardCompletes(t *testing.T) {
 	defer ctl.Stop()
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, managedDS("nginx:1.7.9", nil), "apply", "-n", ns, "-f", "-")
-	waitSettled(t, ns, "nginx:1.7.9")
+	waitSettled(t, ns, "nginx:1.7.9", nodeCount)
 	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
 
 	s := startSampler(t, ns, "nginx:1.91")
@@ -262,7 +342,7 @@ func TestFailingImageHaltsAfterFirstStepAndRollForwardCompletes(t *testing.T) {
 
 	// Roll forward with a good image: the failure belongs to the old revision.
 	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.25.5")
-	waitSettled(t, ns, "nginx:1.25.5")
+	waitSettled(t, ns, "nginx:1.25.5", nodeCount)
 	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
 	_, touched, _ := s.result()
 	if touched > 1 {
@@ -280,7 +360,7 @@ func TestRestartMidRolloutResumesWithoutOvershoot(t *testing.T) {
 	kubectl(t, managedDS("nginx:1.7.9", map[string]string{
 		controller.AnnotationMaxUnavailable: "3", controller.AnnotationSteps: "3,pause:4s,100%",
 	}), "apply", "-n", ns, "-f", "-")
-	waitSettled(t, ns, "nginx:1.7.9")
+	waitSettled(t, ns, "nginx:1.7.9", nodeCount)
 	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
 
 	s := startSampler(t, ns, "nginx:1.24.0")
@@ -295,7 +375,7 @@ func TestRestartMidRolloutResumesWithoutOvershoot(t *testing.T) {
 	}
 	ctl = startController(t)
 	defer ctl.Stop()
-	waitSettled(t, ns, "nginx:1.24.0")
+	waitSettled(t, ns, "nginx:1.24.0", nodeCount)
 	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
 	maxUnavailable, _, _ := s.result()
 	if maxUnavailable > 3 || maxUnavailable == 0 {

@@ -141,7 +141,7 @@ func (r *Reconciler) gather(ctx context.Context, ds *appsv1.DaemonSet, settings 
 	}
 	for i := range nodeList.Items {
 		n := &nodeList.Items[i]
-		if !matcher.Eligible(n) {
+		if !eligible(matcher, n) {
 			continue
 		}
 		_, cp := n.Labels["node-role.kubernetes.io/control-plane"]
@@ -215,6 +215,28 @@ func podNode(p *corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// eligible is the DaemonSet controller's "should continue running" (NodeShouldRunDaemonPod): the
+// not-ready and unreachable NoSchedule taints of the node lifecycle controller keep new daemon pods
+// off a node but not the pod it has, so such a node still belongs to the rollout. It is then
+// left out as unreachable and reported, not silently dropped.
+func eligible(m *nodes.Matcher, n *corev1.Node) bool {
+	if m.Eligible(n) {
+		return true
+	}
+	var kept []corev1.Taint
+	for _, t := range n.Spec.Taints {
+		if t.Key != corev1.TaintNodeUnreachable && t.Key != corev1.TaintNodeNotReady {
+			kept = append(kept, t)
+		}
+	}
+	if len(kept) == len(n.Spec.Taints) {
+		return false
+	}
+	healthy := *n
+	healthy.Spec.Taints = kept
+	return m.Eligible(&healthy)
 }
 
 func reachable(n *corev1.Node) bool {
