@@ -117,7 +117,8 @@ func (c *decisionCache) get(set *policy.Set, key *cacheKey) (any, bool) {
 	return nil, false
 }
 
-// put stores value for key under set; the key's byte slices must not change afterwards.
+// put stores value for key under set. It keeps copies of the key's byte slices, so the request's
+// buffers stay the caller's.
 func (c *decisionCache) put(set *policy.Set, key *cacheKey, value any) {
 	size := key.size()
 	if size > generationBytes/4 {
@@ -131,7 +132,9 @@ func (c *decisionCache) put(set *policy.Set, key *cacheKey, value any) {
 		}
 		c.set, c.current, c.previous, c.currentBytes = set, map[uint64][]*cacheEntry{}, nil, 0
 	}
-	c.insert(key.hash(c.seed), &cacheEntry{key: *key, value: value})
+	k := *key
+	k.labels, k.nodes, k.object, k.oldObject = bytes.Clone(k.labels), bytes.Clone(k.nodes), bytes.Clone(k.object), bytes.Clone(k.oldObject)
+	c.insert(key.hash(c.seed), &cacheEntry{key: k, value: value})
 }
 
 func (c *decisionCache) insert(h uint64, e *cacheEntry) {
