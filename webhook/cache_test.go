@@ -199,15 +199,7 @@ func listNodes(nodes *[]*corev1.Node) func(context.Context) ([]*corev1.Node, err
 
 // Evaluation errors are never cached: each request goes through the failure mode again.
 func TestDecisionCacheKeepsNoErrors(t *testing.T) {
-	set, err := policy.Compile(context.Background(), []policy.Module{{Name: "explodes.rego", Source: `package daemonguard.policies.explodes
-
-violation contains {"field": "metadata.name", "msg": "x"} if {
-	to_number(input.object.metadata.name) > 0
-}
-`}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := explodingSet(t)
 	nodes, labels := factsNodes(1, "1"), map[string]string{}
 	h := cacheHandlers(set, false, &nodes, &labels)
 	body := review("apps", "v1", "DaemonSet", "CREATE", seedObject)

@@ -12,10 +12,10 @@ import (
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
-// A policy that compiles but fails at evaluation (here a strict built-in error on a value only
-// known per request) must never let a request through silently: deny by default, or admit with an
-// explicit warning in the warn failure mode.
-func TestEvaluationErrorsFollowTheFailureMode(t *testing.T) {
+// explodingSet is a policy set that compiles but fails at evaluation: a strict built-in error on a
+// value only known per request.
+func explodingSet(t *testing.T) *policy.Set {
+	t.Helper()
 	set, err := policy.Compile(context.Background(), []policy.Module{{Name: "explodes.rego", Source: `package daemonguard.policies.explodes
 
 violation contains {"field": "metadata.name", "msg": "x"} if {
@@ -25,6 +25,14 @@ violation contains {"field": "metadata.name", "msg": "x"} if {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return set
+}
+
+// A policy that compiles but fails at evaluation (here a strict built-in error on a value only
+// known per request) must never let a request through silently: deny by default, or admit with an
+// explicit warning in the warn failure mode.
+func TestEvaluationErrorsFollowTheFailureMode(t *testing.T) {
+	set := explodingSet(t)
 	body := review("apps", "v1", "DaemonSet", "CREATE", seedObject)
 	for mode, check := range map[FailureMode]func(allowed bool, msg string, warnings []string) string{
 		FailClosed: func(allowed bool, msg string, _ []string) string {

@@ -140,6 +140,21 @@ func (h *Handlers) cacheKey(set *policy.Set, webhook string, req admission.Reque
 	return key
 }
 
+// lookup returns the request's decision cache key (nil: not cacheable) and, on a hit, the value
+// cached under it, counting hits and misses.
+func (h *Handlers) lookup(set *policy.Set, webhook string, req admission.Request, f clusterFacts, needNodes bool) (*cacheKey, any, bool) {
+	key := h.cacheKey(set, webhook, req, f, needNodes)
+	if key == nil {
+		return nil, nil, false
+	}
+	if v, ok := h.cache.get(set, key); ok {
+		decisionCacheTotal.WithLabelValues(webhook, "hit").Inc()
+		return key, v, true
+	}
+	decisionCacheTotal.WithLabelValues(webhook, "miss").Inc()
+	return key, nil, false
+}
+
 // checkDaemonSet answers malformed (400) and exempt-namespace requests early.
 func (h *Handlers) checkDaemonSet(req admission.Request) *admission.Response {
 	if err := checkDaemonSetRequest(req); err != nil {
@@ -228,13 +243,9 @@ func (m DaemonSetMutator) mutate(ctx context.Context, req admission.Request) adm
 	}
 	set := m.Engine.Set()
 	f := m.gather(ctx, req, false)
-	key := m.cacheKey(set, "mutate-daemonset", req, f, false)
-	if key != nil {
-		if v, ok := m.cache.get(set, key); ok {
-			decisionCacheTotal.WithLabelValues("mutate-daemonset", "hit").Inc()
-			return injectionResponse(v.(*injection))
-		}
-		decisionCacheTotal.WithLabelValues("mutate-daemonset", "miss").Inc()
+	key, cached, hit := m.lookup(set, "mutate-daemonset", req, f, false)
+	if hit {
+		return injectionResponse(cached.(*injection))
 	}
 	in, early := m.daemonSetInput(req, f)
 	if early != nil {
@@ -282,13 +293,9 @@ func (v DaemonSetValidator) validate(ctx context.Context, req admission.Request)
 	}
 	set := v.Engine.Set()
 	f := v.gather(ctx, req, true)
-	key := v.cacheKey(set, "validate-daemonset", req, f, true)
-	if key != nil {
-		if cached, ok := v.cache.get(set, key); ok {
-			decisionCacheTotal.WithLabelValues("validate-daemonset", "hit").Inc()
-			return v.verdict(req, cached.([]policy.Violation))
-		}
-		decisionCacheTotal.WithLabelValues("validate-daemonset", "miss").Inc()
+	key, cached, hit := v.lookup(set, "validate-daemonset", req, f, true)
+	if hit {
+		return v.verdict(req, cached.([]policy.Violation))
 	}
 	in, early := v.daemonSetInput(req, f)
 	if early != nil {
