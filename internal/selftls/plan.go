@@ -155,6 +155,14 @@ func Decide(st State, cfg Config, now time.Time) Plan {
 			due = t
 		}
 	}
+	// A rotation requested for a time ahead of now (the operator's clock runs ahead) is due when
+	// that time comes. Taken now, it would make a new CA at every step until then: each new CA
+	// starts before the requested time, so the request stays newer than the newest CA.
+	rotateRequestedAt := st.RotateRequestedAt
+	if rotateRequestedAt.After(now) {
+		wake(rotateRequestedAt)
+		rotateRequestedAt = time.Time{}
+	}
 
 	// The CA.
 	switch {
@@ -166,7 +174,7 @@ func Decide(st State, cfg Config, now time.Time) Plan {
 		p.NewCA, p.Reasons = true, append(p.Reasons, "the CA has expired")
 	case !now.Before(renewAt(st.Bundle[0])):
 		p.NewCA, p.Reasons = true, append(p.Reasons, fmt.Sprintf("the CA is two thirds through its life (expires %s)", st.Bundle[0].NotAfter.UTC().Format(time.RFC3339)))
-	case st.RotateRequestedAt.After(st.Bundle[0].NotBefore):
+	case rotateRequestedAt.After(st.Bundle[0].NotBefore):
 		p.NewCA, p.Reasons = true, append(p.Reasons, "rotation was requested")
 	default:
 		wake(renewAt(st.Bundle[0]))
@@ -183,7 +191,7 @@ func Decide(st State, cfg Config, now time.Time) Plan {
 		p.IssueLeaf, p.Reasons = true, append(p.Reasons, leafReason)
 	case fromNewest && !now.Before(renewAt(st.Leaf)):
 		p.IssueLeaf, p.Reasons = true, append(p.Reasons, "the serving certificate is two thirds through its life")
-	case fromNewest && st.RotateRequestedAt.After(st.Leaf.NotBefore):
+	case fromNewest && rotateRequestedAt.After(st.Leaf.NotBefore):
 		p.IssueLeaf, p.Reasons = true, append(p.Reasons, "rotation was requested")
 	case fromNewest:
 		wake(renewAt(st.Leaf))
