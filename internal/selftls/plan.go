@@ -106,6 +106,9 @@ type Plan struct {
 	IssueLeaf bool
 	// RecordPublished records now as BundlePublishedAt.
 	RecordPublished bool
+	// ForgetPublished clears BundlePublishedAt: the bundle was taken out of the webhook
+	// configurations (a hand edit, a stale apply), so its grace must start again once it is back.
+	ForgetPublished bool
 	// Reasons explain every change, for logs and Events.
 	Reasons []string
 	// Waiting explains a step that is due but held back, and RequeueAfter says when to look again.
@@ -120,7 +123,7 @@ func (p Plan) BundleChanged(st State) bool {
 
 // Changed says the Secret must be written.
 func (p Plan) Changed(st State) bool {
-	return p.BundleChanged(st) || p.IssueLeaf || p.RecordPublished
+	return p.BundleChanged(st) || p.IssueLeaf || p.RecordPublished || p.ForgetPublished
 }
 
 // renewAt is two thirds through a certificate's life.
@@ -240,6 +243,9 @@ func Decide(st State, cfg Config, now time.Time) Plan {
 	// place, the grace clock starts.
 	if !p.BundleChanged(st) && st.Published && st.BundlePublishedAt.IsZero() {
 		p.RecordPublished, p.Reasons = true, append(p.Reasons, "the CA bundle is published; its propagation grace starts")
+	}
+	if !p.BundleChanged(st) && !st.Published && !st.BundlePublishedAt.IsZero() {
+		p.ForgetPublished, p.Reasons = true, append(p.Reasons, "the CA bundle is no longer in the webhook configurations; its grace starts again once it is back")
 	}
 	if p.Changed(st) {
 		due = now // look again right after the write, to publish and take the next step

@@ -154,6 +154,12 @@ func unpublished() stateOption {
 	return func(s *State) { s.ConfigurationsFound, s.Published, s.BundlePublishedAt = true, false, time.Time{} }
 }
 
+// withdrawnSince says the bundle was recorded as published at, but the webhook configurations no
+// longer carry it (a hand edit or a stale apply reset their caBundle).
+func withdrawnSince(at time.Time) stateOption {
+	return func(s *State) { s.ConfigurationsFound, s.Published, s.BundlePublishedAt = true, false, at }
+}
+
 // noConfigurations says the webhook configurations do not exist.
 func noConfigurations() stateOption {
 	return func(s *State) { s.ConfigurationsFound, s.Published, s.BundlePublishedAt = false, false, time.Time{} }
@@ -200,8 +206,8 @@ func TestDecide(t *testing.T) {
 		state State
 		// grace replaces testConfig's one-minute PropagationGrace when set.
 		grace time.Duration
-		// newCA, issueLeaf and recordPublished are the plan's flags.
-		newCA, issueLeaf, recordPublished bool
+		// newCA, issueLeaf, recordPublished and forget (ForgetPublished) are the plan's flags.
+		newCA, issueLeaf, recordPublished, forget bool
 		// keep is the plan's KeepCAs.
 		keep []int
 		// waiting is a phrase Plan.Waiting holds; empty means the plan waits for nothing.
@@ -368,6 +374,13 @@ func TestDecide(t *testing.T) {
 			keep:    []int{0},
 			requeue: time.Hour,
 		},
+		"a recorded bundle that left the webhook configurations is forgotten, and the certificate from the previous CA does not move": {
+			state:   newState(trusting(successor, previous), serving(previousLeaf), withdrawnSince(now.Add(-day))),
+			keep:    []int{0, 1},
+			forget:  true,
+			waiting: "not in the webhook configurations yet",
+			reason:  "grace starts again",
+		},
 		"a bundle that changes in this plan is not recorded even though the old one is published": {
 			state:   newState(trusting(aging), serving(agingLeaf), publishedUnrecorded()),
 			newCA:   true,
@@ -399,9 +412,9 @@ func TestDecide(t *testing.T) {
 				cfg.PropagationGrace = tc.grace
 			}
 			p := Decide(tc.state, cfg, now)
-			if p.NewCA != tc.newCA || p.IssueLeaf != tc.issueLeaf || p.RecordPublished != tc.recordPublished {
-				t.Errorf("NewCA=%v IssueLeaf=%v RecordPublished=%v, want %v %v %v (reasons %q, waiting %q)",
-					p.NewCA, p.IssueLeaf, p.RecordPublished, tc.newCA, tc.issueLeaf, tc.recordPublished, p.Reasons, p.Waiting)
+			if p.NewCA != tc.newCA || p.IssueLeaf != tc.issueLeaf || p.RecordPublished != tc.recordPublished || p.ForgetPublished != tc.forget {
+				t.Errorf("NewCA=%v IssueLeaf=%v RecordPublished=%v ForgetPublished=%v, want %v %v %v %v (reasons %q, waiting %q)",
+					p.NewCA, p.IssueLeaf, p.RecordPublished, p.ForgetPublished, tc.newCA, tc.issueLeaf, tc.recordPublished, tc.forget, p.Reasons, p.Waiting)
 			}
 			if !slices.Equal(p.KeepCAs, tc.keep) {
 				t.Errorf("KeepCAs = %v, want %v (reasons %q)", p.KeepCAs, tc.keep, p.Reasons)
@@ -513,6 +526,12 @@ func violations(st State, cfg Config, now time.Time, p Plan) []string {
 	wantRecord := !p.BundleChanged(st) && st.Published && st.BundlePublishedAt.IsZero()
 	if p.RecordPublished != wantRecord {
 		fail("RecordPublished = %v with published=%v, recorded at %s, bundle changed=%v", p.RecordPublished, st.Published, st.BundlePublishedAt, p.BundleChanged(st))
+	}
+
+	// A recorded bundle that is no longer published is forgotten, so its grace starts again.
+	wantForget := !p.BundleChanged(st) && !st.Published && !st.BundlePublishedAt.IsZero()
+	if p.ForgetPublished != wantForget {
+		fail("ForgetPublished = %v with published=%v, recorded at %s, bundle changed=%v", p.ForgetPublished, st.Published, st.BundlePublishedAt, p.BundleChanged(st))
 	}
 
 	// RequeueAfter: now when something changes, else the next due time, within an hour.

@@ -118,8 +118,12 @@ func render(old *corev1.Secret, m material, p Plan, cfg Config, now time.Time) (
 		}
 		data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey] = certPEM, keyPEM
 	}
+	if p.ForgetPublished {
+		publishedAt = ""
+	}
 	if p.RecordPublished {
-		publishedAt = now.UTC().Format(time.RFC3339)
+		// Sub-second precision, so the grace is never cut short by rounding.
+		publishedAt = now.UTC().Format(time.RFC3339Nano)
 	}
 	return data, publishedAt, nil
 }
