@@ -85,3 +85,32 @@ violation contains {"field": "f", "msg": "m"} if {
 		t.Errorf("no error, violations %v", vs)
 	}
 }
+
+func TestWorkersRunAndRaisePanics(t *testing.T) {
+	var w workers
+	ran := false
+	w.run(func() { ran = true })
+	if !ran {
+		t.Fatal("the function did not run")
+	}
+	defer func() {
+		if p := recover(); p != "boom" {
+			t.Errorf("recovered %v, want the function's panic", p)
+		}
+	}()
+	w.run(func() { panic("boom") })
+}
+
+// Evaluations run concurrently beyond the number of workers: a busy pool never makes one wait.
+func TestWorkersNeverQueue(t *testing.T) {
+	var w workers
+	release := make(chan struct{})
+	started := make(chan struct{}, 16)
+	for range 16 {
+		go w.run(func() { started <- struct{}{}; <-release })
+	}
+	for range 16 {
+		<-started // all 16 run at once, though there are only a few workers
+	}
+	close(release)
+}
