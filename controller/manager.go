@@ -8,8 +8,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -116,8 +119,12 @@ func Run(ctx context.Context, opts Options) error {
 	broadcaster.StartRecordingToSink(ctx.Done())
 	defer broadcaster.Shutdown()
 
+	store, err := newStore(ctx, mgr.GetCache())
+	if err != nil {
+		return err
+	}
 	r := &Reconciler{
-		Client: mgr.GetClient(), Recorder: broadcaster.NewRecorder("daemonguard-rollout"),
+		Client: mgr.GetClient(), Store: store, Recorder: broadcaster.NewRecorder("daemonguard-rollout"),
 		Log: opts.Log.WithName("rollout"), Clock: clock.RealClock{},
 	}
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool {
@@ -210,4 +217,102 @@ func stripRevision(obj any) (any, error) {
 		cr.Data.Object = nil
 	}
 	return obj, nil
+}
+
+// controllerUIDIndex indexes pods by the UID of their controller.
+const controllerUIDIndex = "daemonguard.io/controller-uid"
+
+// informerStore is the Store of the manager's informers: the pod informer's index by controller
+// and the node informer's store, read in place.
+type informerStore struct {
+	pods, nodes toolscache.Indexer
+}
+
+// newStore gets (creating, not starting) the pod and node informers the controller's watches
+// share and reads them in place. A cache limited to namespaces (--watch-namespace) wraps one
+// informer per namespace; there the Store lists through the cache reader, without copies too.
+func newStore(ctx context.Context, c cache.Cache) (Store, error) {
+	indexer := func(obj client.Object) (toolscache.Indexer, error) {
+		inf, err := c.GetInformer(ctx, obj)
+		if err != nil {
+			return nil, err
+		}
+		if shared, ok := inf.(toolscache.SharedIndexInformer); ok {
+			return shared.GetIndexer(), nil
+		}
+		return nil, nil
+	}
+	pods, err := indexer(&corev1.Pod{})
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := indexer(&corev1.Node{})
+	if err != nil {
+		return nil, err
+	}
+	if pods == nil || nodes == nil {
+		return readerStore{c}, nil
+	}
+	if err := pods.AddIndexers(toolscache.Indexers{controllerUIDIndex: controllerUID}); err != nil {
+		return nil, fmt.Errorf("index pods by controller: %w", err)
+	}
+	return &informerStore{pods: pods, nodes: nodes}, nil
+}
+
+func controllerUID(obj any) ([]string, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
+			return []string{string(ref.UID)}, nil
+		}
+	}
+	return nil, nil
+}
+
+func (s *informerStore) PodsOf(_ context.Context, _ string, uid types.UID) ([]*corev1.Pod, error) {
+	objs, err := s.pods.ByIndex(controllerUIDIndex, string(uid))
+	return typed[*corev1.Pod](objs), err
+}
+
+func (s *informerStore) Nodes(context.Context) ([]*corev1.Node, error) {
+	return typed[*corev1.Node](s.nodes.List()), nil
+}
+
+func typed[T any](objs []any) []T {
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		if t, ok := o.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// readerStore is the Store of a cache reader: typed lists of the cache's objects, not copied
+// (UnsafeDisableDeepCopy), filtered by controller.
+type readerStore struct{ c client.Reader }
+
+func (s readerStore) PodsOf(ctx context.Context, namespace string, uid types.UID) ([]*corev1.Pod, error) {
+	var list corev1.PodList
+	if err := s.c.List(ctx, &list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for i := range list.Items {
+		if ref := metav1.GetControllerOfNoCopy(&list.Items[i]); ref != nil && ref.UID == uid {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
+}
+
+func (s readerStore) Nodes(ctx context.Context) ([]*corev1.Node, error) {
+	var list corev1.NodeList
+	if err := s.c.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Node, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
 }

@@ -81,17 +81,41 @@ func runOnce(b *testing.B, n int) {
 		waitRolledOut(b, c, ns, n, "agent:1", false)
 	}
 
+	// CPU accounting: the control plane's components, the controller, this process, the machine.
+	pids := map[string]int{"daemonguard controller": pid, "benchmark (timeline, polling)": os.Getpid()}
+	var procs []string
+	for _, p := range c.PIDs() {
+		procs = append(procs, processName(p))
+		pids[processName(p)] = p
+	}
+	procs = append(procs, "daemonguard controller", "benchmark (timeline, polling)")
+
+	budget := int(math.Ceil(float64(n) * 0.1))
 	wall := map[string]time.Duration{}
+	var steps []phases
+	var cpu []cpuUsage
 	for _, ns := range []string{"builtin", "managed"} {
+		tl, err := startTimeline(c.Client, ns)
+		if err != nil {
+			b.Fatal(err)
+		}
+		before := sampleCPU(pids)
 		start := time.Now()
 		if _, errOut, err := c.Kubectl(ctx, "", "set", "image", "-n", ns, "ds/agent", "agent=agent:2"); err != nil {
 			b.Fatalf("set image: %v %s", err, errOut)
 		}
 		waitRolledOut(b, c, ns, n, "agent:2", ns == "managed")
-		wall[ns] = time.Since(start)
+		done := time.Now()
+		wall[ns] = done.Sub(start)
+		cpu = append(cpu, usageBetween(before, sampleCPU(pids), wall[ns]))
+		close(tl.stop)
+		steps = append(steps, tl.analyze(start, done, "agent:1", "agent:2", budget))
 	}
 	rss := peakRSS(pid)
-	ideal := time.Duration(math.Ceil(float64(n)/math.Ceil(float64(n)*0.1))) * readyDelay
+	ideal := time.Duration(math.Ceil(float64(n)/float64(budget))) * readyDelay
+	// The breakdown is longer than the 10 lines a benchmark's log keeps: print it whole.
+	fmt.Printf("--- %s: %d nodes, budget %d: built-in %s, managed %s, ideal %s\n%s", b.Name(), n, budget,
+		wall["builtin"].Round(100*time.Millisecond), wall["managed"].Round(100*time.Millisecond), ideal, phaseTable([]string{"built-in", "managed"}, steps)+cpuTable([]string{"built-in", "managed"}, procs, cpu))
 	b.ReportMetric(wall["builtin"].Seconds(), "builtin-s")
 	b.ReportMetric(wall["managed"].Seconds(), "managed-s")
 	b.ReportMetric(wall["managed"].Seconds()/wall["builtin"].Seconds(), "managed/builtin")
@@ -100,17 +124,22 @@ func runOnce(b *testing.B, n int) {
 	b.ReportMetric(float64(rss)/(1<<20), "controller-peak-RSS-MiB")
 }
 
-// startControllerProcess runs the real `daemonguard controller` binary, so its RSS is its own.
+// startControllerProcess runs the real `daemonguard controller` binary, so its RSS is its own. It
+// builds the binary from this checkout, or runs $ROLLOUTBENCH_BINARY (to compare two builds on
+// the same machine, interleaved).
 func startControllerProcess(b *testing.B, c *localcluster.Cluster) int {
-	root, err := localcluster.RepoRoot()
-	if err != nil {
-		b.Fatal(err)
-	}
-	bin := filepath.Join(b.TempDir(), "daemonguard")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/daemonguard")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build: %v\n%s", err, out)
+	bin := os.Getenv("ROLLOUTBENCH_BINARY")
+	if bin == "" {
+		root, err := localcluster.RepoRoot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		bin = filepath.Join(b.TempDir(), "daemonguard")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/daemonguard")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("build: %v\n%s", err, out)
+		}
 	}
 	logFile, err := os.Create(filepath.Join(c.Dir, "logs", "daemonguard-controller.log"))
 	if err != nil {

@@ -1,0 +1,70 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+// Both stores, the informers' index and the cache reader of a namespaced cache, return the same
+// pods: those of the namespace whose controller has the UID, and every node.
+func TestStoresReturnTheDaemonSetsPodsAndEveryNode(t *testing.T) {
+	owned := func(ns, name string, uid types.UID, controller bool) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ds", UID: uid, Controller: ptr.To(controller)},
+		}}}
+	}
+	objs := []client.Object{
+		owned("a", "mine-1", "ds-uid", true),
+		owned("a", "mine-2", "ds-uid", true),
+		owned("a", "other", "other-uid", true),
+		owned("a", "not-controller", "ds-uid", false),
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "orphan"}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}},
+	}
+	podIndex := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{controllerUIDIndex: controllerUID})
+	nodeIndex := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	for _, o := range objs {
+		target := podIndex
+		if _, ok := o.(*corev1.Node); ok {
+			target = nodeIndex
+		}
+		if err := target.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stores := map[string]Store{
+		"informer index": &informerStore{pods: podIndex, nodes: nodeIndex},
+		"cache reader":   readerStore{fake.NewClientBuilder().WithObjects(objs...).Build()},
+	}
+	for name, s := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			pods, err := s.PodsOf(ctx, "a", "ds-uid")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range pods {
+				got = append(got, p.Name)
+			}
+			slices.Sort(got)
+			if want := []string{"mine-1", "mine-2"}; !slices.Equal(got, want) {
+				t.Errorf("PodsOf = %v, want %v", got, want)
+			}
+			nodes, err := s.Nodes(ctx)
+			if err != nil || len(nodes) != 2 {
+				t.Errorf("Nodes = %d nodes, %v; want 2", len(nodes), err)
+			}
+		})
+	}
+}

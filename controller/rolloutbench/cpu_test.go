@@ -1,0 +1,118 @@
+package rolloutbench
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTick is the kernel's USER_HZ, the unit of CPU times in /proc (100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// cpuSample is the CPU time used so far by each process of interest and by the whole machine.
+type cpuSample struct {
+	perProcess map[string]time.Duration
+	busy, all  time.Duration // every CPU of the machine: busy (not idle or iowait) and total
+}
+
+// sampleCPU reads the user+system CPU time of the named processes and of the machine.
+func sampleCPU(pids map[string]int) cpuSample {
+	s := cpuSample{perProcess: map[string]time.Duration{}}
+	for name, pid := range pids {
+		s.perProcess[name] = processCPU(pid)
+	}
+	if data, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(data), "\n") // "cpu  user nice system idle iowait irq softirq steal ..."
+		for i, f := range strings.Fields(line)[1:] {
+			v, _ := strconv.ParseInt(f, 10, 64)
+			d := time.Duration(v) * clockTick
+			s.all += d
+			if i != 3 && i != 4 {
+				s.busy += d
+			}
+		}
+	}
+	return s
+}
+
+func processCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the parenthesised command: state is field 3, utime 14, stime 15.
+	_, rest, ok := strings.Cut(string(data), ") ")
+	if !ok {
+		return 0
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * clockTick
+}
+
+// processName is the kernel's name of a process (at most 15 characters).
+func processName(pid int) string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return strconv.Itoa(pid)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// cpuUsage is the CPU time each process, the machine and the rest of it used between two samples.
+type cpuUsage struct {
+	wall       time.Duration
+	perProcess map[string]time.Duration
+	busy, all  time.Duration
+	others     time.Duration // busy time of the machine not used by the processes sampled
+}
+
+func usageBetween(a, b cpuSample, wall time.Duration) cpuUsage {
+	u := cpuUsage{wall: wall, perProcess: map[string]time.Duration{}, busy: b.busy - a.busy, all: b.all - a.all}
+	var ours time.Duration
+	for name, d := range b.perProcess {
+		u.perProcess[name] = d - a.perProcess[name]
+		ours += u.perProcess[name]
+	}
+	u.others = max(u.busy-ours, 0)
+	return u
+}
+
+// cpuTable renders the CPU seconds of each process per rollout, with the machine's capacity.
+func cpuTable(names []string, order []string, all []cpuUsage) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-44s", "CPU seconds")
+	for _, n := range names {
+		fmt.Fprintf(&b, " %22s", n)
+	}
+	b.WriteString("\n")
+	for _, p := range order {
+		fmt.Fprintf(&b, "%-44s", p)
+		for _, u := range all {
+			fmt.Fprintf(&b, " %22.1f", u.perProcess[p].Seconds())
+		}
+		b.WriteString("\n")
+	}
+	rows := []struct {
+		label string
+		get   func(cpuUsage) time.Duration
+	}{
+		{"everything else on the machine", func(u cpuUsage) time.Duration { return u.others }},
+		{"machine busy", func(u cpuUsage) time.Duration { return u.busy }},
+		{"machine capacity (cores x wall)", func(u cpuUsage) time.Duration { return u.all }},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-44s", r.label)
+		for _, u := range all {
+			fmt.Fprintf(&b, " %22.1f", r.get(u).Seconds())
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
