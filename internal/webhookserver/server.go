@@ -123,14 +123,16 @@ func Run(ctx context.Context, opts Options) error {
 		Facts: webhook.Facts{
 			NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
 				var ns corev1.Namespace
-				if err := reader.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
+				// The handlers only read these objects, so the cache's own copies do (no deep copy
+				// per request).
+				if err := reader.Get(ctx, types.NamespacedName{Name: name}, &ns, client.UnsafeDisableDeepCopy); err != nil {
 					return nil, err
 				}
 				return ns.Labels, nil
 			},
 			Nodes: func(ctx context.Context) ([]*corev1.Node, error) {
 				var list corev1.NodeList
-				if err := reader.List(ctx, &list); err != nil {
+				if err := reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 					return nil, err
 				}
 				out := make([]*corev1.Node, len(list.Items))
