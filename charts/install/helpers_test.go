@@ -34,33 +34,42 @@ func chartDir(t *testing.T) string {
 	return filepath.Join(root, "charts", "daemonguard")
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// daemonguardBinary builds cmd/daemonguard once per test run: the components run as the real
+// buildDaemonguard builds cmd/daemonguard once per test run: the components run as the real
 // binary, parsing the very arguments the chart renders.
-func daemonguardBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		root, err := localcluster.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(cluster.Dir, "daemonguard")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/daemonguard")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = errors.New("go build ./cmd/daemonguard: " + err.Error() + "\n" + string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+var buildDaemonguard = sync.OnceValues(func() (string, error) {
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		return "", err
 	}
-	return binPath
+	bin := filepath.Join(cluster.Dir, "daemonguard")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/daemonguard")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", errors.New("go build ./cmd/daemonguard: " + err.Error() + "\n" + string(out))
+	}
+	return bin, nil
+})
+
+// buildHelm finds (or builds) helm v3 from the tools module, like the control plane's binaries.
+var buildHelm = sync.OnceValues(func() (string, error) {
+	b, err := localcluster.EnsureBinaries(context.Background(), os.Stderr, "helm")
+	if err != nil {
+		return "", err
+	}
+	return b.Path("helm"), nil
+})
+
+func daemonguardBinary(t *testing.T) string { return mustPath(t, buildDaemonguard) }
+
+func helmBinary(t *testing.T) string { return mustPath(t, buildHelm) }
+
+func mustPath(t *testing.T, build func() (string, error)) string {
+	t.Helper()
+	path, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func decodePEMCert(b []byte) (*x509.Certificate, []byte, error) {
@@ -70,26 +79,4 @@ func decodePEMCert(b []byte) (*x509.Certificate, []byte, error) {
 	}
 	c, err := x509.ParseCertificate(block.Bytes)
 	return c, rest, err
-}
-
-var (
-	helmOnce sync.Once
-	helmPath string
-	helmErr  error
-)
-
-// helmBinary is helm v3 built from the tools module like the control plane's binaries.
-func helmBinary(t *testing.T) string {
-	t.Helper()
-	helmOnce.Do(func() {
-		var b *localcluster.Binaries
-		b, helmErr = localcluster.EnsureBinaries(context.Background(), os.Stderr, "helm")
-		if helmErr == nil {
-			helmPath = b.Path("helm")
-		}
-	})
-	if helmErr != nil {
-		t.Fatal(helmErr)
-	}
-	return helmPath
 }
