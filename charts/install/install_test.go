@@ -367,6 +367,29 @@ func startAdmissionLoad(t *testing.T, ns string, workers int) *admissionLoad {
 	return l
 }
 
+// waitFlowing waits until the load has had some requests admitted.
+func (l *admissionLoad) waitFlowing(t *testing.T) {
+	t.Helper()
+	cluster.WaitFor(t, 30*time.Second, "load is flowing", func(context.Context) (bool, string) {
+		return l.ok.Load() >= 20, fmt.Sprintf("%d ok, %d failed", l.ok.Load(), l.failed.Load())
+	})
+}
+
+// finish keeps the load on for a few more admitted requests (the API server must keep reaching the
+// webhook after the change), stops it and fails the test for every failed request.
+func (l *admissionLoad) finish(t *testing.T, during string) {
+	t.Helper()
+	after := l.ok.Load()
+	cluster.WaitFor(t, 30*time.Second, "load continues after "+during, func(context.Context) (bool, string) {
+		return l.ok.Load() >= after+20, fmt.Sprintf("%d ok, %d failed", l.ok.Load(), l.failed.Load())
+	})
+	l.Stop()
+	t.Logf("admission requests during %s: %d ok, %d failed", during, l.ok.Load(), l.failed.Load())
+	if n := l.failed.Load(); n > 0 {
+		t.Errorf("%d admission requests failed during %s; first: %v", n, during, l.firstErr)
+	}
+}
+
 // Stop ends the load and waits for the workers; calling it again does nothing.
 func (l *admissionLoad) Stop() {
 	l.once.Do(func() { close(l.stop) })
@@ -419,9 +442,7 @@ func TestSelfManagedTLS(t *testing.T) {
 		})
 		load := startAdmissionLoad(t, ns, 4)
 		defer load.Stop()
-		cluster.WaitFor(t, 30*time.Second, "load is flowing", func(context.Context) (bool, string) {
-			return load.ok.Load() >= 20, fmt.Sprintf("%d ok, %d failed", load.ok.Load(), load.failed.Load())
-		})
+		load.waitFlowing(t)
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, selftls.AnnotationRotateRequestedAt, time.Now().UTC().Format(time.RFC3339))
 		if _, _, err := cluster.Kubectl(ctx, "", "patch", "secret", secretName, "-n", r.namespace, "--type=merge", "-p", patch); err != nil {
 			t.Fatal(err)
@@ -461,17 +482,8 @@ func TestSelfManagedTLS(t *testing.T) {
 			}
 			return true, ""
 		})
-		// Keep the load on a little after the old CA left the bundle: the API server must keep
-		// reaching the webhook with only the new CA.
-		after := load.ok.Load()
-		cluster.WaitFor(t, 30*time.Second, "load continues after the rotation", func(context.Context) (bool, string) {
-			return load.ok.Load() >= after+20, ""
-		})
-		load.Stop()
-		t.Logf("admission requests during rotation: %d ok, %d failed", load.ok.Load(), load.failed.Load())
-		if n := load.failed.Load(); n > 0 {
-			t.Errorf("%d admission requests failed during the rotation; first: %v", n, load.firstErr)
-		}
+		// The API server must keep reaching the webhook with only the new CA trusted.
+		load.finish(t, "the rotation")
 		if !sawBoth {
 			t.Errorf("the bundle never held the old and the new CA together: the rotation was not staged")
 		}
@@ -652,9 +664,7 @@ func TestCertManagerTLS(t *testing.T) {
 		}
 		load := startAdmissionLoad(t, ns, 4)
 		defer load.Stop()
-		cluster.WaitFor(t, 30*time.Second, "load is flowing", func(context.Context) (bool, string) {
-			return load.ok.Load() >= 20, fmt.Sprintf("%d ok, %d failed", load.ok.Load(), load.failed.Load())
-		})
+		load.waitFlowing(t)
 		// What `cmctl renew` does: set the Issuing condition, which cert-manager's trigger honours.
 		patch := `[{"op":"add","path":"/status/conditions/-","value":{"type":"Issuing","status":"True","reason":"ManuallyTriggered","message":"renewal requested by the install e2e"}}]`
 		if out, stderr, err := cluster.Kubectl(ctx, "", "patch", "certificate", certName, "-n", r.namespace, "--subresource=status", "--type=json", "-p", patch); err != nil {
@@ -667,15 +677,7 @@ func TestCertManagerTLS(t *testing.T) {
 			}
 			return !now.Equal(before), "still the certificate served before the renewal"
 		})
-		after := load.ok.Load()
-		cluster.WaitFor(t, 30*time.Second, "load continues after the renewal", func(context.Context) (bool, string) {
-			return load.ok.Load() >= after+20, ""
-		})
-		load.Stop()
-		t.Logf("admission requests during renewal: %d ok, %d failed", load.ok.Load(), load.failed.Load())
-		if n := load.failed.Load(); n > 0 {
-			t.Errorf("%d admission requests failed during the renewal; first: %v", n, load.firstErr)
-		}
+		load.finish(t, "the renewal")
 		if err := web.proc.Exited(); err != nil {
 			t.Errorf("the webhook restarted or died during the renewal: %v", err)
 		}
