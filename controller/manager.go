@@ -179,6 +179,8 @@ func stripPod(obj any) (any, error) {
 	}
 	p.ManagedFields = nil
 	p.Annotations = nil
+	// The planner reads one label; pods are found by controller, not by label selector.
+	p.Labels = map[string]string{revisionLabel: p.Labels[revisionLabel]}
 	slim := corev1.PodSpec{NodeName: p.Spec.NodeName, Affinity: p.Spec.Affinity}
 	p.Spec = slim
 	status := corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions}

@@ -45,7 +45,7 @@ type RolloutState struct {
 // Input is everything the planner needs; it never talks to the API server.
 type Input struct {
 	TargetRevision  string
-	Nodes           []NodeState // every node the DaemonSet targets, reachable or not
+	Nodes           []NodeState // every node the DaemonSet targets, reachable or not, in any order
 	Settings        Settings
 	MinReadySeconds int32
 	State           RolloutState
@@ -177,6 +177,7 @@ func BuildPlan(in Input) Plan {
 	}
 	sort.Slice(views, func(i, j int) bool { return rolloutOrder(views[i].node, views[j].node) })
 
+	sort.Strings(skipped) // Nodes may come in any order; the report does not
 	plan := Plan{Desired: len(views), Skipped: skipped}
 	plan.Budget = ResolveMaxUnavailable(s.MaxUnavailable, plan.Desired)
 	touched := 0 // nodes already moving to, or at, the new revision

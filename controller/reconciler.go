@@ -149,8 +149,6 @@ func (r *Reconciler) gather(ctx context.Context, ds *appsv1.DaemonSet, settings 
 			Domain: topologyDomain(n, settings.TopologyKey), Pods: podsByNode[n.Name],
 		})
 	}
-	// The store has no order; the input, and so the reported nodes, have one.
-	sort.Slice(in.Nodes, func(i, j int) bool { return in.Nodes[i].Name < in.Nodes[j].Name })
 	return in, nil
 }
 
