@@ -94,12 +94,13 @@ func runOnce(b *testing.B, n int) {
 	wall := map[string]time.Duration{}
 	var steps []phases
 	var cpu []cpuUsage
+	var requests []requestCounts
 	for _, ns := range []string{"builtin", "managed"} {
 		tl, err := startTimeline(c.Client, ns)
 		if err != nil {
 			b.Fatal(err)
 		}
-		before := sampleCPU(pids)
+		before, requestsBefore := sampleCPU(pids), sampleRequests(ctx, c.Client)
 		start := time.Now()
 		if _, errOut, err := c.Kubectl(ctx, "", "set", "image", "-n", ns, "ds/agent", "agent=agent:2"); err != nil {
 			b.Fatalf("set image: %v %s", err, errOut)
@@ -108,6 +109,7 @@ func runOnce(b *testing.B, n int) {
 		done := time.Now()
 		wall[ns] = done.Sub(start)
 		cpu = append(cpu, usageBetween(before, sampleCPU(pids), wall[ns]))
+		requests = append(requests, requestsBefore.delta(sampleRequests(ctx, c.Client)))
 		close(tl.stop)
 		steps = append(steps, tl.analyze(start, done, "agent:1", "agent:2", budget))
 	}
@@ -115,7 +117,8 @@ func runOnce(b *testing.B, n int) {
 	ideal := time.Duration(math.Ceil(float64(n)/float64(budget))) * readyDelay
 	// The breakdown is longer than the 10 lines a benchmark's log keeps: print it whole.
 	fmt.Printf("--- %s: %d nodes, budget %d: built-in %s, managed %s, ideal %s\n%s", b.Name(), n, budget,
-		wall["builtin"].Round(100*time.Millisecond), wall["managed"].Round(100*time.Millisecond), ideal, phaseTable([]string{"built-in", "managed"}, steps)+cpuTable([]string{"built-in", "managed"}, procs, cpu))
+		wall["builtin"].Round(100*time.Millisecond), wall["managed"].Round(100*time.Millisecond), ideal, phaseTable([]string{"built-in", "managed"}, steps)+cpuTable([]string{"built-in", "managed"}, procs, cpu)+
+			requestTable([]string{"built-in", "managed"}, requests, float64(n)/20))
 	b.ReportMetric(wall["builtin"].Seconds(), "builtin-s")
 	b.ReportMetric(wall["managed"].Seconds(), "managed-s")
 	b.ReportMetric(wall["managed"].Seconds()/wall["builtin"].Seconds(), "managed/builtin")
