@@ -284,6 +284,26 @@ func (s *sampler) imagesSeenOn(node string) []string {
 	return out
 }
 
+// startPausedRollout deploys nginx:1.7.9 on nodes nodes with the given settings, whose first
+// step updates canary nodes and the second pauses, rolls out nginx:1.24.0 and returns once the
+// rollout is paused after its canary step, with a sampler watching.
+func startPausedRollout(t *testing.T, ns string, nodes int, settings map[string]string, canary int) *sampler {
+	t.Helper()
+	kubectl(t, managedDS("nginx:1.7.9", settings), "apply", "-n", ns, "-f", "-")
+	waitSettled(t, ns, "nginx:1.7.9", nodes)
+	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+	s := startSampler(t, ns, "nginx:1.24.0")
+	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
+	ds := waitPhase(t, ns, controller.PhasePaused, time.Minute)
+	if got := ds.Annotations[controller.StatusStep]; !strings.HasPrefix(got, "2/3") {
+		t.Fatalf("paused at step %q, want 2/3", got)
+	}
+	if got, want := ds.Annotations[controller.StatusUpdated], fmt.Sprintf("%d/", canary); !strings.HasPrefix(got, want) {
+		t.Fatalf("paused with %s = %q, want %d nodes updated", controller.StatusUpdated, got, canary)
+	}
+	return s
+}
+
 func TestManagedRolloutStaysWithinBudgetAtEveryInstant(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ctl := startController(t)
@@ -357,19 +377,10 @@ func TestRestartMidRolloutResumesWithoutOvershoot(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ctl := startController(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, managedDS("nginx:1.7.9", map[string]string{
-		controller.AnnotationMaxUnavailable: "3", controller.AnnotationSteps: "3,pause:4s,100%",
-	}), "apply", "-n", ns, "-f", "-")
-	waitSettled(t, ns, "nginx:1.7.9", nodeCount)
-	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
-
-	s := startSampler(t, ns, "nginx:1.24.0")
-	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
 	// Stop the controller while the canary step's timed pause runs: mid-rollout.
-	ds := waitPhase(t, ns, controller.PhasePaused, time.Minute)
-	if got := ds.Annotations[controller.StatusStep]; !strings.HasPrefix(got, "2/3") {
-		t.Fatalf("paused at step %q, want 2/3", got)
-	}
+	s := startPausedRollout(t, ns, nodeCount, map[string]string{
+		controller.AnnotationMaxUnavailable: "3", controller.AnnotationSteps: "3,pause:4s,100%",
+	}, 3)
 	if err := ctl.Stop(); err != nil {
 		t.Fatalf("controller stopped with %v", err)
 	}

@@ -43,25 +43,6 @@ func extraNodes(t *testing.T, names ...string) {
 	}
 }
 
-// startPausedRollout deploys nginx:1.7.9 on nodes nodes, rolls out nginx:1.24.0 with canarySteps,
-// and returns once the rollout is paused after its canary step, with a sampler watching.
-func startPausedRollout(t *testing.T, ns string, nodes int) *sampler {
-	t.Helper()
-	kubectl(t, managedDS("nginx:1.7.9", canarySteps), "apply", "-n", ns, "-f", "-")
-	waitSettled(t, ns, "nginx:1.7.9", nodes)
-	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
-	s := startSampler(t, ns, "nginx:1.24.0")
-	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
-	ds := waitPhase(t, ns, controller.PhasePaused, time.Minute)
-	if got := ds.Annotations[controller.StatusStep]; !strings.HasPrefix(got, "2/3") {
-		t.Fatalf("paused at step %q, want 2/3", got)
-	}
-	if got := ds.Annotations[controller.StatusUpdated]; !strings.HasPrefix(got, "2/") {
-		t.Fatalf("paused with %s = %q, want 2 nodes updated", controller.StatusUpdated, got)
-	}
-	return s
-}
-
 func resume(t *testing.T, ns string) {
 	t.Helper()
 	kubectl(t, "", "annotate", "--overwrite", "-n", ns, "ds/nginx-ds", controller.AnnotationResume+"=1")
@@ -95,7 +76,7 @@ func TestNodeAddedMidRolloutGetsNewRevisionAndRolloutCompletes(t *testing.T) {
 	ctl := startController(t)
 	defer ctl.Stop()
 	ns := cluster.NewTestNamespace(t)
-	s := startPausedRollout(t, ns, nodeCount)
+	s := startPausedRollout(t, ns, nodeCount, canarySteps, 2)
 
 	// The DaemonSet controller, under OnDelete, starts the new node at the current template.
 	const added = "worker-1-added"
@@ -120,7 +101,7 @@ func TestNodeDeletedMidRolloutDoesNotStickTheRollout(t *testing.T) {
 	ctl := startController(t)
 	defer ctl.Stop()
 	ns := cluster.NewTestNamespace(t)
-	s := startPausedRollout(t, ns, nodeCount+1)
+	s := startPausedRollout(t, ns, nodeCount+1, canarySteps, 2)
 
 	if err := cluster.DeleteNode(context.Background(), gone); err != nil {
 		t.Fatal(err)
@@ -154,7 +135,7 @@ func TestUnreachableNodesAndStuckPodsDoNotBlockTheRollout(t *testing.T) {
 	defer ctl.Stop()
 	ns := cluster.NewTestNamespace(t)
 	ctx := context.Background()
-	s := startPausedRollout(t, ns, nodeCount+2)
+	s := startPausedRollout(t, ns, nodeCount+2, canarySteps, 2)
 
 	if err := cluster.PartitionNode(ctx, lost); err != nil {
 		t.Fatal(err)

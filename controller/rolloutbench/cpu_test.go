@@ -87,11 +87,7 @@ func usageBetween(a, b cpuSample, wall time.Duration) cpuUsage {
 // cpuTable renders the CPU seconds of each process per rollout, with the machine's capacity.
 func cpuTable(names []string, order []string, all []cpuUsage) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-44s", "CPU seconds")
-	for _, n := range names {
-		fmt.Fprintf(&b, " %22s", n)
-	}
-	b.WriteString("\n")
+	b.WriteString(tableHeader("CPU seconds", names))
 	for _, p := range order {
 		fmt.Fprintf(&b, "%-44s", p)
 		for _, u := range all {

@@ -72,11 +72,7 @@ func requestTable(names []string, all []requestCounts, min float64) string {
 	}
 	sort.Slice(order, func(i, j int) bool { return keys[order[i]] > keys[order[j]] })
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-44s", "API requests")
-	for _, n := range names {
-		fmt.Fprintf(&b, " %22s", n)
-	}
-	b.WriteString("\n")
+	b.WriteString(tableHeader("API requests", names))
 	for _, k := range order {
 		fmt.Fprintf(&b, "%-44s", k)
 		for _, d := range all {

@@ -186,11 +186,7 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // table renders the phases of several rollouts side by side: median and 90th percentile per step.
 func phaseTable(names []string, all []phases) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-44s", "step (median / p90)")
-	for _, n := range names {
-		fmt.Fprintf(&b, " %22s", n)
-	}
-	b.WriteString("\n")
+	b.WriteString(tableHeader("step (median / p90)", names))
 	row := func(label string, get func(phases) []time.Duration) {
 		fmt.Fprintf(&b, "%-44s", label)
 		for _, ph := range all {
@@ -214,6 +210,16 @@ func phaseTable(names []string, all []phases) string {
 	row("Ready -> next deletion (rollout ctrl)", func(p phases) []time.Duration { return p.react })
 	one("last Ready -> rollout seen done", func(p phases) time.Duration { return p.tail })
 	return b.String()
+}
+
+// tableHeader is the first line of a table with one column per rollout.
+func tableHeader(title string, names []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-44s", title)
+	for _, n := range names {
+		fmt.Fprintf(&b, " %22s", n)
+	}
+	return b.String() + "\n"
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%dms", d.Milliseconds()) }
