@@ -112,3 +112,52 @@ func cpuTable(names []string, order []string, all []cpuUsage) string {
 	}
 	return b.String()
 }
+
+// cpuFloor is the shortest wall time in which this machine could do a rollout's control-plane
+// work: the CPU the control plane spent on the rollout beyond its idle load, divided by the cores
+// left over by that idle load.
+//
+// Assumptions: the idle load (kwok's heartbeats, leases, resyncs) goes on at the same rate during
+// a rollout, and a rollout's work (pod deletions, creations, bindings, status updates and their
+// watch events) does not shrink when it runs faster. Any rolling controller, built-in or not,
+// makes the control plane replace the same pods, so no controller can finish sooner than this.
+type cpuFloor struct {
+	work, idleRate, cores float64 // CPU seconds, cores busy when idle, cores of the machine
+}
+
+func (f cpuFloor) seconds() float64 { return f.work / (f.cores - f.idleRate) }
+
+func floorOf(controlPlane []string, idle, rollout cpuUsage) cpuFloor {
+	f := cpuFloor{cores: rollout.all.Seconds() / rollout.wall.Seconds()}
+	for _, p := range controlPlane {
+		rate := idle.perProcess[p].Seconds() / idle.wall.Seconds()
+		f.idleRate += rate
+		f.work += rollout.perProcess[p].Seconds() - rate*rollout.wall.Seconds()
+	}
+	return f
+}
+
+// floorTable renders, per rollout, the control plane's idle load, its work for the rollout, and
+// the shortest wall time that work allows on this machine, against the ideal.
+func floorTable(names, controlPlane []string, idle cpuUsage, all []cpuUsage, ideal time.Duration) string {
+	var b strings.Builder
+	b.WriteString(tableHeader("control plane CPU floor", names))
+	rows := []struct {
+		label string
+		get   func(cpuFloor, cpuUsage) string
+	}{
+		{"control plane idle load (cores)", func(f cpuFloor, _ cpuUsage) string { return fmt.Sprintf("%.2f", f.idleRate) }},
+		{"control plane work for the rollout (CPU s)", func(f cpuFloor, _ cpuUsage) string { return fmt.Sprintf("%.1f", f.work) }},
+		{"shortest wall time that work allows (s)", func(f cpuFloor, _ cpuUsage) string { return fmt.Sprintf("%.1f", f.seconds()) }},
+		{"  ... / ideal", func(f cpuFloor, _ cpuUsage) string { return fmt.Sprintf("%.2f", f.seconds()/ideal.Seconds()) }},
+		{"measured wall time (s)", func(_ cpuFloor, u cpuUsage) string { return fmt.Sprintf("%.1f", u.wall.Seconds()) }},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-44s", r.label)
+		for _, u := range all {
+			fmt.Fprintf(&b, " %22s", r.get(floorOf(controlPlane, idle, u), u))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}

@@ -17,6 +17,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -41,14 +42,36 @@ type Options struct {
 type Webhook struct {
 	URL     string
 	LogPath string
+	cluster *localcluster.Cluster
 	stop    context.CancelFunc
 	done    chan error
 }
 
-// Stop shuts the server down and waits for it.
+// Stop takes the webhook configurations out of the cluster, waits until the API server no longer
+// calls the webhook (with failurePolicy Fail, a configuration left behind would reject every later
+// DaemonSet write of the tests sharing the cluster), then shuts the server down and waits for it.
 func (w *Webhook) Stop() {
+	if w.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := unregister(ctx, w.cluster); err != nil {
+			fmt.Fprintf(os.Stderr, "harness: %v\n", err)
+		}
+	}
 	w.stop()
 	<-w.done
+}
+
+// unregister deletes the webhook configurations and waits until they are out of force.
+func unregister(ctx context.Context, c *localcluster.Cluster) error {
+	adm := c.Client.AdmissionregistrationV1()
+	if err := adm.MutatingWebhookConfigurations().Delete(ctx, configurationName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("unregister mutating webhook: %w", err)
+	}
+	if err := adm.ValidatingWebhookConfigurations().Delete(ctx, configurationName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("unregister validating webhook: %w", err)
+	}
+	return waitMutated(ctx, c, false)
 }
 
 // StartWebhook starts the webhook server against c, waits until it serves TLS, registers the
@@ -95,8 +118,14 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 	}
 
 	mutating, validating := webhook.Configurations(webhook.ConfigurationOptions{
-		Name: "daemonguard", URL: w.URL, CABundle: caBundle, Namespace: WebhookNamespace,
+		Name: configurationName, URL: w.URL, CABundle: caBundle, Namespace: WebhookNamespace,
 	})
+	// Configurations left by a run that died before its Stop point at a server that is gone.
+	if err := unregister(ctx, c); err != nil {
+		w.Stop()
+		return nil, err
+	}
+	w.cluster = c
 	adm := c.Client.AdmissionregistrationV1()
 	if _, err := adm.MutatingWebhookConfigurations().Create(ctx, mutating, metav1.CreateOptions{}); err != nil {
 		w.Stop()
@@ -106,7 +135,7 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 		w.Stop()
 		return nil, fmt.Errorf("register validating webhook: %w", err)
 	}
-	if err := waitEffective(ctx, c); err != nil {
+	if err := waitMutated(ctx, c, true); err != nil {
 		w.Stop()
 		return nil, err
 	}
@@ -135,9 +164,12 @@ func (w *Webhook) waitTLS(ctx context.Context, caBundle []byte) error {
 	})
 }
 
-// waitEffective waits until the API server has loaded the new configurations, which it does
-// asynchronously: a server-side dry-run create comes back mutated.
-func waitEffective(ctx context.Context, c *localcluster.Cluster) error {
+// configurationName names both webhook configurations the harness registers.
+const configurationName = "daemonguard"
+
+// waitMutated waits until the API server, which loads webhook configurations asynchronously,
+// mutates a server-side dry-run create (registered is true) or stops mutating it (false).
+func waitMutated(ctx context.Context, c *localcluster.Cluster, registered bool) error {
 	probe := &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "daemonguard-probe"},
 		Spec: appsv1.DaemonSetSpec{
@@ -150,10 +182,13 @@ func waitEffective(ctx context.Context, c *localcluster.Cluster) error {
 	}
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		got, err := c.Client.AppsV1().DaemonSets(metav1.NamespaceDefault).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && got.Spec.Template.Spec.PriorityClassName != "", nil
+		return err == nil && (got.Spec.Template.Spec.PriorityClassName != "") == registered, nil
 	})
-	if err != nil {
+	switch {
+	case err != nil && registered:
 		return fmt.Errorf("the API server never called the webhook: %w", err)
+	case err != nil:
+		return fmt.Errorf("the API server still calls the unregistered webhook: %w", err)
 	}
 	return nil
 }

@@ -2,11 +2,14 @@ package localcluster
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -40,7 +43,7 @@ func (c *Cluster) NewTestNamespace(t testing.TB) string {
 	if len(name) > 50 {
 		name = strings.TrimRight(name[:50], "-")
 	}
-	if err := c.CreateNamespace(context.Background(), name); err != nil {
+	if err := c.createFreshNamespace(context.Background(), name, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -65,4 +68,28 @@ func (c *Cluster) WaitFor(t testing.TB, timeout time.Duration, what string, cond
 	if err != nil {
 		t.Fatalf("%s: %v (last state: %s)", what, err, reason)
 	}
+}
+
+// createFreshNamespace creates an empty namespace. One left by an earlier run of the same test
+// (go test -count=2, or a run that died before its cleanup) may still exist or be terminating: it is
+// deleted, and waited for, so the test never starts among another run's objects.
+func (c *Cluster) createFreshNamespace(ctx context.Context, name string, timeout time.Duration) error {
+	namespaces := c.Client.CoreV1().Namespaces()
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		_, err := namespaces.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			return true, nil
+		case !apierrors.IsAlreadyExists(err):
+			return false, err
+		}
+		if err := namespaces.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("create a fresh namespace %s: %w", name, err)
+	}
+	return c.waitServiceAccount(ctx, name)
 }

@@ -22,9 +22,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -161,7 +163,10 @@ func Run(ctx context.Context, opts Options) error {
 		recorder: eventClient.NewRecorder("daemonguard-webhook"), log: log.WithName("policies"),
 	}
 	reloader.status.Store(PolicyStatus{Healthy: true, Modules: initial.Modules(), LoadedAt: time.Now()})
-	if err := ctrl.NewControllerManagedBy(mgr).Named("policy-configmaps").For(&corev1.ConfigMap{}).Complete(reloader); err != nil {
+	// SkipNameValidation lets a process run the server again after stopping it (the tests'
+	// harness does, on a shared cluster); two live servers never share a process.
+	if err := ctrl.NewControllerManagedBy(mgr).Named("policy-configmaps").For(&corev1.ConfigMap{}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).Complete(reloader); err != nil {
 		return err
 	}
 	if opts.AuditInterval > 0 {
