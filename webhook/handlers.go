@@ -198,19 +198,31 @@ func (h *Handlers) daemonSetInput(req admission.Request, f clusterFacts) (*polic
 	return in, nil
 }
 
-// templatePodSpec converts only spec.template.spec of the decoded object to a typed PodSpec.
+// templatePodSpec converts the parts of spec.template.spec that decide node eligibility (node
+// selector, affinity, tolerations) to a typed PodSpec, the rest left out: converting a whole pod
+// spec was a large part of a validation.
 func templatePodSpec(obj map[string]any) (*corev1.PodSpec, bool) {
 	spec, _ := obj["spec"].(map[string]any)
 	template, _ := spec["template"].(map[string]any)
-	raw, err := json.Marshal(template["spec"])
+	podSpec, isObject := template["spec"].(map[string]any)
+	if !isObject && template["spec"] != nil {
+		return nil, false
+	}
+	scheduling := make(map[string]any, 3)
+	for _, k := range []string{"nodeSelector", "affinity", "tolerations"} {
+		if v, ok := podSpec[k]; ok {
+			scheduling[k] = v
+		}
+	}
+	raw, err := json.Marshal(scheduling)
 	if err != nil {
 		return nil, false
 	}
-	var podSpec corev1.PodSpec
-	if json.Unmarshal(raw, &podSpec) != nil {
+	var typed corev1.PodSpec
+	if json.Unmarshal(raw, &typed) != nil {
 		return nil, false
 	}
-	return &podSpec, true
+	return &typed, true
 }
 
 // evaluationFailed applies the failure mode to an error from the policy engine.
