@@ -186,9 +186,13 @@ func (h *Handlers) daemonSetInput(req admission.Request, f clusterFacts) (*polic
 	}
 	in := &policy.Input{Operation: policy.Operation(req.Operation), Object: obj, Namespace: policy.Namespace{Name: req.Namespace, Labels: f.labels}}
 	if len(req.OldObject.Raw) > 0 {
-		if in.OldObject, err = decodeObject(req.OldObject.Raw); err != nil {
-			return end(admission.Errored(http.StatusBadRequest, fmt.Errorf("old object: %w", err)))
+		// The review was valid JSON (admission.Webhook decoded it), so an old object that starts
+		// as an object is one; decoding it is left to the policy engine, which needs it only for
+		// policies OPA evaluates.
+		if first := bytes.TrimLeft(req.OldObject.Raw, " \t\r\n"); len(first) == 0 || first[0] != '{' {
+			return end(admission.Errored(http.StatusBadRequest, errors.New("old object: decode object: not a JSON object")))
 		}
+		in.OldObjectJSON = req.OldObject.Raw
 	}
 	if f.nodesErr == nil {
 		if podSpec, ok := templatePodSpec(obj); ok {

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -17,19 +18,67 @@ import (
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
-// decodeObject decodes raw JSON into a generic object, keeping numbers exact (json.Number), so
-// re-encoding changes nothing but what we change.
+// decodeObject decodes raw JSON into a generic object, keeping numbers exact (json.Number), and
+// leaving out metadata.managedFields: neither the patches nor the policies read it (the policy
+// input document leaves it out too), and building its nested maps was the largest part of decoding
+// a stored object.
 func decodeObject(raw []byte) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil {
-		return nil, fmt.Errorf("decode object: %w", err)
-	}
-	if obj == nil {
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, fmt.Errorf("decode object: not a JSON object")
 	}
+	obj := map[string]any{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("decode object: %w", err)
+		}
+		key, _ := tok.(string)
+		var v any
+		if key == "metadata" {
+			v, err = decodeMetadata(dec)
+		} else {
+			err = dec.Decode(&v)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decode object: %w", err)
+		}
+		obj[key] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("decode object: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("decode object: data after the object")
+	}
 	return obj, nil
+}
+
+// decodeMetadata decodes the next value of dec, an object's metadata, without managedFields.
+func decodeMetadata(dec *json.Decoder) (any, error) {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return nil, err
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil || fields == nil {
+		// Not an object: decoded as it is, for the policies to judge.
+		var v any
+		return v, decodeValue(raw, &v)
+	}
+	meta := make(map[string]any, len(fields))
+	for k, field := range fields {
+		if k == "managedFields" {
+			continue
+		}
+		var v any
+		if err := decodeValue(field, &v); err != nil {
+			return nil, err
+		}
+		meta[k] = v
+	}
+	return meta, nil
 }
 
 // child returns obj[key] as an object, or nil when the key is absent or null. It fails when the key

@@ -46,6 +46,7 @@ func run() error {
 	flag.BoolVar(&cfg.HTTP1, "http1", false, "use HTTP/1.1 keep-alive connections instead of HTTP/2")
 	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request sequence")
 	flag.BoolVar(&cfg.UniqueObjects, "unique-objects", false, "give every DaemonSet request an object not sent before, so daemonguard's decision cache never hits")
+	regoOnly := flag.Bool("rego-only", false, "evaluate the built-in policies with OPA's interpreter instead of their native implementation")
 	decisionCache := flag.Bool("decision-cache", true, "daemonguard's decision cache for identical requests (false: decode and evaluate every request)")
 	flag.Float64Var(&goal.P50, "goal-p50", goal.P50, "goal: largest acceptable p50 ratio daemonguard/null")
 	flag.Float64Var(&goal.P99, "goal-p99", goal.P99, "goal: largest acceptable p99 ratio daemonguard/null")
@@ -75,7 +76,7 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	servers, err := loadgen.StartServers(ctx, loadgen.ServerOptions{Nodes: cfg.Nodes, NoDecisionCache: !*decisionCache}, log)
+	servers, err := loadgen.StartServers(ctx, loadgen.ServerOptions{Nodes: cfg.Nodes, NoDecisionCache: !*decisionCache, RegoOnly: *regoOnly}, log)
 	if err != nil {
 		return err
 	}

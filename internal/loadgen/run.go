@@ -91,9 +91,12 @@ type Report struct {
 		Nodes       int           `json:"nodes"`
 		Protocol    string        `json:"protocol"`
 		Objects     string        `json:"objects"` // "repeated" or "unique" (Config.UniqueObjects)
-		GoVersion   string        `json:"goVersion"`
-		CPUs        int           `json:"cpus"`
-		MaxProcs    int           `json:"gomaxprocs"`
+		// Policies says how daemonguard evaluated its built-in policies: "native" or "rego".
+		Policies      string `json:"policies"`
+		DecisionCache bool   `json:"decisionCache"`
+		GoVersion     string `json:"goVersion"`
+		CPUs          int    `json:"cpus"`
+		MaxProcs      int    `json:"gomaxprocs"`
 	} `json:"config"`
 	Results []Result `json:"results"`
 }
@@ -124,6 +127,10 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 	rc.Protocol, rc.GoVersion, rc.CPUs, rc.MaxProcs = "HTTP/2", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0)
 	if cfg.HTTP1 {
 		rc.Protocol = "HTTP/1.1"
+	}
+	rc.Policies, rc.DecisionCache = "native", !servers.Options.NoDecisionCache
+	if servers.Options.RegoOnly {
+		rc.Policies = "rego"
 	}
 	rc.Objects = "repeated"
 	if cfg.UniqueObjects {

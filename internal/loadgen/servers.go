@@ -43,6 +43,8 @@ type Target struct {
 // Servers are the two webhook servers under test, in this process, on loopback.
 type Servers struct {
 	Null, Daemonguard *Target
+	// Options are daemonguard's server options, for the report.
+	Options ServerOptions
 	// RootCAs trusts the servers' self-signed certificate.
 	RootCAs *x509.CertPool
 	cancel  context.CancelFunc
@@ -62,6 +64,7 @@ func (s *Servers) Close() {
 type ServerOptions struct {
 	Nodes           int  // size of the cluster the cluster facts describe
 	NoDecisionCache bool // turn daemonguard's decision cache off (webhook.Handlers.NoDecisionCache)
+	RegoOnly        bool // evaluate the built-in policies with OPA, not natively (policy.CompileOptions)
 }
 
 // DaemonguardHandlers returns daemonguard's handlers wired as internal/webhookserver wires them: every built-in
@@ -72,7 +75,7 @@ func DaemonguardHandlers(ctx context.Context, opts ServerOptions, log logr.Logge
 	if err != nil {
 		return nil, err
 	}
-	set, err := policy.Compile(ctx, modules, params)
+	set, err := policy.CompileWithOptions(ctx, modules, params, policy.CompileOptions{RegoOnly: opts.RegoOnly})
 	if err != nil {
 		return nil, fmt.Errorf("compile built-in policies: %w", err)
 	}
@@ -106,7 +109,7 @@ func StartServers(ctx context.Context, opts ServerOptions, log logr.Logger) (*Se
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	s := &Servers{RootCAs: pool, cancel: cancel}
+	s := &Servers{Options: opts, RootCAs: pool, cancel: cancel}
 	null := &admission.Webhook{Handler: NullHandler}
 	s.Null, err = startServer(ctx, runCtx, Null, cert, pool, map[string]http.Handler{
 		webhook.MutateDaemonSetPath: null, webhook.ValidateDaemonSetPath: null, webhook.MutatePodPath: null,

@@ -5,6 +5,8 @@
 package policy
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -99,8 +101,12 @@ type Input struct {
 	Operation Operation
 	Object    map[string]any
 	OldObject map[string]any
-	Namespace Namespace
-	Cluster   *ClusterFacts
+	// OldObjectJSON is the old object as a JSON object, for a caller that has not decoded it: it
+	// is decoded into the input document only when OPA evaluates a policy, since no built-in
+	// policy reads the old object. Set OldObject or OldObjectJSON, not both.
+	OldObjectJSON []byte
+	Namespace     Namespace
+	Cluster       *ClusterFacts
 }
 
 func (in *Input) value() (ast.Value, error) {
@@ -113,8 +119,16 @@ func (in *Input) value() (ast.Value, error) {
 		"object":    withoutManagedFields(in.Object),
 		"namespace": map[string]any{"name": in.Namespace.Name, "labels": labels},
 	}
-	if in.OldObject != nil {
-		doc["oldObject"] = withoutManagedFields(in.OldObject)
+	old := in.OldObject
+	if old == nil && len(in.OldObjectJSON) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(in.OldObjectJSON))
+		dec.UseNumber() // as the object itself is decoded: numbers stay exact
+		if err := dec.Decode(&old); err != nil || old == nil {
+			return nil, fmt.Errorf("decode the old object: %v", cmp.Or(err, errors.New("not a JSON object")))
+		}
+	}
+	if old != nil {
+		doc["oldObject"] = withoutManagedFields(old)
 	}
 	if in.Cluster != nil {
 		doc["cluster"] = map[string]any{"nodes": in.Cluster.Nodes, "matchingNodes": in.Cluster.MatchingNodes}
@@ -156,11 +170,20 @@ type Module struct {
 
 // Set is one compiled policy set. It is immutable and safe for concurrent use.
 type Set struct {
-	validate    rego.PreparedEvalQuery
-	inject      rego.PreparedEvalQuery
-	hasInject   bool
-	enforcement map[string]Action
-	modules     []string
+	// validate evaluates every policy with OPA; validateRest only those the native evaluator
+	// does not answer (hasRest says whether there are any).
+	validate     rego.PreparedEvalQuery
+	validateRest rego.PreparedEvalQuery
+	hasRest      bool
+	inject       rego.PreparedEvalQuery
+	hasInject    bool
+	// native answers the built-in policies listed in nativeValidate (and the inject decision when
+	// nativeInject) without OPA; nil when none of them is loaded unchanged.
+	native         *native
+	nativeValidate []string
+	nativeInject   bool
+	enforcement    map[string]Action
+	modules        []string
 	// deterministic is true when no module calls a nondeterministic built-in (time.now_ns,
 	// http.send, rand.intn, ...): the set's answers then depend on the input alone.
 	deterministic bool
@@ -169,11 +192,119 @@ type Set struct {
 const (
 	validateQuery = "violations = {name: v | v := data.daemonguard.policies[name].violation}"
 	injectQuery   = "decision = data.daemonguard.inject.decision"
+
+	policiesPath = "data.daemonguard.policies"
+	libPath      = "data.daemonguard.lib"
+	injectPath   = "data.daemonguard.inject"
 )
+
+// validateQueryOf is validateQuery limited to the named policies.
+func validateQueryOf(names map[string]bool) string {
+	terms := make([]string, 0, len(names))
+	for name := range names {
+		terms = append(terms, ast.StringTerm(name).String())
+	}
+	sort.Strings(terms)
+	return "violations = {name: v | some name in [" + strings.Join(terms, ", ") + "]; v := data.daemonguard.policies[name].violation}"
+}
+
+// policyNames lists the policies of a module set: the first package name below
+// daemonguard.policies of every module there.
+func policyNames(parsed map[string]*ast.Module) map[string]bool {
+	names := map[string]bool{}
+	for _, mod := range parsed {
+		ref := mod.Package.Path
+		if len(ref) < 4 || !ref[1].Equal(ast.StringTerm("daemonguard")) || !ref[2].Equal(ast.StringTerm("policies")) {
+			continue
+		}
+		if name, ok := ref[3].Value.(ast.String); ok {
+			names[string(name)] = true
+		}
+	}
+	return names
+}
+
+// embeddedSources maps the package path of each embedded built-in module to its source.
+var embeddedSources = sync.OnceValue(func() map[string]string {
+	modules, _, err := Builtin()
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]string, len(modules))
+	for _, m := range modules {
+		mod, err := ast.ParseModuleWithOpts(m.Name, m.Source, ast.ParserOptions{RegoVersion: ast.RegoV1})
+		if err != nil {
+			return nil
+		}
+		out[mod.Package.Path.String()] = m.Source
+	}
+	return out
+})
+
+// unchangedBuiltins returns the package paths of the built-in modules loaded exactly as embedded
+// and left alone by every other module: no other module's package is that package, below it, or
+// above it (a module in package daemonguard could define a rule named lib, or policies). Only
+// for those may the native implementation stand in for the Rego.
+func unchangedBuiltins(parsed map[string]*ast.Module, modules []Module) map[string]bool {
+	embedded := embeddedSources()
+	count := map[string]int{}
+	var others []string
+	for _, m := range modules {
+		mod, ok := parsed[m.Name]
+		if !ok {
+			return nil
+		}
+		p := mod.Package.Path.String()
+		if src, ok := embedded[p]; ok && src == m.Source {
+			count[p]++
+			continue
+		}
+		others = append(others, p)
+	}
+	related := func(a, b string) bool {
+		return a == b || strings.HasPrefix(a, b+".") || strings.HasPrefix(a, b+"[") ||
+			strings.HasPrefix(b, a+".") || strings.HasPrefix(b, a+"[")
+	}
+	out := map[string]bool{}
+	for p, n := range count {
+		if n != 1 {
+			continue
+		}
+		clean := true
+		for _, o := range others {
+			if related(o, p) {
+				clean = false
+				break
+			}
+		}
+		out[p] = clean
+	}
+	return out
+}
+
+// CompileOptions change how a compiled set evaluates, not what it answers.
+type CompileOptions struct {
+	// RegoOnly evaluates the built-in policies with OPA too, instead of with their native
+	// implementation. The answers are the same (the differential tests hold the native
+	// implementation to the Rego); this exists for those tests, for A/B measurements, and as an
+	// escape hatch.
+	RegoOnly bool
+}
 
 // Compile parses and compiles modules with params as data.daemonguard.parameters and prepares the
 // queries. Errors name the module and line.
 func Compile(ctx context.Context, modules []Module, params map[string]any) (*Set, error) {
+	return CompileWithOptions(ctx, modules, params, CompileOptions{})
+}
+
+// CompileWithOptions is Compile with options.
+//
+// Built-in policies that are loaded unchanged (same source as the embedded module, and no other
+// module defines rules in their package, in daemonguard.lib, or in a package above them) are
+// answered by a native Go implementation of the same rules, which is an order of magnitude faster
+// than OPA's interpreter. Everything else, and any input the native implementation is not certain
+// to answer exactly as the Rego would, is evaluated by OPA.
+func CompileWithOptions(ctx context.Context, modules []Module, params map[string]any, opts CompileOptions) (*Set, error) {
 	parsed := make(map[string]*ast.Module, len(modules))
 	var errs []error
 	for _, m := range modules {
@@ -210,6 +341,26 @@ func Compile(ctx context.Context, modules []Module, params map[string]any) (*Set
 	var err error
 	if s.validate, err = prepare(validateQuery); err != nil {
 		return nil, fmt.Errorf("prepare validation query: %w", err)
+	}
+	rest := policyNames(parsed)
+	if !opts.RegoOnly {
+		unchanged := unchangedBuiltins(parsed, modules)
+		for _, name := range nativePolicyNames {
+			if unchanged[policiesPath+"."+name] && unchanged[libPath] {
+				s.nativeValidate = append(s.nativeValidate, name)
+				delete(rest, name)
+			}
+		}
+		s.nativeInject = unchanged[injectPath] && unchanged[libPath]
+		if len(s.nativeValidate) > 0 || s.nativeInject {
+			s.native = newNative(params)
+		}
+	}
+	if len(rest) > 0 {
+		s.hasRest = true
+		if s.validateRest, err = prepare(validateQueryOf(rest)); err != nil {
+			return nil, fmt.Errorf("prepare validation query: %w", err)
+		}
 	}
 	for _, mod := range parsed {
 		if mod.Package.Path.String() == "data.daemonguard.inject" {
@@ -308,11 +459,43 @@ func (s *Set) Enforcement(policy string) Action {
 // that applies. An error means the policies could not be evaluated: the caller decides by its
 // failure mode, never by treating the object as compliant.
 func (s *Set) Validate(ctx context.Context, in *Input) ([]Violation, error) {
+	var out []Violation
+	query, useRego := s.validate, true
+	if len(s.nativeValidate) > 0 {
+		if vs, ok := s.native.validate(s.nativeValidate, in); ok {
+			for i := range vs {
+				vs[i].Action = s.Enforcement(vs[i].Policy)
+			}
+			out, query, useRego = vs, s.validateRest, s.hasRest
+		}
+		// Otherwise the native implementation is not certain to answer this input as the Rego
+		// would: OPA answers all of it.
+	}
+	if useRego {
+		var err error
+		if out, err = s.validateWithRego(ctx, query, in, out); err != nil {
+			return nil, err
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Policy != out[j].Policy {
+			return out[i].Policy < out[j].Policy
+		}
+		if out[i].Field != out[j].Field {
+			return out[i].Field < out[j].Field
+		}
+		return out[i].Message < out[j].Message
+	})
+	return out, nil
+}
+
+// validateWithRego appends to out the violations that OPA finds with query.
+func (s *Set) validateWithRego(ctx context.Context, query rego.PreparedEvalQuery, in *Input, out []Violation) ([]Violation, error) {
 	v, err := in.value()
 	if err != nil {
 		return nil, fmt.Errorf("build policy input: %w", err)
 	}
-	rs, err := eval(ctx, s.validate, v)
+	rs, err := eval(ctx, query, v)
 	if err != nil {
 		return nil, fmt.Errorf("evaluate policies: %w", err)
 	}
@@ -323,7 +506,6 @@ func (s *Set) Validate(ctx context.Context, in *Input) ([]Violation, error) {
 	if !ok {
 		return nil, fmt.Errorf("evaluate policies: violations are %T, want an object", rs[0].Bindings["violations"])
 	}
-	var out []Violation
 	for policy, set := range byPolicy {
 		items, ok := set.([]any)
 		if !ok {
@@ -342,15 +524,6 @@ func (s *Set) Validate(ctx context.Context, in *Input) ([]Violation, error) {
 			out = append(out, Violation{Policy: policy, Field: field, Message: msg, Action: s.Enforcement(policy)})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Policy != out[j].Policy {
-			return out[i].Policy < out[j].Policy
-		}
-		if out[i].Field != out[j].Field {
-			return out[i].Field < out[j].Field
-		}
-		return out[i].Message < out[j].Message
-	})
 	return out, nil
 }
 
@@ -361,9 +534,16 @@ var noMetrics = metrics.NoOp()
 // eval runs a prepared query on an AST input, on one of the long-lived evaluation goroutines when
 // one is idle (see workers). Cancellation of ctx still stops the evaluation, but through
 // context.AfterFunc, which starts no goroutine unless ctx is actually cancelled (OPA's default
-// starts one per evaluation to watch ctx).
+// starts one per evaluation to watch ctx). A panic in OPA (it has some for inputs it cannot
+// represent, such as a NaN in a Go map) is an evaluation error, so the caller's failure mode
+// decides, and the process lives on.
 func eval(ctx context.Context, q rego.PreparedEvalQuery, input ast.Value) (rs rego.ResultSet, err error) {
 	evalWorkers.run(func() {
+		defer func() {
+			if p := recover(); p != nil {
+				rs, err = nil, fmt.Errorf("policy evaluation failed: OPA panicked: %v", p)
+			}
+		}()
 		cancel := topdown.NewCancel()
 		stop := context.AfterFunc(ctx, cancel.Cancel)
 		defer stop()
@@ -416,6 +596,11 @@ func (w *workers) run(f func()) {
 func (s *Set) Inject(ctx context.Context, in *Input) (InjectDecision, error) {
 	if !s.hasInject {
 		return InjectDecision{Reason: "no inject policy loaded"}, nil
+	}
+	if s.nativeInject {
+		if d, ok := s.native.inject(in); ok {
+			return d, nil
+		}
 	}
 	v, err := in.value()
 	if err != nil {

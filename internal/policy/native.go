@@ -1010,6 +1010,27 @@ func (n *native) violations(policy string, in *Input) (vs []Violation, ok bool) 
 	if n.declineAll || !convertible(in) {
 		return nil, false
 	}
+	return n.evaluate(policy, in)
+}
+
+// validate returns the violations of every named policy, like violations but checking the input
+// once for all of them (the check walks the whole object); ok=false when any policy declines.
+func (n *native) validate(policies []string, in *Input) (vs []Violation, ok bool) {
+	if n.declineAll || !convertible(in) {
+		return nil, false
+	}
+	for _, policy := range policies {
+		pvs, ok := n.evaluate(policy, in)
+		if !ok {
+			return nil, false
+		}
+		vs = append(vs, pvs...)
+	}
+	return vs, true
+}
+
+// evaluate is violations without the check of the input.
+func (n *native) evaluate(policy string, in *Input) (vs []Violation, ok bool) {
 	e := evaluation{policy: policy, class: n.class(&in.Namespace)}
 	switch c := e.class; policy {
 	case "rolling_update_budget":
