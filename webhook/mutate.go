@@ -36,7 +36,7 @@ func decodeObject(raw []byte) (map[string]any, error) {
 		}
 		key, _ := tok.(string)
 		var v any
-		if key == "metadata" {
+		if key == "metadata" && nextIsObject(raw, dec.InputOffset()) {
 			v, err = decodeMetadata(dec)
 		} else {
 			err = dec.Decode(&v)
@@ -55,30 +55,42 @@ func decodeObject(raw []byte) (map[string]any, error) {
 	return obj, nil
 }
 
-// decodeMetadata decodes the next value of dec, an object's metadata, without managedFields.
-func decodeMetadata(dec *json.Decoder) (any, error) {
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
+// nextIsObject reports whether the value after a key that ends at offset in raw is an object.
+func nextIsObject(raw []byte, offset int64) bool {
+	rest := bytes.TrimLeft(raw[min(int(offset), len(raw)):], " \t\r\n")
+	rest = bytes.TrimLeft(bytes.TrimPrefix(rest, []byte(":")), " \t\r\n")
+	return len(rest) > 0 && rest[0] == '{'
+}
+
+// decodeMetadata decodes the next value of dec, an object, without its managedFields, which is
+// only scanned.
+func decodeMetadata(dec *json.Decoder) (map[string]any, error) {
+	if _, err := dec.Token(); err != nil { // {
 		return nil, err
 	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(raw, &fields) != nil || fields == nil {
-		// Not an object: decoded as it is, for the policies to judge.
-		var v any
-		return v, decodeValue(raw, &v)
-	}
-	meta := make(map[string]any, len(fields))
-	for k, field := range fields {
-		if k == "managedFields" {
+	meta := map[string]any{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := tok.(string)
+		if key == "managedFields" {
+			var skipped json.RawMessage
+			if err := dec.Decode(&skipped); err != nil {
+				return nil, err
+			}
+			delete(meta, key)
 			continue
 		}
 		var v any
-		if err := decodeValue(field, &v); err != nil {
+		if err := dec.Decode(&v); err != nil {
 			return nil, err
 		}
-		meta[k] = v
+		meta[key] = v
 	}
-	return meta, nil
+	_, err := dec.Token() // }
+	return meta, err
 }
 
 // child returns obj[key] as an object, or nil when the key is absent or null. It fails when the key
