@@ -103,7 +103,9 @@ type Input struct {
 	OldObject map[string]any
 	// OldObjectJSON is the old object as a JSON object, for a caller that has not decoded it: it
 	// is decoded into the input document only when OPA evaluates a policy, since no built-in
-	// policy reads the old object. Set OldObject or OldObjectJSON, not both.
+	// policy reads the old object. So an old object OPA cannot take (a number out of its range)
+	// fails an evaluation only when OPA evaluates; the API server sends none such. Set OldObject
+	// or OldObjectJSON, not both.
 	OldObjectJSON []byte
 	Namespace     Namespace
 	Cluster       *ClusterFacts
@@ -170,17 +172,18 @@ type Module struct {
 
 // Set is one compiled policy set. It is immutable and safe for concurrent use.
 type Set struct {
-	// validate evaluates every policy with OPA; validateRest only those the native evaluator
-	// does not answer (hasRest says whether there are any).
-	validate     rego.PreparedEvalQuery
-	validateRest rego.PreparedEvalQuery
-	hasRest      bool
-	inject       rego.PreparedEvalQuery
-	hasInject    bool
-	// native answers the built-in policies listed in nativeValidate (and the inject decision when
-	// nativeInject) without OPA; nil when none of them is loaded unchanged.
+	// validateBuiltin evaluates the built-in policies loaded unchanged (builtinValidate) with OPA,
+	// validateRest every other policy (hasRest says whether there is any).
+	validateBuiltin rego.PreparedEvalQuery
+	builtinValidate []string
+	validateRest    rego.PreparedEvalQuery
+	hasRest         bool
+	inject          rego.PreparedEvalQuery
+	hasInject       bool
+	// native answers builtinValidate when nativeValidate (and the inject decision when
+	// nativeInject) without OPA; nil when it answers nothing.
 	native         *native
-	nativeValidate []string
+	nativeValidate bool
 	nativeInject   bool
 	enforcement    map[string]Action
 	modules        []string
@@ -190,18 +193,18 @@ type Set struct {
 }
 
 const (
-	validateQuery = "violations = {name: v | v := data.daemonguard.policies[name].violation}"
-	injectQuery   = "decision = data.daemonguard.inject.decision"
+	injectQuery = "decision = data.daemonguard.inject.decision"
 
-	policiesPath = "data.daemonguard.policies"
-	libPath      = "data.daemonguard.lib"
-	injectPath   = "data.daemonguard.inject"
+	policiesPath   = "data.daemonguard.policies"
+	parametersPath = "data.daemonguard.parameters"
+	libPath        = "data.daemonguard.lib"
+	injectPath     = "data.daemonguard.inject"
 )
 
-// validateQueryOf is validateQuery limited to the named policies.
-func validateQueryOf(names map[string]bool) string {
+// validateQueryOf is a query for the violations of the named policies.
+func validateQueryOf(names []string) string {
 	terms := make([]string, 0, len(names))
-	for name := range names {
+	for _, name := range names {
 		terms = append(terms, ast.StringTerm(name).String())
 	}
 	sort.Strings(terms)
@@ -224,7 +227,21 @@ func policyNames(parsed map[string]*ast.Module) map[string]bool {
 	return names
 }
 
-// embeddedSources maps the package path of each embedded built-in module to its source.
+// definesPolicies reports whether a module's package is daemonguard.policies or above it, where
+// rules can make up policies that policyNames does not see.
+func definesPolicies(parsed map[string]*ast.Module) bool {
+	for _, mod := range parsed {
+		p := mod.Package.Path.String()
+		if p == policiesPath || strings.HasPrefix(policiesPath, p+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// embeddedSources maps the package path of each embedded built-in module to its source. Should the
+// embedded files not load or parse (a broken build), it is empty and every policy goes to OPA,
+// whose compilation of the same files then reports the error.
 var embeddedSources = sync.OnceValue(func() map[string]string {
 	modules, _, err := Builtin()
 	if err != nil {
@@ -264,6 +281,13 @@ func unchangedBuiltins(parsed map[string]*ast.Module, modules []Module) map[stri
 	related := func(a, b string) bool {
 		return a == b || strings.HasPrefix(a, b+".") || strings.HasPrefix(a, b+"[") ||
 			strings.HasPrefix(b, a+".") || strings.HasPrefix(b, a+"[")
+	}
+	for _, o := range others {
+		// Rules under data.daemonguard.parameters are merged by OPA into the parameters every
+		// built-in reads, but the native implementation only knows the parameters document.
+		if related(o, parametersPath) {
+			return nil
+		}
 	}
 	out := map[string]bool{}
 	for p, n := range count {
@@ -338,28 +362,48 @@ func CompileWithOptions(ctx context.Context, modules []Module, params map[string
 	prepare := func(q string) (rego.PreparedEvalQuery, error) {
 		return rego.New(rego.Query(q), rego.Compiler(compiler), rego.Store(store), rego.StrictBuiltinErrors(true)).PrepareForEval(ctx)
 	}
-	var err error
-	if s.validate, err = prepare(validateQuery); err != nil {
-		return nil, fmt.Errorf("prepare validation query: %w", err)
-	}
+	// The built-in policies loaded unchanged are evaluated apart from every other policy, natively
+	// or in a query of their own: in one query, OPA's per-query memo of function results lets a
+	// policy that calls lib functions change what a built-in prints (lib.quote of an equal number
+	// written another way), and the native answer is the built-in's own.
+	var builtins []string
 	rest := policyNames(parsed)
-	if !opts.RegoOnly {
-		unchanged := unchangedBuiltins(parsed, modules)
-		for _, name := range nativePolicyNames {
-			if unchanged[policiesPath+"."+name] && unchanged[libPath] {
-				s.nativeValidate = append(s.nativeValidate, name)
-				delete(rest, name)
-			}
-		}
-		s.nativeInject = unchanged[injectPath] && unchanged[libPath]
-		if len(s.nativeValidate) > 0 || s.nativeInject {
-			s.native = newNative(params)
+	unchanged := unchangedBuiltins(parsed, modules)
+	for _, name := range nativePolicyNames {
+		if unchanged[policiesPath+"."+name] && unchanged[libPath] {
+			builtins = append(builtins, name)
+			delete(rest, name)
 		}
 	}
-	if len(rest) > 0 {
-		s.hasRest = true
-		if s.validateRest, err = prepare(validateQueryOf(rest)); err != nil {
+	var err error
+	if len(builtins) > 0 {
+		if s.validateBuiltin, err = prepare(validateQueryOf(builtins)); err != nil {
 			return nil, fmt.Errorf("prepare validation query: %w", err)
+		}
+	}
+	if len(rest) > 0 || definesPolicies(parsed) {
+		s.hasRest = true
+		names := make([]string, 0, len(rest))
+		for name := range rest {
+			names = append(names, name)
+		}
+		query := validateQueryOf(names)
+		if definesPolicies(parsed) {
+			// Rules in a package at or above daemonguard.policies can define policies of any
+			// name: ask OPA for all of them (no built-in is answered apart then, see
+			// unchangedBuiltins).
+			query = "violations = {name: v | v := data.daemonguard.policies[name].violation}"
+		}
+		if s.validateRest, err = prepare(query); err != nil {
+			return nil, fmt.Errorf("prepare validation query: %w", err)
+		}
+	}
+	s.builtinValidate = builtins
+	if !opts.RegoOnly {
+		s.nativeInject = unchanged[injectPath] && unchanged[libPath]
+		s.nativeValidate = len(builtins) > 0
+		if s.nativeValidate || s.nativeInject {
+			s.native = newNative(params)
 		}
 	}
 	for _, mod := range parsed {
@@ -460,20 +504,27 @@ func (s *Set) Enforcement(policy string) Action {
 // failure mode, never by treating the object as compliant.
 func (s *Set) Validate(ctx context.Context, in *Input) ([]Violation, error) {
 	var out []Violation
-	query, useRego := s.validate, true
-	if len(s.nativeValidate) > 0 {
-		if vs, ok := s.native.validate(s.nativeValidate, in); ok {
+	answered := false
+	if s.nativeValidate {
+		// ok is false when the native implementation is not certain to answer this input as the
+		// Rego would: OPA answers it.
+		var vs []Violation
+		if vs, answered = s.native.validate(s.builtinValidate, in); answered {
 			for i := range vs {
 				vs[i].Action = s.Enforcement(vs[i].Policy)
 			}
-			out, query, useRego = vs, s.validateRest, s.hasRest
+			out = vs
 		}
-		// Otherwise the native implementation is not certain to answer this input as the Rego
-		// would: OPA answers all of it.
 	}
-	if useRego {
-		var err error
-		if out, err = s.validateWithRego(ctx, query, in, out); err != nil {
+	var doc ast.Value // the input document, built once if OPA evaluates anything
+	var err error
+	if !answered && len(s.builtinValidate) > 0 {
+		if out, err = s.validateWithRego(ctx, s.validateBuiltin, in, &doc, out); err != nil {
+			return nil, err
+		}
+	}
+	if s.hasRest {
+		if out, err = s.validateWithRego(ctx, s.validateRest, in, &doc, out); err != nil {
 			return nil, err
 		}
 	}
@@ -489,13 +540,16 @@ func (s *Set) Validate(ctx context.Context, in *Input) ([]Violation, error) {
 	return out, nil
 }
 
-// validateWithRego appends to out the violations that OPA finds with query.
-func (s *Set) validateWithRego(ctx context.Context, query rego.PreparedEvalQuery, in *Input, out []Violation) ([]Violation, error) {
-	v, err := in.value()
-	if err != nil {
-		return nil, fmt.Errorf("build policy input: %w", err)
+// validateWithRego appends to out the violations that OPA finds with query; doc caches the input document between the calls of one Validate.
+func (s *Set) validateWithRego(ctx context.Context, query rego.PreparedEvalQuery, in *Input, doc *ast.Value, out []Violation) ([]Violation, error) {
+	if *doc == nil {
+		v, err := in.value()
+		if err != nil {
+			return nil, fmt.Errorf("build policy input: %w", err)
+		}
+		*doc = v
 	}
-	rs, err := eval(ctx, query, v)
+	rs, err := eval(ctx, query, *doc)
 	if err != nil {
 		return nil, fmt.Errorf("evaluate policies: %w", err)
 	}

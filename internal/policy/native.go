@@ -337,6 +337,12 @@ func newInjectPlan(params map[string]any, class string) injectPlan {
 func decodeToleration(obj map[string]any) (corev1.Toleration, bool) {
 	var t corev1.Toleration
 	for k, v := range obj {
+		switch k {
+		case "key", "operator", "value", "effect", "tolerationSeconds":
+		default:
+			// Unknown to the strict decoding, whatever the value, null included.
+			return t, false
+		}
 		if k == "tolerationSeconds" {
 			if v == nil {
 				continue
@@ -530,6 +536,8 @@ func canonicalValue(v any) bool {
 
 // numberChecks reports whether ast.NumberChecked certainly accepts s: only a number with an
 // exponent can fail, and only one whose digits and exponent are large (smallExponent in ast).
+// This and regoAtoi64 restate OPA internals of the version in go.mod; after an OPA upgrade the
+// differential tests (native_test.go) are what shows whether they still hold.
 func numberChecks(s string) bool {
 	i := strings.IndexAny(s, "eE")
 	if i < 0 {
@@ -1004,17 +1012,9 @@ func isString(v any, s string) bool {
 	return ok && x == s
 }
 
-// violations returns the policy's violations (Policy, Field, Message set; Action left empty),
-// in any order; ok=false means "evaluate this policy with Rego".
-func (n *native) violations(policy string, in *Input) (vs []Violation, ok bool) {
-	if n.declineAll || !convertible(in) {
-		return nil, false
-	}
-	return n.evaluate(policy, in)
-}
-
-// validate returns the violations of every named policy, like violations but checking the input
-// once for all of them (the check walks the whole object); ok=false when any policy declines.
+// validate returns the violations of every named policy, like violations (native_test.go) but
+// checking the input once for all of them (the check walks the whole object); ok=false when any
+// policy declines.
 func (n *native) validate(policies []string, in *Input) (vs []Violation, ok bool) {
 	if n.declineAll || !convertible(in) {
 		return nil, false

@@ -698,6 +698,10 @@ func TestNativeCasesMatchRego(t *testing.T) {
 			ds: daemonSetFixture(), policy: "inject",
 			params: []paramsOption{withParam([]any{map[string]any{"key": "k", "tolerationSeconds": 1.5}}, "inject", "tolerations")}, declined: true,
 		},
+		"a toleration with an unknown field, even a null one, is declined": {
+			ds: daemonSetFixture(), policy: "inject",
+			params: []paramsOption{withParam([]any{map[string]any{"key": "k", "operator": "Exists", "bogus": nil}}, "inject", "tolerations")}, declined: true,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -1462,4 +1466,13 @@ func (g *caseGen) toleration() any {
 		map[string]any{},
 		"not an object", 5.0,
 	)
+}
+
+// violations returns the policy's violations (Policy, Field, Message set; Action left empty),
+// in any order; ok=false means "evaluate this policy with Rego".
+func (n *native) violations(policy string, in *Input) (vs []Violation, ok bool) {
+	if n.declineAll || !convertible(in) {
+		return nil, false
+	}
+	return n.evaluate(policy, in)
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand"
@@ -55,7 +56,8 @@ func TestNativeStandsInOnlyForUnchangedBuiltins(t *testing.T) {
 		wantRest   bool
 	}{
 		{name: "built-ins", wantNative: all, wantInject: true},
-		{name: "RegoOnly", opts: CompileOptions{RegoOnly: true}, wantRest: true},
+		// OPA evaluates the built-ins in their own query; nothing else is loaded.
+		{name: "RegoOnly", opts: CompileOptions{RegoOnly: true}},
 		{
 			name:       "an extra policy is evaluated by OPA next to the native ones",
 			sources:    []Source{{Name: "configmap/dg/team", Files: map[string]string{"team.rego": customPolicy}}},
@@ -98,6 +100,23 @@ note := "a rule here could shadow lib, inject or a policy"
 			wantRest: true,
 		},
 		{
+			name: "rules under the parameters turn the native evaluator off",
+			sources: []Source{{Name: "configmap/dg/params", Files: map[string]string{"params.rego": `package daemonguard.parameters.inject.namespaceClasses
+
+system := {"enabled": false}
+`}}},
+			wantRest: true,
+		},
+		{
+			name: "rules in daemonguard.policies itself turn the native evaluator off",
+			sources: []Source{{Name: "configmap/dg/policies", Files: map[string]string{"policies.rego": `package daemonguard.policies
+
+made_up := {"violation": {{"field": "x", "msg": "made up"}}}
+`}}},
+			// The inject policy reads nothing under daemonguard.policies.
+			wantInject: true, wantRest: true,
+		},
+		{
 			name: "a package below a built-in policy takes it from the native evaluator",
 			sources: []Source{{Name: "configmap/dg/below", Files: map[string]string{"below.rego": `package daemonguard.policies.revision_history.extra
 
@@ -109,7 +128,10 @@ x := 1
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			set := builtinWith(t, tt.opts, tt.sources...)
-			got := append([]string(nil), set.nativeValidate...)
+			var got []string
+			if set.nativeValidate {
+				got = append(got, set.builtinValidate...)
+			}
 			sort.Strings(got)
 			want := append([]string(nil), tt.wantNative...)
 			sort.Strings(want)
@@ -293,4 +315,69 @@ func TestAnOPAPanicIsAnEvaluationError(t *testing.T) {
 	if !strings.Contains(err.Error(), "evaluat") {
 		t.Errorf("error %q does not say the evaluation failed", err)
 	}
+}
+
+// Rules under data.daemonguard.parameters change what OPA reads as parameters; the native
+// evaluator must then leave every answer to OPA. A custom policy calling lib functions must not
+// change a built-in's message through OPA's per-query memo of function results, with or without
+// the native evaluator.
+func TestSetsAgreeWhenModulesReachIntoParametersOrLib(t *testing.T) {
+	ds := func(annotations map[string]any, maxSurge any) map[string]any {
+		return map[string]any{
+			"metadata": map[string]any{"name": "agent", "annotations": annotations},
+			"spec": map[string]any{"updateStrategy": map[string]any{"type": "RollingUpdate",
+				"rollingUpdate": map[string]any{"maxUnavailable": json.Number("1"), "maxSurge": maxSurge}}},
+		}
+	}
+	cases := []setCase{
+		{name: "kube-system", in: Input{Operation: OpCreate, Object: ds(nil, json.Number("0")), Namespace: Namespace{Name: "kube-system"}}},
+		{name: "deadline", in: Input{Operation: OpCreate, Object: ds(map[string]any{"daemonguard.io/progress-deadline": "1m"}, json.Number("0")), Namespace: Namespace{Name: "kube-system"}}},
+		{name: "big surge", in: Input{Operation: OpCreate, Object: ds(nil, json.Number("1000000")), Namespace: Namespace{Name: "apps"}}},
+	}
+	for _, source := range []Source{
+		{Name: "configmap/dg/params", Files: map[string]string{"params.rego": `package daemonguard.parameters.inject.namespaceClasses
+
+system := {"enabled": false}
+`, "deadline.rego": `package daemonguard.parameters.policies.rollout_annotations
+
+system := {"minProgressDeadlineSeconds": 600}
+`}},
+		{Name: "configmap/dg/poison", Files: map[string]string{"poison.rego": `package daemonguard.policies.a_poison
+
+import data.daemonguard.lib
+
+violation contains {"field": "x", "msg": m} if {
+	m := lib.quote(1000000.0)
+	m == "never"
+}
+`}},
+	} {
+		native := builtinWith(t, CompileOptions{}, source)
+		rego := builtinWith(t, CompileOptions{RegoOnly: true}, source)
+		assertSetsAgree(t, native, rego, cases)
+		// The parameters module must have an effect, or the comparison proves nothing.
+		if source.Name == "configmap/dg/params" {
+			d, err := native.Inject(context.Background(), &cases[0].in)
+			if err != nil || d.Inject {
+				t.Errorf("a parameters module disabling injection for kube-system: got %+v, %v", d, err)
+			}
+		}
+	}
+}
+
+func TestPoliciesDefinedAboveTheirPackageAreEvaluated(t *testing.T) {
+	set := builtinWith(t, CompileOptions{}, Source{Name: "configmap/dg/policies", Files: map[string]string{"policies.rego": `package daemonguard.policies
+
+made_up := {"violation": {{"field": "x", "msg": "made up"}}}
+`}})
+	vs, err := set.Validate(context.Background(), &Input{Operation: OpCreate, Object: map[string]any{}, Namespace: Namespace{Name: "apps"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		if v.Policy == "made_up" && v.Message == "made up" {
+			return
+		}
+	}
+	t.Errorf("the policy made_up, defined in package daemonguard.policies, was not evaluated: %v", vs)
 }
