@@ -72,6 +72,7 @@ type Options struct {
 	RESTConfig     *rest.Config
 	MetricsAddr    string // "0" disables
 	HealthAddr     string // "0" disables
+	PprofAddr      string // net/http/pprof; "" or "0" disables
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease; required with LeaderElection outside a cluster.
 	LeaderElectionNamespace string
@@ -103,6 +104,7 @@ func Run(ctx context.Context, opts Options) error {
 		Cache:                         cacheOpts,
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:        opts.HealthAddr,
+		PprofBindAddress:              opts.PprofAddr,
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              "daemonguard-rollout-controller",
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,

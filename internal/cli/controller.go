@@ -33,5 +33,6 @@ func newControllerCommand() *cobra.Command {
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one active replica (a standby takes over mid-rollout from cluster state)")
 	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's namespace)")
 	f.StringVar(&opts.Namespace, "watch-namespace", "", "only roll DaemonSets of this namespace (default: all)")
+	f.StringVar(&opts.PprofAddr, "pprof-bind-address", "0", "net/http/pprof address for profiling (e.g. localhost:6060); 0 disables")
 	return cmd
 }

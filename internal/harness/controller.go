@@ -17,9 +17,20 @@ type Controller struct {
 	done chan error
 }
 
+// ControllerOptions tune the controller the harness starts.
+type ControllerOptions struct {
+	// Namespace limits the controller to one namespace (--watch-namespace); empty watches all.
+	Namespace string
+}
+
 // StartController starts the rollout controller with leader election (its Lease lives in
 // WebhookNamespace), logging to <cluster dir>/logs/daemonguard-controller.log.
 func StartController(ctx context.Context, c *localcluster.Cluster) (*Controller, error) {
+	return StartControllerWith(ctx, c, ControllerOptions{})
+}
+
+// StartControllerWith is StartController with options.
+func StartControllerWith(ctx context.Context, c *localcluster.Cluster, opts ControllerOptions) (*Controller, error) {
 	if err := c.CreateNamespace(ctx, WebhookNamespace); err != nil {
 		return nil, err
 	}
@@ -36,7 +47,7 @@ func StartController(ctx context.Context, c *localcluster.Cluster) (*Controller,
 		ctl.done <- controller.Run(runCtx, controller.Options{
 			RESTConfig: c.RESTConfig, MetricsAddr: "0", HealthAddr: "0",
 			LeaderElection: true, LeaderElectionNamespace: WebhookNamespace,
-			Log: log,
+			Namespace: opts.Namespace, Log: log,
 		})
 	}()
 	return ctl, nil
