@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -47,6 +48,12 @@ const (
 type Facts struct {
 	NamespaceLabels func(ctx context.Context, name string) (map[string]string, error)
 	Nodes           func(ctx context.Context) ([]*corev1.Node, error)
+	// NodesGeneration, when set, numbers the versions of the node list as the policies see it
+	// (names, labels, taints): it changes whenever one of those changes, and not otherwise. The
+	// decision cache then keys validations by it instead of listing every node, so a hit costs
+	// the same at 5 nodes as at 5,000, and node status writes (heartbeats) leave cached
+	// decisions in place. ok is false while it cannot vouch for the list (then nodes are listed).
+	NodesGeneration func() (gen uint64, ok bool)
 }
 
 // Handlers adapts the pure functions of this package to admission requests.
@@ -93,6 +100,10 @@ type clusterFacts struct {
 	labels   map[string]string // of the namespace; {} when unknown
 	nodes    []*corev1.Node
 	nodesErr error // nodes could not be read (or were not asked for)
+	// nodesGen is the node list's generation (Facts.NodesGeneration) when haveGen; the nodes
+	// themselves are then read only when a request is evaluated (loadNodes).
+	nodesGen uint64
+	haveGen  bool
 }
 
 // gather reads the namespace labels and, when needNodes (the inject policy never reads nodes),
@@ -109,12 +120,26 @@ func (h *Handlers) gather(ctx context.Context, req admission.Request, needNodes 
 		}
 	}
 	if needNodes && h.Facts.Nodes != nil {
-		f.nodes, f.nodesErr = h.Facts.Nodes(ctx)
-		if f.nodesErr != nil {
-			h.Log.V(1).Info("Nodes unavailable; node-relative checks skipped", "err", f.nodesErr)
+		if h.Facts.NodesGeneration != nil {
+			// Read before the nodes, so a list read later is at least as new as the key says.
+			f.nodesGen, f.haveGen = h.Facts.NodesGeneration()
+		}
+		if !f.haveGen {
+			h.loadNodes(ctx, &f)
 		}
 	}
 	return f
+}
+
+// loadNodes reads the nodes into f unless they are read already.
+func (h *Handlers) loadNodes(ctx context.Context, f *clusterFacts) {
+	if h.Facts.Nodes == nil || !errors.Is(f.nodesErr, errNodesNotRead) {
+		return
+	}
+	f.nodes, f.nodesErr = h.Facts.Nodes(ctx)
+	if f.nodesErr != nil {
+		h.Log.V(1).Info("Nodes unavailable; node-relative checks skipped", "err", f.nodesErr)
+	}
 }
 
 var errNodesNotRead = errors.New("nodes not read")
@@ -129,7 +154,9 @@ func (h *Handlers) cacheKey(set *policy.Set, webhook string, req admission.Reque
 		webhook: webhook, operation: string(req.Operation), namespace: req.Namespace,
 		labels: labelsKey(f.labels), object: req.Object.Raw, oldObject: req.OldObject.Raw,
 	}
-	if needNodes && f.nodesErr == nil {
+	if needNodes && f.haveGen {
+		key.nodes = strconv.AppendUint([]byte("G"), f.nodesGen, 10) // differs from every listed key (N...)
+	} else if needNodes && f.nodesErr == nil {
 		var ok bool
 		if key.nodes, ok = nodesKey(f.nodes); !ok {
 			return nil
@@ -312,6 +339,12 @@ func (v DaemonSetValidator) validate(ctx context.Context, req admission.Request)
 	key, cached, hit := v.lookup(set, "validate-daemonset", req, f, true)
 	if hit {
 		return v.verdict(req, cached.([]policy.Violation))
+	}
+	v.loadNodes(ctx, &f)
+	if f.haveGen && f.nodesErr != nil {
+		// Keyed by a generation whose nodes could not be read: a decision made without them
+		// must not answer the next request of that generation.
+		key = nil
 	}
 	in, early := v.daemonSetInput(req, f)
 	if early != nil {

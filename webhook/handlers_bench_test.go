@@ -73,8 +73,11 @@ func benchHandlers(b *testing.B, nodes int) (*Handlers, []fixture.Case) {
 		Engine:           policy.NewEngine(set),
 		ExemptNamespaces: []string{"daemonguard-system", "kube-system"},
 		FailureMode:      FailClosed,
-		Facts:            Facts{NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(nodes))},
-		Log:              log.WithName("admission"),
+		Facts: Facts{
+			NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(nodes)),
+			NodesGeneration: NewNodeGeneration(nil).Get, // as production: the nodes do not change
+		},
+		Log: log.WithName("admission"),
 	}, cases
 }
 
@@ -182,7 +185,7 @@ func BenchmarkMutateDaemonSet(b *testing.B) {
 		req := decodeRequest(b, create)
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, early := h.daemonSetInput(req, h.gather(b.Context(), req, true)); early != nil {
+			if _, early := h.daemonSetInput(req, gatheredWithNodes(b.Context(), h, req)); early != nil {
 				b.Fatal(early)
 			}
 		}
@@ -200,9 +203,13 @@ func BenchmarkValidateDaemonSet(b *testing.B) {
 		big, _ := benchHandlers(b, 500)
 		benchServeHTTP(b, daemonguardHTTP(DaemonSetValidator{big}), create, false)
 	})
+	b.Run("ServeHTTP/create/nodes=500/cached", func(b *testing.B) { // keyed by node generation: no list
+		big, _ := benchHandlers(b, 500)
+		benchServeHTTP(b, daemonguardHTTP(DaemonSetValidator{cached(big)}), create, false)
+	})
 	b.Run("Validate", func(b *testing.B) { // the validation policies alone, input built once
 		req := decodeRequest(b, create)
-		in, early := h.daemonSetInput(req, h.gather(b.Context(), req, true))
+		in, early := h.daemonSetInput(req, gatheredWithNodes(b.Context(), h, req))
 		if early != nil {
 			b.Fatalf("early response %+v", early)
 		}
@@ -247,4 +254,12 @@ func BenchmarkNullWebhook(b *testing.B) {
 		c := &cases[i]
 		b.Run("ServeHTTP/"+c.Name, func(b *testing.B) { benchServeHTTP(b, null, c, false) })
 	}
+}
+
+// gatheredWithNodes is what a validation that misses the cache has read: the namespace labels and
+// the nodes.
+func gatheredWithNodes(ctx context.Context, h *Handlers, req admission.Request) clusterFacts {
+	f := h.gather(ctx, req, true)
+	h.loadNodes(ctx, &f)
+	return f
 }

@@ -83,9 +83,14 @@ func DaemonguardHandlers(ctx context.Context, opts ServerOptions, log logr.Logge
 		Engine:           policy.NewEngine(set),
 		ExemptNamespaces: []string{"daemonguard-system", "kube-system"},
 		FailureMode:      webhook.FailClosed,
-		Facts:            webhook.Facts{NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(opts.Nodes))},
-		Log:              log.WithName("admission"),
-		NoDecisionCache:  opts.NoDecisionCache,
+		Facts: webhook.Facts{
+			NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(opts.Nodes)),
+			// The fixture's nodes never change: one generation, as production's informer gives
+			// between node label or taint changes.
+			NodesGeneration: webhook.NewNodeGeneration(nil).Get,
+		},
+		Log:             log.WithName("admission"),
+		NoDecisionCache: opts.NoDecisionCache,
 	}, nil
 }
 
