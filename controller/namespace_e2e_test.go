@@ -65,7 +65,7 @@ func TestWatchNamespaceRollsOnlyItsNamespace(t *testing.T) {
 	}
 	old := 0
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image == "nginx:1.7.9" && podPhaseRunning(&p) {
+		if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image == "nginx:1.7.9" && p.Status.Phase == corev1.PodRunning {
 			old++
 		}
 	}
@@ -73,5 +73,3 @@ func TestWatchNamespaceRollsOnlyItsNamespace(t *testing.T) {
 		t.Errorf("%d of %d pods in %s still run the old image; OnDelete and outside the watched namespace, none may have been replaced", old, nodeCount, other)
 	}
 }
-
-func podPhaseRunning(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }

@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 )
@@ -25,7 +26,7 @@ func TestIntegerBudgetFollowsTheNodeList(t *testing.T) {
 	ns := cluster.NewTestNamespace(t)
 	ds := seedDaemonSet(t)
 	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{
-		Type: appsv1.RollingUpdateDaemonSetStrategyType, RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptrTo(intstr.FromInt32(3))},
+		Type: appsv1.RollingUpdateDaemonSetStrategyType, RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromInt32(3))},
 	}
 	dryRun := func(ctx context.Context) error {
 		_, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, ds.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -67,5 +68,3 @@ func TestIntegerBudgetFollowsTheNodeList(t *testing.T) {
 	}
 	wantDenied("maxUnavailable 3 denied again on 5 nodes")
 }
-
-func ptrTo[T any](v T) *T { return &v }

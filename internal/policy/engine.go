@@ -381,14 +381,15 @@ func CompileWithOptions(ctx context.Context, modules []Module, params map[string
 			return nil, fmt.Errorf("prepare validation query: %w", err)
 		}
 	}
-	if len(rest) > 0 || definesPolicies(parsed) {
+	definesMore := definesPolicies(parsed)
+	if len(rest) > 0 || definesMore {
 		s.hasRest = true
 		names := make([]string, 0, len(rest))
 		for name := range rest {
 			names = append(names, name)
 		}
 		query := validateQueryOf(names)
-		if definesPolicies(parsed) {
+		if definesMore {
 			// Rules in a package at or above daemonguard.policies can define policies of any
 			// name: ask OPA for all of them (no built-in is answered apart then, see
 			// unchangedBuiltins).
