@@ -94,3 +94,39 @@ func FuzzReviewHead(f *testing.F) {
 	f.Add([]byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1beta1","request":{"a":"\\\""}}`))
 	f.Fuzz(func(t *testing.T, body []byte) { reviewHeadAgrees(t, body) })
 }
+
+// TestReadBodyReadsWhatIsSentWhateverContentLengthSays checks that the body is read whole and
+// unchanged whether Content-Length is right, unknown, too small or too large, and cut at the limit.
+func TestReadBodyReadsWhatIsSentWhateverContentLengthSays(t *testing.T) {
+	body := strings.Repeat("0123456789", 1000)
+	for _, tc := range []struct {
+		name    string
+		length  int64
+		want    string
+		wantErr bool
+	}{
+		{"exact", int64(len(body)), body, false},
+		{"unknown", -1, body, false},
+		{"zero", 0, body, false},
+		{"announced shorter", 10, body, false},
+		{"announced longer", int64(len(body)) + 1, "", true},
+		{"announced beyond the limit", maxReviewBytes + 10, body, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readBody(strings.NewReader(body), tc.length)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want error %v", err, tc.wantErr)
+			}
+			if !tc.wantErr && string(got) != tc.want {
+				t.Fatalf("read %d bytes, want %d", len(got), len(tc.want))
+			}
+		})
+	}
+	huge := strings.Repeat("x", maxReviewBytes+100)
+	for _, length := range []int64{-1, maxReviewBytes, int64(len(huge))} {
+		got, err := readBody(strings.NewReader(huge), length)
+		if err != nil || len(got) != maxReviewBytes+1 {
+			t.Fatalf("Content-Length %d: read %d bytes (err %v), want the limit plus one (%d)", length, len(got), err, maxReviewBytes+1)
+		}
+	}
+}
