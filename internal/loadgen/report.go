@@ -71,13 +71,14 @@ func (r *Report) WriteMarkdown(w io.Writer, goal Goal) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Open loop, %v per step, %s over TLS on loopback, at most %d requests in flight, timeout %v, mix %s, cluster facts of %d nodes, %s DaemonSet objects, built-in policies evaluated %s, decision cache %s; %s, %d CPUs, GOMAXPROCS %d.\n\n",
 		c.Duration, c.Protocol, c.MaxInFlight, c.Timeout, c.Mix, c.Nodes, c.Objects, c.Policies, onOff(c.DecisionCache), c.GoVersion, c.CPUs, c.MaxProcs)
-	b.WriteString("| rate/s | target | sent | ok | errors | achieved/s | p50 | p90 | p99 | max | send lag p99 | CPU/req |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| rate/s | target | sent | ok | errors | achieved/s | p50 | p90 | p99 | max | send lag p99 | CPU/req | alloc/req KB | GCs |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
-		fmt.Fprintf(&b, "| %d | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %s | %s |\n",
-			x.Rate, x.Target, x.Sent, x.OK, x.Errors, x.Achieved, ms(x.P50), ms(x.P90), ms(x.P99), ms(x.Max), ms(x.SendLagP99), ms(x.CPUPerRequest))
+		fmt.Fprintf(&b, "| %d | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %.1f | %d |\n",
+			x.Rate, x.Target, x.Sent, x.OK, x.Errors, x.Achieved, ms(x.P50), ms(x.P90), ms(x.P99), ms(x.Max), ms(x.SendLagP99), ms(x.CPUPerRequest),
+			float64(x.AllocPerRequest)/1024, x.GCCycles)
 	}
-	b.WriteString("\nLatencies in ms from each request's scheduled send time; CPU/req is the whole process's CPU time (servers, generator, GC) per request.\n\n")
+	b.WriteString("\nLatencies in ms from each request's scheduled send time; CPU/req is the whole process's CPU time (servers, generator, GC) per request, alloc/req the heap it allocated per request, and GCs the collections it ran during the step.\n\n")
 	fmt.Fprintf(&b, "| rate/s | p50 daemonguard/null | p99 daemonguard/null | goal (p50 <= %.2fx, p99 <= %.2fx) |\n", goal.P50, goal.P99)
 	b.WriteString("|---:|---:|---:|---|\n")
 	for _, x := range r.Ratios(goal) {

@@ -18,6 +18,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -77,7 +78,12 @@ type Result struct {
 	SendLagP99 time.Duration `json:"sendLagP99"`
 	// Process CPU time (servers, generator, GC) per request during the step; 0 where unmeasured.
 	CPUPerRequest time.Duration `json:"cpuPerRequest"`
-	ErrorSamples  []string      `json:"errorSamples,omitempty"`
+	// Heap bytes the process allocated per request during the step (servers and generator), and
+	// the garbage collections it ran: on two cores a collection takes a good part of one, so
+	// these show how much of a target's tail its allocations explain.
+	AllocPerRequest int64    `json:"allocBytesPerRequest"`
+	GCCycles        int64    `json:"gcCycles"`
+	ErrorSamples    []string `json:"errorSamples,omitempty"`
 }
 
 // Report is a whole run.
@@ -255,7 +261,7 @@ func runStep(ctx context.Context, client *http.Client, t *Target, spec stepSpec,
 		mu.Unlock()
 	}
 
-	cpu0 := cpuTime()
+	cpu0, mem0 := cpuTime(), readMemStats()
 	start := time.Now().Add(10 * time.Millisecond)
 	sent := pace(ctx.Done(), start, n, spec.rate, func(i int, due time.Time) {
 		wg.Add(1)
@@ -310,7 +316,7 @@ func runStep(ctx context.Context, client *http.Client, t *Target, spec stepSpec,
 		}()
 	})
 	wg.Wait()
-	cpu := cpuTime() - cpu0
+	cpu, mem := cpuTime()-cpu0, readMemStats().minus(mem0)
 	n = sent // fewer when interrupted; the rest were never sent
 	latency, lag, failed = latency[:n], lag[:n], failed[:n]
 
@@ -330,8 +336,26 @@ func runStep(ctx context.Context, client *http.Client, t *Target, spec stepSpec,
 	r.SendLagP50, r.SendLagP99 = l.P50, l.P99
 	if n > 0 {
 		r.CPUPerRequest = cpu / time.Duration(n)
+		r.AllocPerRequest = int64(mem.allocBytes) / int64(n)
 	}
+	r.GCCycles = int64(mem.gcCycles)
 	return r
+}
+
+// memStats are the process's heap allocation and collection counters.
+type memStats struct{ allocBytes, gcCycles uint64 }
+
+var memSamples = []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+
+// readMemStats reads the counters without stopping the world (runtime.ReadMemStats would).
+func readMemStats() memStats {
+	s := slices.Clone(memSamples)
+	metrics.Read(s)
+	return memStats{allocBytes: s[0].Value.Uint64(), gcCycles: s[1].Value.Uint64()}
+}
+
+func (m memStats) minus(o memStats) memStats {
+	return memStats{allocBytes: m.allocBytes - o.allocBytes, gcCycles: m.gcCycles - o.gcCycles}
 }
 
 // post sends one AdmissionReview and reads the whole response.

@@ -90,6 +90,11 @@ func TestSmoke(t *testing.T) {
 		if r.P50 <= 0 || r.P50 > r.P99 || r.P99 > r.Max {
 			t.Errorf("%s: percentiles out of order: %+v", r.Target, r)
 		}
+		// Every request allocates (its body, the response, TLS records): zero means the counters
+		// were not read.
+		if r.AllocPerRequest <= 0 {
+			t.Errorf("%s: %d bytes allocated per request", r.Target, r.AllocPerRequest)
+		}
 	}
 	var md, js bytes.Buffer
 	if err := rep.WriteMarkdown(&md, DefaultGoal); err != nil {
