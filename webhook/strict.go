@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 )
 
 // maxReviewBytes matches controller-runtime's request limit; larger bodies are left to it so the
@@ -21,8 +22,17 @@ func StrictReview(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := readBody(r.Body, r.ContentLength)
+		buf := reviewBuffers.Get().(*[]byte)
+		body, err := readBody(r.Body, r.ContentLength, *buf)
 		r.Body.Close()
+		defer func() {
+			// next has returned: controller-runtime copied what it keeps of the body (the
+			// request objects are copies), so the buffer can serve the next request.
+			if cap(body) <= maxPooledBody {
+				*buf = body[:0]
+				reviewBuffers.Put(buf)
+			}
+		}()
 		if err != nil {
 			http.Error(w, "read admission review: "+err.Error(), http.StatusBadRequest)
 			return
@@ -38,15 +48,27 @@ func StrictReview(next http.Handler) http.Handler {
 	})
 }
 
-// readBody reads up to maxReviewBytes+1 bytes of body. A body of known length (the API server
-// sends Content-Length) is read into one buffer of that size: io.ReadAll grows its buffer from
-// 512 bytes by copying, which allocated two to four times the size of a review.
-func readBody(body io.Reader, length int64) ([]byte, error) {
+// reviewBuffers holds the buffers StrictReview reads bodies into, each used by one request at a
+// time: reading every review into a new buffer was, after decoding, the largest allocation that
+// daemonguard adds to controller-runtime's own per request.
+var reviewBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledBody bounds the buffers kept in reviewBuffers, so a rare huge review does not stay.
+const maxPooledBody = 256 << 10
+
+// readBody reads up to maxReviewBytes+1 bytes of body, into buf when it is large enough. A body
+// of known length (the API server sends Content-Length) is read into one buffer of that size:
+// io.ReadAll grows its buffer from 512 bytes by copying.
+func readBody(body io.Reader, length int64, buf []byte) ([]byte, error) {
 	limited := io.LimitReader(body, maxReviewBytes+1)
 	if length <= 0 || length > maxReviewBytes {
 		return io.ReadAll(limited)
 	}
-	buf := make([]byte, length)
+	if int64(cap(buf)) >= length {
+		buf = buf[:length]
+	} else {
+		buf = make([]byte, length)
+	}
 	if _, err := io.ReadFull(limited, buf); err != nil {
 		return nil, err
 	}

@@ -2,10 +2,15 @@ package webhook
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -113,7 +118,7 @@ func TestReadBodyReadsWhatIsSentWhateverContentLengthSays(t *testing.T) {
 		{"announced beyond the limit", maxReviewBytes + 10, body, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := readBody(strings.NewReader(body), tc.length)
+			got, err := readBody(strings.NewReader(body), tc.length, make([]byte, 0, 100))
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("error %v, want error %v", err, tc.wantErr)
 			}
@@ -124,9 +129,45 @@ func TestReadBodyReadsWhatIsSentWhateverContentLengthSays(t *testing.T) {
 	}
 	huge := strings.Repeat("x", maxReviewBytes+100)
 	for _, length := range []int64{-1, maxReviewBytes, int64(len(huge))} {
-		got, err := readBody(strings.NewReader(huge), length)
+		got, err := readBody(strings.NewReader(huge), length, nil)
 		if err != nil || len(got) != maxReviewBytes+1 {
 			t.Fatalf("Content-Length %d: read %d bytes (err %v), want the limit plus one (%d)", length, len(got), err, maxReviewBytes+1)
 		}
 	}
+}
+
+// TestStrictReviewGivesEachRequestItsOwnBody runs concurrent reviews of different sizes through
+// StrictReview, whose read buffers are reused between requests: each handler must see exactly
+// the body its client sent, for as long as it runs.
+func TestStrictReviewGivesEachRequestItsOwnBody(t *testing.T) {
+	handler := StrictReview(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		runtime.Gosched() // let other requests take buffers meanwhile
+		if want := r.Header.Get("X-Want"); string(first) != want {
+			t.Errorf("handler read %d bytes that differ from the %d sent", len(first), len(want))
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				name := strings.Repeat("x", (g*200+i)%700)
+				body := review("apps", "v1", "DaemonSet", "CREATE", `{"metadata":{"name":"`+name+`"}}`)
+				req := httptest.NewRequest(http.MethodPost, MutateDaemonSetPath, strings.NewReader(body))
+				req.Header.Set("X-Want", body)
+				rec := httptest.NewRecorder()
+				handler.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					t.Errorf("HTTP %d: %s", rec.Code, rec.Body)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
