@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/daemonguard/daemonguard/controller"
-	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -66,8 +65,12 @@ type Handlers struct {
 	// NoDecisionCache turns off the decision cache (see decisionCache): every request is decoded
 	// and evaluated. For measurements; the cache is on by default.
 	NoDecisionCache bool
+	// NoNodeFactsMemo turns off the memo of node facts (see nodeFactsMemo): every validation
+	// evaluated lists and matches the nodes. For measurements; the memo is on by default.
+	NoNodeFactsMemo bool
 
-	cache decisionCache
+	cache     decisionCache
+	nodeFacts nodeFactsMemo
 }
 
 func (h *Handlers) exempt(namespace string) bool {
@@ -195,7 +198,8 @@ func (h *Handlers) checkDaemonSet(req admission.Request) *admission.Response {
 	return nil
 }
 
-// daemonSetInput decodes the object once and builds the policy input, or returns the response
+// daemonSetInput decodes the object once and builds the policy input (without cluster facts:
+// see templateFacts), or returns the response
 // that ends the request early: malformed (400), or opted out by label, or a status-only update.
 func (h *Handlers) daemonSetInput(req admission.Request, f clusterFacts) (*policy.Input, *admission.Response) {
 	end := func(r admission.Response) (*policy.Input, *admission.Response) { return nil, &r }
@@ -220,11 +224,6 @@ func (h *Handlers) daemonSetInput(req admission.Request, f clusterFacts) (*polic
 			return end(admission.Errored(http.StatusBadRequest, errors.New("old object: decode object: not a JSON object")))
 		}
 		in.OldObjectJSON = req.OldObject.Raw
-	}
-	if f.nodesErr == nil {
-		if podSpec, ok := templatePodSpec(obj); ok {
-			in.Cluster = &policy.ClusterFacts{Nodes: len(f.nodes), MatchingNodes: nodes.Count(podSpec, f.nodes)}
-		}
 	}
 	return in, nil
 }
@@ -340,15 +339,15 @@ func (v DaemonSetValidator) validate(ctx context.Context, req admission.Request)
 	if hit {
 		return v.verdict(req, cached.([]policy.Violation))
 	}
-	v.loadNodes(ctx, &f)
-	if f.haveGen && f.nodesErr != nil {
-		// Keyed by a generation whose nodes could not be read: a decision made without them
-		// must not answer the next request of that generation.
-		key = nil
-	}
 	in, early := v.daemonSetInput(req, f)
 	if early != nil {
 		return *early
+	}
+	in.Cluster = v.templateFacts(ctx, req.Object.Raw, in.Object, &f)
+	if f.haveGen && f.nodesErr != nil && !errors.Is(f.nodesErr, errNodesNotRead) {
+		// Keyed by a generation whose nodes could not be read: a decision made without them
+		// must not answer the next request of that generation.
+		key = nil
 	}
 	violations, err := set.Validate(ctx, in)
 	if err != nil {

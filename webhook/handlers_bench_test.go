@@ -69,7 +69,9 @@ func benchFixtures(b *testing.B) ([]fixture.Case, *policy.Set, logr.Logger) {
 func benchHandlers(b *testing.B, nodes int) (*Handlers, []fixture.Case) {
 	cases, set, log := benchFixtures(b)
 	return &Handlers{
-		NoDecisionCache:  true, // the benchmarks repeat one request: measure the evaluation, not the cache
+		// The benchmarks repeat one request: measure the evaluation, not the cache and the memo.
+		NoDecisionCache:  true,
+		NoNodeFactsMemo:  true,
 		Engine:           policy.NewEngine(set),
 		ExemptNamespaces: []string{"daemonguard-system", "kube-system"},
 		FailureMode:      FailClosed,
@@ -185,7 +187,7 @@ func BenchmarkMutateDaemonSet(b *testing.B) {
 		req := decodeRequest(b, create)
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, early := h.daemonSetInput(req, gatheredWithNodes(b.Context(), h, req)); early != nil {
+			if _, early := validationInput(b.Context(), h, req); early != nil {
 				b.Fatal(early)
 			}
 		}
@@ -203,13 +205,18 @@ func BenchmarkValidateDaemonSet(b *testing.B) {
 		big, _ := benchHandlers(b, 500)
 		benchServeHTTP(b, daemonguardHTTP(DaemonSetValidator{big}), create, false)
 	})
+	b.Run("ServeHTTP/create/nodes=500/facts-remembered", func(b *testing.B) { // a new object, a known template
+		big, _ := benchHandlers(b, 500)
+		big.NoNodeFactsMemo = false
+		benchServeHTTP(b, daemonguardHTTP(DaemonSetValidator{big}), create, false)
+	})
 	b.Run("ServeHTTP/create/nodes=500/cached", func(b *testing.B) { // keyed by node generation: no list
 		big, _ := benchHandlers(b, 500)
 		benchServeHTTP(b, daemonguardHTTP(DaemonSetValidator{cached(big)}), create, false)
 	})
 	b.Run("Validate", func(b *testing.B) { // the validation policies alone, input built once
 		req := decodeRequest(b, create)
-		in, early := h.daemonSetInput(req, gatheredWithNodes(b.Context(), h, req))
+		in, early := validationInput(b.Context(), h, req)
 		if early != nil {
 			b.Fatalf("early response %+v", early)
 		}
@@ -256,10 +263,13 @@ func BenchmarkNullWebhook(b *testing.B) {
 	}
 }
 
-// gatheredWithNodes is what a validation that misses the cache has read: the namespace labels and
-// the nodes.
-func gatheredWithNodes(ctx context.Context, h *Handlers, req admission.Request) clusterFacts {
+// validationInput builds the policy input as a validation that misses the cache does: the object
+// decoded, the namespace labels, and the node facts of its template.
+func validationInput(ctx context.Context, h *Handlers, req admission.Request) (*policy.Input, *admission.Response) {
 	f := h.gather(ctx, req, true)
-	h.loadNodes(ctx, &f)
-	return f
+	in, early := h.daemonSetInput(req, f)
+	if early == nil {
+		in.Cluster = h.templateFacts(ctx, req.Object.Raw, in.Object, &f)
+	}
+	return in, early
 }

@@ -48,6 +48,7 @@ func run() error {
 	flag.BoolVar(&cfg.UniqueObjects, "unique-objects", false, "give every DaemonSet request an object not sent before, so daemonguard's decision cache never hits")
 	regoOnly := flag.Bool("rego-only", false, "evaluate the built-in policies with OPA's interpreter instead of their native implementation")
 	decisionCache := flag.Bool("decision-cache", true, "daemonguard's decision cache for identical requests (false: decode and evaluate every request)")
+	nodeFactsMemo := flag.Bool("node-facts-memo", true, "daemonguard's memo of the nodes a template targets, per node list generation (false: list and match the nodes for every validation evaluated)")
 	flag.Float64Var(&goal.P50, "goal-p50", goal.P50, "goal: largest acceptable p50 ratio daemonguard/null")
 	flag.Float64Var(&goal.P99, "goal-p99", goal.P99, "goal: largest acceptable p99 ratio daemonguard/null")
 	flag.Parse()
@@ -76,7 +77,7 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	servers, err := loadgen.StartServers(ctx, loadgen.ServerOptions{Nodes: cfg.Nodes, NoDecisionCache: !*decisionCache, RegoOnly: *regoOnly}, log)
+	servers, err := loadgen.StartServers(ctx, loadgen.ServerOptions{Nodes: cfg.Nodes, NoDecisionCache: !*decisionCache, NoNodeFactsMemo: !*nodeFactsMemo, RegoOnly: *regoOnly}, log)
 	if err != nil {
 		return err
 	}

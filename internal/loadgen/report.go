@@ -69,8 +69,8 @@ func (r *Report) WriteJSON(w io.Writer, goal Goal) error {
 func (r *Report) WriteMarkdown(w io.Writer, goal Goal) error {
 	c := r.Config
 	var b strings.Builder
-	fmt.Fprintf(&b, "Open loop, %v per step, %s over TLS on loopback, at most %d requests in flight, timeout %v, mix %s, cluster facts of %d nodes, %s DaemonSet objects, built-in policies evaluated %s, decision cache %s; %s, %d CPUs, GOMAXPROCS %d.\n\n",
-		c.Duration, c.Protocol, c.MaxInFlight, c.Timeout, c.Mix, c.Nodes, c.Objects, c.Policies, onOff(c.DecisionCache), c.GoVersion, c.CPUs, c.MaxProcs)
+	fmt.Fprintf(&b, "Open loop, %v per step, %s over TLS on loopback, at most %d requests in flight, timeout %v, mix %s, cluster facts of %d nodes, %s DaemonSet objects, built-in policies evaluated %s, decision cache %s, node facts memo %s; %s, %d CPUs, GOMAXPROCS %d.\n\n",
+		c.Duration, c.Protocol, c.MaxInFlight, c.Timeout, c.Mix, c.Nodes, c.Objects, c.Policies, onOff(c.DecisionCache), onOff(c.NodeFactsMemo), c.GoVersion, c.CPUs, c.MaxProcs)
 	b.WriteString("| rate/s | target | sent | ok | errors | achieved/s | p50 | p90 | p99 | max | send lag p99 | CPU/req | alloc/req KB | GCs |\n")
 	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {

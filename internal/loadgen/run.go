@@ -100,6 +100,7 @@ type Report struct {
 		// Policies says how daemonguard evaluated its built-in policies: "native" or "rego".
 		Policies      string `json:"policies"`
 		DecisionCache bool   `json:"decisionCache"`
+		NodeFactsMemo bool   `json:"nodeFactsMemo"`
 		GoVersion     string `json:"goVersion"`
 		CPUs          int    `json:"cpus"`
 		MaxProcs      int    `json:"gomaxprocs"`
@@ -134,7 +135,7 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 	if cfg.HTTP1 {
 		rc.Protocol = "HTTP/1.1"
 	}
-	rc.Policies, rc.DecisionCache = "native", !servers.Options.NoDecisionCache
+	rc.Policies, rc.DecisionCache, rc.NodeFactsMemo = "native", !servers.Options.NoDecisionCache, !servers.Options.NoNodeFactsMemo
 	if servers.Options.RegoOnly {
 		rc.Policies = "rego"
 	}

@@ -64,6 +64,7 @@ func (s *Servers) Close() {
 type ServerOptions struct {
 	Nodes           int  // size of the cluster the cluster facts describe
 	NoDecisionCache bool // turn daemonguard's decision cache off (webhook.Handlers.NoDecisionCache)
+	NoNodeFactsMemo bool // turn daemonguard's node facts memo off (webhook.Handlers.NoNodeFactsMemo)
 	RegoOnly        bool // evaluate the built-in policies with OPA, not natively (policy.CompileOptions)
 }
 
@@ -91,6 +92,7 @@ func DaemonguardHandlers(ctx context.Context, opts ServerOptions, log logr.Logge
 		},
 		Log:             log.WithName("admission"),
 		NoDecisionCache: opts.NoDecisionCache,
+		NoNodeFactsMemo: opts.NoNodeFactsMemo,
 	}, nil
 }
 
