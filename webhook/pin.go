@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"gomodules.xyz/jsonpatch/v2"
+
+	"github.com/daemonguard/daemonguard/internal/genericjson"
 )
 
 // nodeNameField is the field the DaemonSet controller pins its pods with. Unlike the
@@ -151,8 +153,8 @@ func podViewOfValidJSON(raw []byte) (map[string]any, bool) {
 		}
 		key := [...]string{"metadata", "spec"}[i]
 		if v[0] != '{' {
-			var whole any
-			if decodeValue(v, &whole) != nil {
+			whole, err := genericjson.DecodeValue(v)
+			if err != nil {
 				return nil, false
 			}
 			obj[key] = whole
@@ -167,8 +169,8 @@ func podViewOfValidJSON(raw []byte) (map[string]any, bool) {
 			if f == nil {
 				continue
 			}
-			var x any
-			if decodeValue(f, &x) != nil {
+			x, err := genericjson.DecodeValue(f)
+			if err != nil {
 				return nil, false
 			}
 			m[keep[j]] = x

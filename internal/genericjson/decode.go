@@ -55,6 +55,23 @@ func DecodeObject(raw []byte, opts Options) (map[string]any, error) {
 	return obj, nil
 }
 
+// DecodeValue decodes raw, one JSON value with nothing but white space around it, as json.Unmarshal
+// into an `any` with UseNumber would.
+func DecodeValue(raw []byte) (any, error) {
+	d := decoders.Get().(*decoder)
+	defer d.release()
+	d.data, d.text, d.i = raw, string(raw), 0
+	v, err := d.value(0)
+	if err != nil {
+		return nil, err
+	}
+	d.skipSpace()
+	if d.i != len(d.data) {
+		return nil, d.syntaxError("after top-level value")
+	}
+	return v, nil
+}
+
 // decoder holds the input twice: data to scan and text, one copy of it as a string, so that a
 // string without escapes is a substring of text and costs no allocation of its own.
 type decoder struct {

@@ -100,6 +100,33 @@ func nextIsObject(raw []byte, offset int64) bool {
 	return len(rest) > 0 && rest[0] == '{'
 }
 
+// referenceValue decodes raw as json.Unmarshal into an `any` would, with UseNumber.
+func referenceValue(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("data after the value")
+	}
+	return v, nil
+}
+
+// checkValueAlike fails t unless DecodeValue and referenceValue agree on raw.
+func checkValueAlike(t testing.TB, raw []byte) {
+	t.Helper()
+	want, wantErr := referenceValue(raw)
+	got, err := genericjson.DecodeValue(raw)
+	if (err != nil) != (wantErr != nil) {
+		t.Fatalf("DecodeValue(%q): error %v, encoding/json's error %v", clip(raw), err, wantErr)
+	}
+	if err == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("DecodeValue(%q):\n got  %#v\n want %#v", clip(raw), got, want)
+	}
+}
+
 // checkAlike fails t unless DecodeObject and reference agree on raw: both fail, or both give
 // deeply equal values.
 func checkAlike(t testing.TB, raw []byte, omit bool) {
@@ -154,6 +181,10 @@ func TestDecodeObjectMatchesEncodingJSON(t *testing.T) {
 		for _, omit := range []bool{true, false} {
 			checkAlike(t, []byte(s), omit)
 		}
+		checkValueAlike(t, []byte(s))
+	}
+	for _, s := range []string{`1`, ` -1.5e3 `, `"x"`, `"\u00e9"`, `true`, `null`, `[]`, `[1,"a",{"b":null}]`, `1 2`, `"a" "b"`, `[1]]`, `tru`, `"`, `-`, "\t[ ]\n"} {
+		checkValueAlike(t, []byte(s))
 	}
 }
 
@@ -175,6 +206,7 @@ func TestNestingLimit(t *testing.T) {
 					value = "[" + value + "]"
 				}
 			}
+			checkValueAlike(t, []byte(value))
 			for _, doc := range []string{
 				`{"spec":` + value + `}`,
 				`{"metadata":{"labels":` + value + `}}`,
@@ -303,6 +335,7 @@ func TestDecodeObjectMatchesOnRandomDocuments(t *testing.T) {
 		for _, omit := range []bool{true, false} {
 			checkAlike(t, doc, omit)
 		}
+		checkValueAlike(t, doc)
 		if _, err := reference(doc, true); err != nil {
 			failed++
 		}
@@ -358,6 +391,7 @@ func FuzzDecodeObject(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte, omit bool) {
 		checkAlike(t, raw, omit)
+		checkValueAlike(t, raw)
 	})
 }
 
