@@ -38,6 +38,7 @@ func run() error {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers and generator) to this file")
 	goal := loadgen.DefaultGoal
 	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "duration of each step (one target at one rate)")
+	flag.IntVar(&cfg.Rounds, "rounds", 1, "repeat the sweep of rates this many times; with more than one, the report adds the median ratios over rounds")
 	flag.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout, from the request's scheduled time")
 	flag.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "most requests in flight per target, like the API server's concurrency limit; later ones wait (and the wait counts)")
 	flag.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unrecorded warm-up per target at the lowest rate; 0 skips it")

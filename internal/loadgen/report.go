@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -16,8 +17,10 @@ type Goal struct{ P50, P99 float64 }
 // DefaultGoal is 1.25x at p50 and 1.5x at p99.
 var DefaultGoal = Goal{P50: 1.25, P99: 1.5}
 
-// RatioRow compares daemonguard with the null webhook at one rate.
+// RatioRow compares daemonguard with the null webhook at one rate, in one round or (Round 0) as
+// the median over all rounds.
 type RatioRow struct {
+	Round  int     `json:"round"`
 	Rate   int     `json:"rate"`
 	P50    float64 `json:"p50Ratio"`
 	P99    float64 `json:"p99Ratio"`
@@ -26,32 +29,73 @@ type RatioRow struct {
 	Errors int     `json:"errors"` // of both targets at this rate
 }
 
-// Ratios returns daemonguard/null at every rate both were measured at, in the run's order.
+// Ratios returns daemonguard/null at every rate both were measured at, round by round, in the
+// run's order.
 func (r *Report) Ratios(goal Goal) []RatioRow {
 	var out []RatioRow
-	for _, rate := range r.Config.Rates {
-		var null, dg *Result
-		for i := range r.Results {
-			res := &r.Results[i]
-			if res.Rate != rate {
+	for round := 1; round <= max(r.Config.Rounds, 1); round++ {
+		for _, rate := range r.Config.Rates {
+			var null, dg *Result
+			for i := range r.Results {
+				res := &r.Results[i]
+				if res.Rate != rate || max(res.Round, 1) != round {
+					continue
+				}
+				switch res.Target {
+				case Null:
+					null = res
+				case Daemonguard:
+					dg = res
+				}
+			}
+			if null == nil || dg == nil {
 				continue
 			}
-			switch res.Target {
-			case Null:
-				null = res
-			case Daemonguard:
-				dg = res
-			}
+			row := RatioRow{Round: round, Rate: rate, P50: Ratio(dg.P50, null.P50), P99: Ratio(dg.P99, null.P99), Errors: null.Errors + dg.Errors}
+			row.P50Met = row.P50 <= goal.P50 && row.Errors == 0
+			row.P99Met = row.P99 <= goal.P99 && row.Errors == 0
+			out = append(out, row)
 		}
-		if null == nil || dg == nil {
-			continue
-		}
-		row := RatioRow{Rate: rate, P50: Ratio(dg.P50, null.P50), P99: Ratio(dg.P99, null.P99), Errors: null.Errors + dg.Errors}
-		row.P50Met = row.P50 <= goal.P50 && row.Errors == 0
-		row.P99Met = row.P99 <= goal.P99 && row.Errors == 0
-		out = append(out, row)
 	}
 	return out
+}
+
+// MedianRatios returns, per rate, the median over rounds of the p50 and p99 ratios (Round 0),
+// with the errors of all rounds. With an even number of rounds the median is the mean of the two
+// middle ratios.
+func (r *Report) MedianRatios(goal Goal) []RatioRow {
+	byRate := map[int][]RatioRow{}
+	for _, row := range r.Ratios(goal) {
+		byRate[row.Rate] = append(byRate[row.Rate], row)
+	}
+	var out []RatioRow
+	for _, rate := range r.Config.Rates {
+		rows := byRate[rate]
+		if len(rows) == 0 {
+			continue
+		}
+		m := RatioRow{Rate: rate}
+		var p50, p99 []float64
+		for _, row := range rows {
+			p50, p99 = append(p50, row.P50), append(p99, row.P99)
+			m.Errors += row.Errors
+		}
+		m.P50, m.P99 = median(p50), median(p99)
+		m.P50Met = m.P50 <= goal.P50 && m.Errors == 0
+		m.P99Met = m.P99 <= goal.P99 && m.Errors == 0
+		out = append(out, m)
+	}
+	return out
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
 }
 
 // WriteJSON writes the report and its ratios as one JSON document (durations in nanoseconds).
@@ -60,9 +104,10 @@ func (r *Report) WriteJSON(w io.Writer, goal Goal) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
 		*Report
-		Goal   Goal       `json:"goal"`
-		Ratios []RatioRow `json:"ratios"`
-	}{r, goal, r.Ratios(goal)})
+		Goal         Goal       `json:"goal"`
+		Ratios       []RatioRow `json:"ratios"`
+		MedianRatios []RatioRow `json:"medianRatios"`
+	}{r, goal, r.Ratios(goal), r.MedianRatios(goal)})
 }
 
 // WriteMarkdown writes the results and the ratio tables.
@@ -71,29 +116,40 @@ func (r *Report) WriteMarkdown(w io.Writer, goal Goal) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Open loop, %v per step, %s over TLS on loopback, at most %d requests in flight, timeout %v, mix %s, cluster facts of %d nodes, %s DaemonSet objects, built-in policies evaluated %s, decision cache %s, node facts memo %s; %s, %d CPUs, GOMAXPROCS %d.\n\n",
 		c.Duration, c.Protocol, c.MaxInFlight, c.Timeout, c.Mix, c.Nodes, c.Objects, c.Policies, onOff(c.DecisionCache), onOff(c.NodeFactsMemo), c.GoVersion, c.CPUs, c.MaxProcs)
-	b.WriteString("| rate/s | target | sent | ok | errors | achieved/s | p50 | p90 | p99 | max | send lag p99 | CPU/req | alloc/req KB | GCs |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| round | rate/s | target | sent | ok | errors | achieved/s | p50 | p90 | p99 | max | send lag p99 | CPU/req | alloc/req KB | GCs |\n")
+	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
-		fmt.Fprintf(&b, "| %d | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %.1f | %d |\n",
-			x.Rate, x.Target, x.Sent, x.OK, x.Errors, x.Achieved, ms(x.P50), ms(x.P90), ms(x.P99), ms(x.Max), ms(x.SendLagP99), ms(x.CPUPerRequest),
+		fmt.Fprintf(&b, "| %d | %d | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %.1f | %d |\n",
+			max(x.Round, 1), x.Rate, x.Target, x.Sent, x.OK, x.Errors, x.Achieved, ms(x.P50), ms(x.P90), ms(x.P99), ms(x.Max), ms(x.SendLagP99), ms(x.CPUPerRequest),
 			float64(x.AllocPerRequest)/1024, x.GCCycles)
 	}
 	b.WriteString("\nLatencies in ms from each request's scheduled send time; CPU/req is the whole process's CPU time (servers, generator, GC) per request, alloc/req the heap it allocated per request, and GCs the collections it ran during the step.\n\n")
-	fmt.Fprintf(&b, "| rate/s | p50 daemonguard/null | p99 daemonguard/null | goal (p50 <= %.2fx, p99 <= %.2fx) |\n", goal.P50, goal.P99)
-	b.WriteString("|---:|---:|---:|---|\n")
-	for _, x := range r.Ratios(goal) {
-		verdict := "met"
-		switch {
-		case x.Errors > 0:
-			verdict = fmt.Sprintf("not met (errors: %d)", x.Errors)
-		case !x.P50Met && !x.P99Met:
-			verdict = "not met (p50 and p99)"
-		case !x.P50Met:
-			verdict = "not met (p50)"
-		case !x.P99Met:
-			verdict = "not met (p99)"
+	writeRatios := func(rows []RatioRow, first string) {
+		fmt.Fprintf(&b, "| %s | rate/s | p50 daemonguard/null | p99 daemonguard/null | goal (p50 <= %.2fx, p99 <= %.2fx) |\n", first, goal.P50, goal.P99)
+		b.WriteString("|---|---:|---:|---:|---|\n")
+		for _, x := range rows {
+			verdict := "met"
+			switch {
+			case x.Errors > 0:
+				verdict = fmt.Sprintf("not met (errors: %d)", x.Errors)
+			case !x.P50Met && !x.P99Met:
+				verdict = "not met (p50 and p99)"
+			case !x.P50Met:
+				verdict = "not met (p50)"
+			case !x.P99Met:
+				verdict = "not met (p99)"
+			}
+			label := "median"
+			if x.Round > 0 {
+				label = fmt.Sprint(x.Round)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s |\n", label, x.Rate, ratio(x.P50), ratio(x.P99), verdict)
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", x.Rate, ratio(x.P50), ratio(x.P99), verdict)
+	}
+	writeRatios(r.Ratios(goal), "round")
+	if max(c.Rounds, 1) > 1 {
+		fmt.Fprintf(&b, "\nMedian over the %d rounds:\n\n", c.Rounds)
+		writeRatios(r.MedianRatios(goal), "over")
 	}
 	for _, x := range r.Results {
 		for _, s := range x.ErrorSamples {

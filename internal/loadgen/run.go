@@ -31,7 +31,11 @@ import (
 type Config struct {
 	Rates    []int         // requests per second, one step per rate and target
 	Duration time.Duration // of each step
-	Timeout  time.Duration // per request, counted from its due time (waiting for a slot included)
+	// Rounds repeats the whole sweep of rates (at least 1). On a shared machine one pair of steps
+	// can be disturbed by other work; the median ratio over rounds is robust to that, and every
+	// round is reported.
+	Rounds  int
+	Timeout time.Duration // per request, counted from its due time (waiting for a slot included)
 	// MaxInFlight caps the requests in flight per target, as the API server's own concurrency limits
 	// do (--max-mutating-requests-inflight 200, API Priority and Fairness). A request due while the
 	// cap is reached waits for a slot, and the wait counts in its latency: the schedule stays open
@@ -54,12 +58,13 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Rates: []int{500, 1000, 2000}, Duration: 10 * time.Second, Timeout: 10 * time.Second, MaxInFlight: 256,
-		Warmup: 2 * time.Second, Pause: time.Second, Mix: DefaultMix(), Nodes: 5, Seed: 1,
+		Warmup: 2 * time.Second, Pause: time.Second, Mix: DefaultMix(), Nodes: 5, Seed: 1, Rounds: 1,
 	}
 }
 
 // Result is one step: one target at one rate.
 type Result struct {
+	Round    int     `json:"round"` // from 1
 	Target   string  `json:"target"`
 	Rate     int     `json:"rate"`
 	Sent     int     `json:"sent"`
@@ -90,6 +95,7 @@ type Result struct {
 type Report struct {
 	Config struct {
 		Rates       []int         `json:"rates"`
+		Rounds      int           `json:"rounds"`
 		Duration    time.Duration `json:"duration"`
 		Timeout     time.Duration `json:"timeout"`
 		MaxInFlight int           `json:"maxInFlight"`
@@ -130,6 +136,7 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 	}
 	rep := &Report{}
 	rc := &rep.Config
+	rc.Rounds = max(cfg.Rounds, 1)
 	rc.Rates, rc.Duration, rc.Timeout, rc.MaxInFlight, rc.Mix, rc.Nodes = cfg.Rates, cfg.Duration, cfg.Timeout, cfg.MaxInFlight, cfg.Mix.String(), cfg.Nodes
 	rc.Protocol, rc.GoVersion, rc.CPUs, rc.MaxProcs = "HTTP/2", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0)
 	if cfg.HTTP1 {
@@ -173,19 +180,22 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 			}
 		}
 	}
-	for k, rate := range cfg.Rates {
-		order := []*Target{servers.Null, servers.Daemonguard}
-		if k%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, t := range order {
-			fmt.Fprintf(progress, "%s at %d/s for %v ... ", t.Name, rate, cfg.Duration)
-			r, err := step(t, rate, cfg.Duration)
-			if err != nil {
-				return nil, err
+	for round := 1; round <= rc.Rounds; round++ {
+		for k, rate := range cfg.Rates {
+			order := []*Target{servers.Null, servers.Daemonguard}
+			if (round-1+k)%2 == 1 {
+				order[0], order[1] = order[1], order[0]
 			}
-			fmt.Fprintf(progress, "ok %d/%d, p50 %v, p99 %v\n", r.OK, r.Sent, r.P50, r.P99)
-			rep.Results = append(rep.Results, r)
+			for _, t := range order {
+				fmt.Fprintf(progress, "round %d: %s at %d/s for %v ... ", round, t.Name, rate, cfg.Duration)
+				r, err := step(t, rate, cfg.Duration)
+				if err != nil {
+					return nil, err
+				}
+				r.Round = round
+				fmt.Fprintf(progress, "ok %d/%d, p50 %v, p99 %v\n", r.OK, r.Sent, r.P50, r.P99)
+				rep.Results = append(rep.Results, r)
+			}
 		}
 	}
 	return rep, nil
