@@ -35,7 +35,7 @@ func run() error {
 	rates := flag.String("rates", "500,1000,2000", "request rates to step through, requests/s, comma-separated")
 	mix := flag.String("mix", cfg.Mix.String(), "share of requests per endpoint (mutate-daemonset, validate-daemonset, mutate-pod)")
 	asJSON := flag.Bool("json", false, "print the report as JSON instead of Markdown")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers and generator) to this file")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers and generator) to this file; handlers are labelled by server (go tool pprof -tagfocus target=daemonguard)")
 	goal := loadgen.DefaultGoal
 	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "duration of each step (one target at one rate)")
 	flag.IntVar(&cfg.Rounds, "rounds", 1, "repeat the sweep of rates this many times; with more than one, the report adds the median ratios over rounds")
@@ -78,7 +78,7 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	servers, err := loadgen.StartServers(ctx, loadgen.ServerOptions{Nodes: cfg.Nodes, NoDecisionCache: !*decisionCache, NoNodeFactsMemo: !*nodeFactsMemo, RegoOnly: *regoOnly}, log)
+	servers, err := loadgen.StartServers(ctx, loadgen.ServerOptions{Nodes: cfg.Nodes, NoDecisionCache: !*decisionCache, NoNodeFactsMemo: !*nodeFactsMemo, ProfileLabels: *cpuProfile != "", RegoOnly: *regoOnly}, log)
 	if err != nil {
 		return err
 	}
