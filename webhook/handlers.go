@@ -275,8 +275,9 @@ func (m DaemonSetMutator) Handle(ctx context.Context, req admission.Request) adm
 
 // injection is the mutating webhook's cached outcome of an evaluation.
 type injection struct {
-	decision policy.InjectDecision
-	patch    []jsonpatch.Operation
+	decision  policy.InjectDecision
+	patch     []jsonpatch.Operation
+	patchJSON []byte // patch, encoded once
 }
 
 func (m DaemonSetMutator) mutate(ctx context.Context, req admission.Request) admission.Response {
@@ -302,6 +303,11 @@ func (m DaemonSetMutator) mutate(ctx context.Context, req admission.Request) adm
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	out := &injection{decision: decision, patch: patch}
+	if len(patch) > 0 {
+		if out.patchJSON, err = encodePatch(patch); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+	}
 	if key != nil {
 		m.cache.put(set, key, out)
 	}
@@ -316,9 +322,7 @@ func injectionResponse(x *injection) admission.Response {
 		}
 		return admission.Allowed(reason)
 	}
-	resp := admission.Allowed("")
-	resp.Patches = x.patch
-	return resp
+	return withPatch(admission.Allowed(""), x.patchJSON)
 }
 
 // DaemonSetValidator enforces the validation policies on DaemonSets.
@@ -401,9 +405,11 @@ func (p PodPinner) pin(req admission.Request) admission.Response {
 	if len(res.Patch) == 0 {
 		return admission.Allowed(res.Reason)
 	}
-	resp := admission.Allowed(res.Reason)
-	resp.Patches = res.Patch
-	return resp
+	patch, err := encodePatch(res.Patch)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return withPatch(admission.Allowed(res.Reason), patch)
 }
 
 func (h *Handlers) observe(webhook string, resp admission.Response) admission.Response {
@@ -413,7 +419,7 @@ func (h *Handlers) observe(webhook string, resp admission.Response) admission.Re
 		result = "error"
 	case !resp.Allowed:
 		result = "denied"
-	case len(resp.Patches) > 0:
+	case len(resp.Patch) > 0 || len(resp.Patches) > 0:
 		result = "patched"
 	}
 	admissionTotal.WithLabelValues(webhook, result).Inc()
