@@ -32,11 +32,6 @@ import (
 //     node count and the same matching nodes. A node without a resourceVersion makes the request
 //     uncacheable, and so does a node list that could not be read.
 //
-// An entry is stored only when its key misses for the second time (a doorkeeper: the first miss
-// records the key's 64-bit hash only): a new object that is never sent again, which is most
-// of them, costs no copy and evicts nothing. A hash collision there only stores an entry one miss
-// early.
-//
 // Only successful evaluations are stored: errors go through the failure mode every time.
 // Everything a request does besides evaluating (metrics, dry-run log lines, warnings) is done
 // again on a hit from the cached decision.
@@ -49,12 +44,7 @@ type decisionCache struct {
 	// previous moves the entry back into current.
 	current, previous map[uint64][]*cacheEntry
 	currentBytes      int
-	// seen holds the hashes of keys that missed once, in two generations of at most
-	// seenPerGeneration each.
-	seen, seenPrevious map[uint64]struct{}
 }
-
-const seenPerGeneration = 1 << 14
 
 // generationBytes bounds each generation by the size of its keys (mostly raw objects): the
 // cache holds at most about twice this.
@@ -141,31 +131,10 @@ func (c *decisionCache) put(set *policy.Set, key *cacheKey, value any) {
 			c.seed = maphash.MakeSeed()
 		}
 		c.set, c.current, c.previous, c.currentBytes = set, map[uint64][]*cacheEntry{}, nil, 0
-		c.seen, c.seenPrevious = map[uint64]struct{}{}, nil
-	}
-	h := key.hash(c.seed)
-	if !c.admit(h) {
-		return
 	}
 	k := *key
 	k.labels, k.nodes, k.object, k.oldObject = bytes.Clone(k.labels), bytes.Clone(k.nodes), bytes.Clone(k.object), bytes.Clone(k.oldObject)
-	c.insert(h, &cacheEntry{key: k, value: value})
-}
-
-// admit reports whether a key with hash h missed before; if not, it records that it has now.
-func (c *decisionCache) admit(h uint64) bool {
-	_, inSeen := c.seen[h]
-	_, inPrevious := c.seenPrevious[h]
-	if inSeen || inPrevious {
-		delete(c.seen, h)
-		delete(c.seenPrevious, h)
-		return true
-	}
-	if len(c.seen) >= seenPerGeneration {
-		c.seenPrevious, c.seen = c.seen, map[uint64]struct{}{}
-	}
-	c.seen[h] = struct{}{}
-	return false
+	c.insert(key.hash(c.seed), &cacheEntry{key: k, value: value})
 }
 
 func (c *decisionCache) insert(h uint64, e *cacheEntry) {

@@ -68,7 +68,7 @@ func answerOf(t *testing.T, path string, h *Handlers, body string) answer {
 }
 
 // The cache never changes an answer: every request is answered the same with the cache off, on
-// the first time (a miss), the second (a miss that stores it) and the third (a hit).
+// the first time (miss) and on the second (hit).
 func TestDecisionCacheAnswersAsEvaluationDoes(t *testing.T) {
 	set := builtinSet(t)
 	nodes, labels := factsNodes(5, "1"), map[string]string{}
@@ -92,7 +92,7 @@ func TestDecisionCacheAnswersAsEvaluationDoes(t *testing.T) {
 	for name, r := range requests {
 		t.Run(name, func(t *testing.T) {
 			want := answerOf(t, r.path, uncached, r.body)
-			for _, pass := range []string{"first miss", "second miss", "hit"} {
+			for _, pass := range []string{"miss", "hit"} {
 				if got := answerOf(t, r.path, cached, r.body); !reflect.DeepEqual(got, want) {
 					t.Errorf("%s: %+v, want %+v", pass, got, want)
 				}
@@ -101,9 +101,6 @@ func TestDecisionCacheAnswersAsEvaluationDoes(t *testing.T) {
 	}
 	if t.Failed() {
 		return
-	}
-	if len(cached.cache.current) == 0 {
-		t.Fatal("nothing was stored: the hits were not tested")
 	}
 	// maxUnavailable 4 is denied on 5 nodes (4 matching, at most 50%: 2) but allowed on 9 (8
 	// matching: 4). After the node list changes, the cached denial must not be reused.
@@ -206,7 +203,7 @@ func TestDecisionCacheKeepsNoErrors(t *testing.T) {
 	nodes, labels := factsNodes(1, "1"), map[string]string{}
 	h := cacheHandlers(set, false, &nodes, &labels)
 	body := review("apps", "v1", "DaemonSet", "CREATE", seedObject)
-	for range 3 {
+	for range 2 {
 		if a := answerOf(t, ValidateDaemonSetPath, h, body); a.Allowed || !strings.Contains(a.Message, "could not evaluate") {
 			t.Fatalf("answer %+v, want a denial naming the evaluation error", a)
 		}
@@ -245,7 +242,6 @@ func TestDecisionCacheIsBounded(t *testing.T) {
 	for i := range 1000 {
 		k := &cacheKey{webhook: "w", operation: "CREATE", namespace: fmt.Sprint(i), object: obj}
 		c.put(set, k, i)
-		c.put(set, k, i) // the second miss stores it
 	}
 	total := 0
 	for _, m := range []map[uint64][]*cacheEntry{c.current, c.previous} {
@@ -260,33 +256,6 @@ func TestDecisionCacheIsBounded(t *testing.T) {
 	}
 	if v, ok := c.get(set, &cacheKey{webhook: "w", operation: "CREATE", namespace: "999", object: obj}); !ok || v != 999 {
 		t.Errorf("the newest entry is gone: %v, %v", v, ok)
-	}
-}
-
-// A key is stored on its second miss only, so objects sent once are never copied; the record of
-// first misses is bounded.
-func TestDecisionCacheStoresOnTheSecondMiss(t *testing.T) {
-	var c decisionCache
-	set := builtinSet(t)
-	key := func(i int) *cacheKey {
-		return &cacheKey{webhook: "w", operation: "CREATE", namespace: "n", object: []byte(fmt.Sprint(i))}
-	}
-	c.put(set, key(1), "one")
-	if _, ok := c.get(set, key(1)); ok {
-		t.Fatal("stored on its first miss")
-	}
-	c.put(set, key(1), "one")
-	if v, ok := c.get(set, key(1)); !ok || v != "one" {
-		t.Fatalf("not stored on its second miss: %v, %v", v, ok)
-	}
-	for i := range 3 * seenPerGeneration {
-		c.put(set, key(100+i), i)
-	}
-	if n := len(c.seen) + len(c.seenPrevious); n > 2*seenPerGeneration {
-		t.Errorf("%d first misses recorded, more than %d", n, 2*seenPerGeneration)
-	}
-	if len(c.current)+len(c.previous) != 1 {
-		t.Errorf("keys seen once were stored: %d buckets", len(c.current)+len(c.previous))
 	}
 }
 
