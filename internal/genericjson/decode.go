@@ -88,8 +88,15 @@ type decoder struct {
 // decoders keeps decoders for reuse, so their stacks are grown once, not per object.
 var decoders = sync.Pool{New: func() any { return new(decoder) }}
 
+// maxPooledStack bounds the stacks a pooled decoder keeps, so one huge document does not pin
+// its memory.
+const maxPooledStack = 1 << 12
+
 // release returns d to decoders, holding no reference to what it decoded.
 func (d *decoder) release() {
+	if cap(d.keys) > maxPooledStack || cap(d.elems) > maxPooledStack {
+		return // let the collector have it
+	}
 	clear(d.keys[:cap(d.keys)])
 	clear(d.vals[:cap(d.vals)])
 	clear(d.elems[:cap(d.elems)])
