@@ -203,7 +203,7 @@ func (h *Handlers) checkDaemonSet(req admission.Request) *admission.Response {
 // that ends the request early: malformed (400), or opted out by label, or a status-only update.
 func (h *Handlers) daemonSetInput(req admission.Request, f clusterFacts) (*policy.Input, *admission.Response) {
 	end := func(r admission.Response) (*policy.Input, *admission.Response) { return nil, &r }
-	obj, err := decodeObject(req.Object.Raw)
+	obj, err := decodeRequestObject(req.Object.Raw)
 	if err != nil {
 		return end(admission.Errored(http.StatusBadRequest, err))
 	}

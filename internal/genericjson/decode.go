@@ -18,6 +18,7 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // maxDepth is encoding/json's nesting limit (maxNestingDepth in its scanner).
@@ -29,6 +30,10 @@ type Options struct {
 	// still checked for syntax. It is server-side apply's bookkeeping, often the largest part of a
 	// stored object, and read by no daemonguard policy or patch.
 	OmitManagedFields bool
+	// AliasInput makes the strings of the result share raw's memory instead of a copy of it,
+	// which saves a copy of the whole input. raw must then not be modified for as long as the
+	// result, or any string taken from it, is in use.
+	AliasInput bool
 }
 
 // DecodeObject decodes raw, one JSON object with nothing but white space around it.
@@ -39,7 +44,12 @@ type Options struct {
 func DecodeObject(raw []byte, opts Options) (map[string]any, error) {
 	d := decoders.Get().(*decoder)
 	defer d.release()
-	d.data, d.text, d.i = raw, string(raw), 0
+	d.data, d.i = raw, 0
+	if opts.AliasInput {
+		d.text = unsafe.String(unsafe.SliceData(raw), len(raw))
+	} else {
+		d.text = string(raw)
+	}
 	d.skipSpace()
 	if d.i >= len(d.data) || d.data[d.i] != '{' {
 		return nil, errors.New("not a JSON object")

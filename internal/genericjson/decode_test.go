@@ -132,12 +132,14 @@ func checkValueAlike(t testing.TB, raw []byte) {
 func checkAlike(t testing.TB, raw []byte, omit bool) {
 	t.Helper()
 	want, wantErr := reference(raw, omit)
-	got, err := genericjson.DecodeObject(raw, genericjson.Options{OmitManagedFields: omit})
-	if (err != nil) != (wantErr != nil) {
-		t.Fatalf("DecodeObject(%q, omit %v): error %v, encoding/json's error %v", clip(raw), omit, err, wantErr)
-	}
-	if err == nil && !reflect.DeepEqual(got, want) {
-		t.Fatalf("DecodeObject(%q, omit %v):\n got  %#v\n want %#v", clip(raw), omit, got, want)
+	for _, alias := range []bool{false, true} {
+		got, err := genericjson.DecodeObject(raw, genericjson.Options{OmitManagedFields: omit, AliasInput: alias})
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("DecodeObject(%q, omit %v, alias %v): error %v, encoding/json's error %v", clip(raw), omit, alias, err, wantErr)
+		}
+		if err == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("DecodeObject(%q, omit %v, alias %v):\n got  %#v\n want %#v", clip(raw), omit, alias, got, want)
+		}
 	}
 }
 
@@ -393,6 +395,26 @@ func FuzzDecodeObject(f *testing.F) {
 		checkAlike(t, raw, omit)
 		checkValueAlike(t, raw)
 	})
+}
+
+// Without AliasInput the result owns its strings: changing the input afterwards changes nothing.
+// With it, plain strings share the input, as documented.
+func TestDecodeObjectCopiesUnlessAliasing(t *testing.T) {
+	for _, alias := range []bool{false, true} {
+		raw := []byte(`{"name":"abc","escaped":"a\u0062c"}`)
+		obj, err := genericjson.DecodeObject(raw, genericjson.Options{AliasInput: alias})
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, escaped := obj["name"], obj["escaped"] // before: with aliasing the keys change too
+		copy(raw, bytes.Repeat([]byte("x"), len(raw)))
+		if escaped != "abc" {
+			t.Errorf("alias %v: an unescaped string changed with the input: %q", alias, escaped)
+		}
+		if changed := name != "abc"; changed != alias {
+			t.Errorf("alias %v: a plain string is %q after the input changed", alias, name)
+		}
+	}
 }
 
 // BenchmarkDecodeObject compares DecodeObject with encoding/json on the DaemonSets of the load
