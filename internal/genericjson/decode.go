@@ -380,7 +380,7 @@ func (d *decoder) string() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return string(unquote(d.data[start+1:end-1], j-start-1)), nil
+	return unquote(d.data[start+1:end-1], j-start-1), nil
 }
 
 // stringEnd checks the syntax of the string at the cursor and moves past it, returning the index
@@ -429,8 +429,10 @@ func isHex(c byte) bool {
 }
 
 // unquote unescapes s, the syntactically valid contents of a string literal, whose first plain
-// bytes need no unescaping, as encoding/json's unquoteBytes does (it is adapted from there).
-func unquote(s []byte, plain int) []byte {
+// bytes need no unescaping, as encoding/json's unquoteBytes does (it is adapted from there). Runs
+// of plain ASCII are copied whole: kubectl's last-applied annotation, a kilobyte of JSON with an
+// escaped quote every few bytes, is in every object it applied.
+func unquote(s []byte, plain int) string {
 	b := make([]byte, 0, len(s)+2*utf8.UTFMax)
 	b = append(b, s[:plain]...)
 	for r := plain; r < len(s); {
@@ -468,15 +470,20 @@ func unquote(s []byte, plain int) []byte {
 			}
 			r++
 		case c < utf8.RuneSelf:
-			b = append(b, c)
-			r++
+			e := r + 1
+			for e < len(s) && s[e] != '\\' && s[e] < utf8.RuneSelf {
+				e++
+			}
+			b = append(b, s[r:e]...)
+			r = e
 		default:
 			rr, size := utf8.DecodeRune(s[r:])
 			r += size
 			b = utf8.AppendRune(b, rr) // invalid UTF-8 becomes U+FFFD
 		}
 	}
-	return b
+	// b is this function's own and never written again.
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // hex4 reads the four hexadecimal digits at the start of s, which stringEnd has checked.
