@@ -23,11 +23,17 @@ type nodeFactsMemo struct {
 	mu    sync.Mutex
 	gen   uint64
 	facts map[string]policy.ClusterFacts
+	bytes int // of the keys in facts
 }
 
-// maxNodeFacts bounds the memo; it is emptied when full (a cluster has far fewer distinct
-// DaemonSet scheduling constraints than this).
-const maxNodeFacts = 4096
+// maxNodeFactsBytes bounds the memo's keys; it is emptied when full (a cluster has far fewer
+// distinct DaemonSet scheduling constraints than this holds). A key larger than
+// maxNodeFactKeyBytes is not remembered: anyone who may create DaemonSets could otherwise fill
+// memory with templates of huge toleration lists.
+const (
+	maxNodeFactsBytes   = 4 << 20
+	maxNodeFactKeyBytes = 64 << 10
+)
 
 func (m *nodeFactsMemo) get(gen uint64, key string) (policy.ClusterFacts, bool) {
 	m.mu.Lock()
@@ -40,13 +46,19 @@ func (m *nodeFactsMemo) get(gen uint64, key string) (policy.ClusterFacts, bool) 
 }
 
 func (m *nodeFactsMemo) put(gen uint64, key string, f policy.ClusterFacts) {
+	if len(key) > maxNodeFactKeyBytes {
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
 	case gen < m.gen:
 		return
-	case gen > m.gen || m.facts == nil || len(m.facts) >= maxNodeFacts:
-		m.gen, m.facts = gen, map[string]policy.ClusterFacts{}
+	case gen > m.gen || m.facts == nil || m.bytes+len(key) > maxNodeFactsBytes:
+		m.gen, m.facts, m.bytes = gen, map[string]policy.ClusterFacts{}, 0
+	}
+	if _, ok := m.facts[key]; !ok {
+		m.bytes += len(key)
 	}
 	m.facts[key] = f
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
 func TestSchedulingKey(t *testing.T) {
@@ -36,6 +38,30 @@ func TestSchedulingKey(t *testing.T) {
 				t.Errorf("schedulingKey(%s) = %q, %v; want %q", tt.raw, got, ok, tt.want)
 			}
 		})
+	}
+}
+
+// The memo's memory is bounded by its keys' bytes, and huge keys are not kept.
+func TestNodeFactsMemoIsBounded(t *testing.T) {
+	var m nodeFactsMemo
+	facts := policy.ClusterFacts{Nodes: 3, MatchingNodes: 2}
+	m.put(1, strings.Repeat("x", maxNodeFactKeyBytes+1), facts)
+	if len(m.facts) != 0 {
+		t.Fatal("a key over the size limit was kept")
+	}
+	key := strings.Repeat("y", maxNodeFactKeyBytes-10)
+	for i := range 3 * maxNodeFactsBytes / maxNodeFactKeyBytes {
+		m.put(1, key+fmt.Sprint(i), facts)
+		if m.bytes > maxNodeFactsBytes {
+			t.Fatalf("after %d keys the memo holds %d bytes of keys, more than %d", i+1, m.bytes, maxNodeFactsBytes)
+		}
+	}
+	last := key + fmt.Sprint(3*maxNodeFactsBytes/maxNodeFactKeyBytes-1)
+	if got, ok := m.get(1, last); !ok || got != facts {
+		t.Errorf("the newest key is gone: %v, %v", got, ok)
+	}
+	if _, ok := m.get(2, last); ok {
+		t.Error("answered for another generation")
 	}
 }
 

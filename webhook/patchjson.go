@@ -36,7 +36,7 @@ func encodePatch(ops []jsonpatch.Operation) ([]byte, error) {
 		if op.Value != nil || op.Operation == "add" || op.Operation == "replace" {
 			b = append(b, `,"value":`...)
 			var ok bool
-			if b, ok = appendJSONValue(b, op.Value); !ok {
+			if b, ok = appendJSONValue(b, op.Value, 0); !ok {
 				return json.Marshal(ops)
 			}
 		}
@@ -52,7 +52,14 @@ func withPatch(resp admission.Response, patch []byte) admission.Response {
 	return resp
 }
 
-func appendJSONValue(b []byte, v any) ([]byte, bool) {
+// maxPatchDepth is deeper than any patch here; a value nested deeper (or one that contains
+// itself, which encoding/json reports as an error) is left to encoding/json.
+const maxPatchDepth = 100
+
+func appendJSONValue(b []byte, v any, depth int) ([]byte, bool) {
+	if depth > maxPatchDepth {
+		return b, false
+	}
 	switch x := v.(type) {
 	case nil:
 		return append(b, "null"...), true
@@ -69,13 +76,16 @@ func appendJSONValue(b []byte, v any) ([]byte, bool) {
 		}
 		return append(b, x...), true
 	case []any:
+		if x == nil {
+			return append(b, "null"...), true
+		}
 		b = append(b, '[')
 		for i, e := range x {
 			if i > 0 {
 				b = append(b, ',')
 			}
 			var ok bool
-			if b, ok = appendJSONValue(b, e); !ok {
+			if b, ok = appendJSONValue(b, e, depth+1); !ok {
 				return b, false
 			}
 		}
@@ -97,7 +107,7 @@ func appendJSONValue(b []byte, v any) ([]byte, bool) {
 			b = appendJSONString(b, k)
 			b = append(b, ':')
 			var ok bool
-			if b, ok = appendJSONValue(b, x[k]); !ok {
+			if b, ok = appendJSONValue(b, x[k], depth+1); !ok {
 				return b, false
 			}
 		}

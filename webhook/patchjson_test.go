@@ -43,8 +43,27 @@ func TestEncodePatchIsEncodingJSONsOutput(t *testing.T) {
 		}}},
 		"typed values go to encoding/json": {{Operation: "add", Path: "/t", Value: corev1.Toleration{Key: "k", TolerationSeconds: ptr.To[int64](3)}}},
 		"an int":                           {{Operation: "add", Path: "/i", Value: 7}},
+		"nil slices":                       {{Operation: "add", Path: "/a", Value: []any(nil)}, {Operation: "add", Path: "/b", Value: map[string]any{"x": []any(nil)}}, {Operation: "remove", Path: "/c", Value: []any(nil)}},
+		"deep":                             {{Operation: "add", Path: "/d", Value: deepValue(maxPatchDepth + 5)}},
 	} {
 		t.Run(name, func(t *testing.T) { encodesLikeEncodingJSON(t, ops) })
+	}
+}
+
+func deepValue(depth int) any {
+	var v any = "leaf"
+	for range depth {
+		v = []any{v}
+	}
+	return v
+}
+
+// A value that contains itself is encoding/json's error, not a crash.
+func TestEncodePatchRejectsACycle(t *testing.T) {
+	cycle := map[string]any{}
+	cycle["self"] = cycle
+	if _, err := encodePatch([]jsonpatch.Operation{{Operation: "add", Path: "/c", Value: cycle}}); err == nil {
+		t.Fatal("a cyclic value was encoded")
 	}
 }
 

@@ -57,11 +57,13 @@ var reviewBuffers = sync.Pool{New: func() any { return new([]byte) }}
 const maxPooledBody = 256 << 10
 
 // readBody reads up to maxReviewBytes+1 bytes of body, into buf when it is large enough. A body
-// of known length (the API server sends Content-Length) is read into one buffer of that size:
-// io.ReadAll grows its buffer from 512 bytes by copying.
+// of known length (the API server sends Content-Length) up to maxPooledBody is read into one
+// buffer of that size: io.ReadAll grows its buffer from 512 bytes by copying. A larger one is
+// read as it comes, so a client that announces megabytes and sends nothing holds no more memory
+// than it sent.
 func readBody(body io.Reader, length int64, buf []byte) ([]byte, error) {
 	limited := io.LimitReader(body, maxReviewBytes+1)
-	if length <= 0 || length > maxReviewBytes {
+	if length <= 0 || length > max(maxPooledBody, int64(cap(buf))) {
 		return io.ReadAll(limited)
 	}
 	if int64(cap(buf)) >= length {

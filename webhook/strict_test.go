@@ -116,6 +116,7 @@ func TestReadBodyReadsWhatIsSentWhateverContentLengthSays(t *testing.T) {
 		{"announced shorter", 10, body, false},
 		{"announced longer", int64(len(body)) + 1, "", true},
 		{"announced beyond the limit", maxReviewBytes + 10, body, false},
+		{"announced beyond what is read into one buffer", maxPooledBody + 1, body, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := readBody(strings.NewReader(body), tc.length, make([]byte, 0, 100))
@@ -126,6 +127,22 @@ func TestReadBodyReadsWhatIsSentWhateverContentLengthSays(t *testing.T) {
 				t.Fatalf("read %d bytes, want %d", len(got), len(tc.want))
 			}
 		})
+	}
+	// A client that announces a large body and sends little gets no buffer of the announced size.
+	allocs := testing.AllocsPerRun(10, func() {
+		if _, err := readBody(strings.NewReader("{}"), maxReviewBytes, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	before := m.TotalAlloc
+	if _, err := readBody(strings.NewReader("{}"), maxReviewBytes, nil); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&m)
+	if grew := m.TotalAlloc - before; grew > 64<<10 {
+		t.Errorf("reading 2 bytes announced as %d allocated %d bytes (%v allocations)", maxReviewBytes, grew, allocs)
 	}
 	huge := strings.Repeat("x", maxReviewBytes+100)
 	for _, length := range []int64{-1, maxReviewBytes, int64(len(huge))} {

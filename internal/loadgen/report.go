@@ -88,7 +88,11 @@ func (r *Report) MedianRatios(goal Goal) []RatioRow {
 	return out
 }
 
+// median of xs; NaN (a ratio that could not be formed) if any is, so a failed round is not hidden.
 func median(xs []float64) float64 {
+	if slices.ContainsFunc(xs, math.IsNaN) {
+		return math.NaN()
+	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	if n := len(s); n%2 == 1 {

@@ -2,6 +2,8 @@ package loadgen
 
 import (
 	"bytes"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +76,12 @@ func TestMedianRatiosOverRounds(t *testing.T) {
 	}
 	if m := med[1]; m.Errors != 1 || m.P50Met || m.P99Met {
 		t.Errorf("2000/s median with an error in one round: %+v, want not met", m)
+	}
+	nan := *rep
+	nan.Results = slices.Clone(rep.Results)
+	nan.Results[0].P50 = 0 // a null step that measured nothing: no ratio
+	if m := nan.MedianRatios(DefaultGoal)[0]; !math.IsNaN(m.P50) || m.P50Met {
+		t.Errorf("a round without a ratio: median %v, met %v; want no median and not met", m.P50, m.P50Met)
 	}
 	rep.Config.Rounds = 2
 	rep.Results = rep.Results[:8]

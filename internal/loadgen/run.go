@@ -121,9 +121,12 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 	if len(cfg.Rates) == 0 || cfg.Duration <= 0 || cfg.Timeout <= 0 || cfg.MaxInFlight <= 0 {
 		return nil, fmt.Errorf("need at least one rate, a duration, a timeout and a positive in-flight cap")
 	}
-	for _, r := range cfg.Rates {
+	for i, r := range cfg.Rates {
 		if r <= 0 {
 			return nil, fmt.Errorf("rate %d is not positive", r)
+		}
+		if slices.Contains(cfg.Rates[:i], r) {
+			return nil, fmt.Errorf("rate %d is given twice; use -rounds to repeat", r)
 		}
 	}
 	cases, err := fixture.CasesWith(fixture.Options{UniqueObjects: cfg.UniqueObjects})

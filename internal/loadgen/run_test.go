@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,5 +65,13 @@ func TestRunStepTimesOutFromTheDueTime(t *testing.T) {
 	}
 	if r.Max < 200*time.Millisecond {
 		t.Errorf("max latency %v, want at least the timeout", r.Max)
+	}
+}
+
+func TestRunRejectsARateGivenTwice(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Rates = []int{1000, 2000, 1000}
+	if _, err := Run(t.Context(), cfg, &Servers{}); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("err %v, want one about the rate given twice", err)
 	}
 }
