@@ -198,9 +198,9 @@ func (h *Handlers) checkDaemonSet(req admission.Request) *admission.Response {
 	return nil
 }
 
-// daemonSetInput decodes the object once and builds the policy input (without cluster facts:
-// see templateFacts), or returns the response
-// that ends the request early: malformed (400), or opted out by label, or a status-only update.
+// daemonSetInput decodes the object once and builds the policy input, without cluster facts (see
+// templateFacts), or returns the response that ends the request early: malformed (400), or
+// opted out by label, or a status-only update.
 func (h *Handlers) daemonSetInput(req admission.Request, f clusterFacts) (*policy.Input, *admission.Response) {
 	end := func(r admission.Response) (*policy.Input, *admission.Response) { return nil, &r }
 	obj, err := decodeRequestObject(req.Object.Raw)
