@@ -122,15 +122,17 @@ func (d *decoder) syntaxError(context string) error {
 	return fmt.Errorf("invalid character %q at offset %d %s", d.data[d.i], d.i, context)
 }
 
-func (d *decoder) skipSpace() {
+// skipSpace moves past white space and reports whether any input is left.
+func (d *decoder) skipSpace() bool {
 	for d.i < len(d.data) {
 		switch d.data[d.i] {
 		case ' ', '\t', '\n', '\r':
 			d.i++
 		default:
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // value decodes the value at the cursor, depth levels of nesting below where encoding/json's
@@ -206,8 +208,7 @@ func (d *decoder) object(depth int, omitManagedFields, skipManagedFields bool) (
 			if err := d.skip(childDepth); err != nil {
 				return nil, err
 			}
-		case omitManagedFields && depth < 0 && key == "metadata" && d.nextIs('{'):
-			d.skipSpace()
+		case omitManagedFields && depth < 0 && key == "metadata" && d.skipSpace() && d.data[d.i] == '{':
 			if v, err = d.object(childDepth, false, true); err != nil {
 				return nil, err
 			}
@@ -219,18 +220,11 @@ func (d *decoder) object(depth int, omitManagedFields, skipManagedFields bool) (
 		if !(skipManagedFields && key == "managedFields") {
 			d.keys, d.vals = append(d.keys, key), append(d.vals, v)
 		}
-		d.skipSpace()
-		if d.i >= len(d.data) {
-			return nil, d.syntaxError("after object key:value pair")
+		if more, err := d.next('}', "after object key:value pair"); err != nil {
+			return nil, err
+		} else if !more {
+			break
 		}
-		if c := d.data[d.i]; c == ',' {
-			d.i++
-			continue
-		} else if c != '}' {
-			return nil, d.syntaxError("after object key:value pair")
-		}
-		d.i++
-		break
 	}
 	m := make(map[string]any, len(d.keys)-base)
 	for j := base; j < len(d.keys); j++ {
@@ -240,13 +234,15 @@ func (d *decoder) object(depth int, omitManagedFields, skipManagedFields bool) (
 	return m, nil
 }
 
-// nextIs reports whether the next byte after white space is c.
-func (d *decoder) nextIs(c byte) bool {
-	j := d.i
-	for j < len(d.data) && (d.data[j] == ' ' || d.data[j] == '\t' || d.data[j] == '\n' || d.data[j] == '\r') {
-		j++
+// next moves past the comma or the closing bracket after a member of an object or array:
+// more is true after a comma.
+func (d *decoder) next(closing byte, context string) (more bool, err error) {
+	d.skipSpace()
+	if d.i < len(d.data) && (d.data[d.i] == ',' || d.data[d.i] == closing) {
+		d.i++
+		return d.data[d.i-1] == ',', nil
 	}
-	return j < len(d.data) && d.data[j] == c
+	return false, d.syntaxError(context)
 }
 
 func (d *decoder) array(depth int) ([]any, error) {
@@ -266,18 +262,11 @@ func (d *decoder) array(depth int) ([]any, error) {
 			return nil, err
 		}
 		d.elems = append(d.elems, v)
-		d.skipSpace()
-		if d.i >= len(d.data) {
-			return nil, d.syntaxError("after array element")
+		if more, err := d.next(']', "after array element"); err != nil {
+			return nil, err
+		} else if !more {
+			break
 		}
-		if c := d.data[d.i]; c == ',' {
-			d.i++
-			continue
-		} else if c != ']' {
-			return nil, d.syntaxError("after array element")
-		}
-		d.i++
-		break
 	}
 	a := append([]any(nil), d.elems[base:]...)
 	d.elems = d.elems[:base]
@@ -323,18 +312,9 @@ func (d *decoder) skip(depth int) error {
 			if err := d.skip(depth + 1); err != nil {
 				return err
 			}
-			d.skipSpace()
-			if d.i >= len(d.data) {
-				return d.syntaxError("after a value in an object or array")
+			if more, err := d.next(end, "after a value in an object or array"); !more {
+				return err
 			}
-			if c := d.data[d.i]; c == ',' {
-				d.i++
-				continue
-			} else if c != end {
-				return d.syntaxError("after a value in an object or array")
-			}
-			d.i++
-			return nil
 		}
 	case c == '"':
 		_, err := d.stringEnd()

@@ -23,7 +23,8 @@ func reference(raw []byte, omitManagedFields bool) (map[string]any, error) {
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, fmt.Errorf("not a JSON object")
 	}
-	members := func(skipManagedFields bool) (map[string]any, error) {
+	var members func(skipManagedFields bool) (map[string]any, error)
+	members = func(skipManagedFields bool) (map[string]any, error) {
 		obj := map[string]any{}
 		for dec.More() {
 			tok, err := dec.Token()
@@ -44,8 +45,8 @@ func reference(raw []byte, omitManagedFields bool) (map[string]any, error) {
 				if _, err := dec.Token(); err != nil {
 					return nil, err
 				}
-				// The recursion is one level deep: metadata's own members are decoded plainly.
-				v, err = membersOf(dec, raw)
+				// One level deep: metadata's own members are decoded plainly.
+				v, err = members(true)
 			} else {
 				err = dec.Decode(&v)
 			}
@@ -65,33 +66,6 @@ func reference(raw []byte, omitManagedFields bool) (map[string]any, error) {
 		return nil, fmt.Errorf("data after the object")
 	}
 	return obj, nil
-}
-
-// membersOf decodes the members of metadata (after its '{') leaving out managedFields.
-func membersOf(dec *json.Decoder, raw []byte) (map[string]any, error) {
-	meta := map[string]any{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		key, _ := tok.(string)
-		if key == "managedFields" {
-			var skipped json.RawMessage
-			if err := dec.Decode(&skipped); err != nil {
-				return nil, err
-			}
-			delete(meta, key)
-			continue
-		}
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		meta[key] = v
-	}
-	_, err := dec.Token()
-	return meta, err
 }
 
 func nextIsObject(raw []byte, offset int64) bool {
