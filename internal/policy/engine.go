@@ -5,8 +5,6 @@
 package policy
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/daemonguard/daemonguard/internal/genericjson"
 	"github.com/daemonguard/daemonguard/policies"
 )
 
@@ -123,10 +122,10 @@ func (in *Input) value() (ast.Value, error) {
 	}
 	old := in.OldObject
 	if old == nil && len(in.OldObjectJSON) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(in.OldObjectJSON))
-		dec.UseNumber() // as the object itself is decoded: numbers stay exact
-		if err := dec.Decode(&old); err != nil || old == nil {
-			return nil, fmt.Errorf("decode the old object: %v", cmp.Or(err, errors.New("not a JSON object")))
+		// Decoded as the webhook decodes the object itself: numbers stay exact.
+		var err error
+		if old, err = genericjson.DecodeObject(in.OldObjectJSON, genericjson.Options{OmitManagedFields: true}); err != nil {
+			return nil, fmt.Errorf("decode the old object: %v", err)
 		}
 	}
 	if old != nil {
