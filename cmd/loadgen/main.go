@@ -1,5 +1,6 @@
-// Command loadgen drives daemonguard's admission webhooks and a null webhook, both served in this
-// process over TLS on 127.0.0.1, open loop at fixed rates, and prints latency percentiles and the
+// Command loadgen drives daemonguard's admission webhooks and a null webhook, each served over TLS
+// on 127.0.0.1 by a process of its own that loadgen starts (or both in loadgen's own process, with
+// -servers in-process), open loop at fixed rates, and prints latency percentiles and the
 // daemonguard/null ratios as Markdown (or JSON). See docs/performance.md.
 //
 //	go run ./cmd/loadgen -rates 500,1000,2000 -duration 10s
@@ -24,6 +25,7 @@ import (
 )
 
 func main() {
+	loadgen.ServeChildIfAsked() // a server process this command started: serves, never returns
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(1)
@@ -35,7 +37,8 @@ func run() error {
 	rates := flag.String("rates", "500,1000,2000", "request rates to step through, requests/s, comma-separated")
 	mix := flag.String("mix", cfg.Mix.String(), "share of requests per endpoint (mutate-daemonset, validate-daemonset, mutate-pod)")
 	asJSON := flag.Bool("json", false, "print the report as JSON instead of Markdown")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers and generator) to this file; handlers are labelled by server (go tool pprof -tagfocus target=daemonguard)")
+	processes := flag.String("servers", loadgen.InProcess, "where the servers run: "+loadgen.OwnProcesses+" (each in a child process, as a webhook runs in its own pod) or "+loadgen.InProcess+" (with the generator, sharing its CPUs and heap)")
+	cpuProfile := flag.String("cpuprofile", "", "write CPU profiles of the run: the generator's to this file, each server process's to FILE.null and FILE.daemonguard; with -servers in-process one profile of everything, handlers labelled by server (go tool pprof -tagfocus target=daemonguard)")
 	goal := loadgen.DefaultGoal
 	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "duration of each step (one target at one rate)")
 	flag.IntVar(&cfg.Rounds, "rounds", 1, "repeat the sweep of rates this many times; with more than one, the report adds the median ratios over rounds")
@@ -78,7 +81,17 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	servers, err := loadgen.StartServers(ctx, loadgen.ServerOptions{Nodes: cfg.Nodes, NoDecisionCache: !*decisionCache, NoNodeFactsMemo: !*nodeFactsMemo, ProfileLabels: *cpuProfile != "", RegoOnly: *regoOnly}, log)
+	opts := loadgen.ServerOptions{Nodes: cfg.Nodes, NoDecisionCache: !*decisionCache, NoNodeFactsMemo: !*nodeFactsMemo, RegoOnly: *regoOnly}
+	var servers *loadgen.Servers
+	switch *processes {
+	case loadgen.OwnProcesses:
+		servers, err = loadgen.StartServerProcesses(ctx, opts, *cpuProfile)
+	case loadgen.InProcess:
+		opts.ProfileLabels = *cpuProfile != ""
+		servers, err = loadgen.StartServers(ctx, opts, log)
+	default:
+		err = fmt.Errorf("-servers: %q is neither %s nor %s", *processes, loadgen.OwnProcesses, loadgen.InProcess)
+	}
 	if err != nil {
 		return err
 	}

@@ -118,8 +118,14 @@ func (r *Report) WriteJSON(w io.Writer, goal Goal) error {
 func (r *Report) WriteMarkdown(w io.Writer, goal Goal) error {
 	c := r.Config
 	var b strings.Builder
-	fmt.Fprintf(&b, "Open loop, %v per step, %s over TLS on loopback, at most %d requests in flight, timeout %v, mix %s, cluster facts of %d nodes, %s DaemonSet objects, built-in policies evaluated %s, decision cache %s, node facts memo %s; %s, %d CPUs, GOMAXPROCS %d.\n\n",
-		c.Duration, c.Protocol, c.MaxInFlight, c.Timeout, c.Mix, c.Nodes, c.Objects, c.Policies, onOff(c.DecisionCache), onOff(c.NodeFactsMemo), c.GoVersion, c.CPUs, c.MaxProcs)
+	where := "each server in a process of its own, the generator in another"
+	processFootnote := "CPU/req is the CPU time (GC included) of the target's server process per request, alloc/req the heap it allocated per request, and GCs the collections it ran during the step (the generator's own figures are in the JSON report)."
+	if c.Processes != OwnProcesses {
+		where = "servers and generator in one process"
+		processFootnote = "CPU/req is the whole process's CPU time (servers, generator, GC) per request, alloc/req the heap it allocated per request, and GCs the collections it ran during the step."
+	}
+	fmt.Fprintf(&b, "Open loop, %v per step, %s over TLS on loopback, %s, at most %d requests in flight, timeout %v, mix %s, cluster facts of %d nodes, %s DaemonSet objects, built-in policies evaluated %s, decision cache %s, node facts memo %s; %s, %d CPUs, GOMAXPROCS %d.\n\n",
+		c.Duration, c.Protocol, where, c.MaxInFlight, c.Timeout, c.Mix, c.Nodes, c.Objects, c.Policies, onOff(c.DecisionCache), onOff(c.NodeFactsMemo), c.GoVersion, c.CPUs, c.MaxProcs)
 	b.WriteString("| round | rate/s | target | sent | ok | errors | achieved/s | p50 | p90 | p99 | max | send lag p99 | CPU/req | alloc/req KB | GCs |\n")
 	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
@@ -127,7 +133,7 @@ func (r *Report) WriteMarkdown(w io.Writer, goal Goal) error {
 			max(x.Round, 1), x.Rate, x.Target, x.Sent, x.OK, x.Errors, x.Achieved, ms(x.P50), ms(x.P90), ms(x.P99), ms(x.Max), ms(x.SendLagP99), ms(x.CPUPerRequest),
 			float64(x.AllocPerRequest)/1024, x.GCCycles)
 	}
-	b.WriteString("\nLatencies in ms from each request's scheduled send time; CPU/req is the whole process's CPU time (servers, generator, GC) per request, alloc/req the heap it allocated per request, and GCs the collections it ran during the step.\n\n")
+	b.WriteString("\nLatencies in ms from each request's scheduled send time; " + processFootnote + "\n\n")
 	writeRatios := func(rows []RatioRow, first string) {
 		fmt.Fprintf(&b, "| %s | rate/s | p50 daemonguard/null | p99 daemonguard/null | goal (p50 <= %.2fx, p99 <= %.2fx) |\n", first, goal.P50, goal.P99)
 		b.WriteString("|---|---:|---:|---:|---|\n")

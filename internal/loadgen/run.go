@@ -81,14 +81,19 @@ type Result struct {
 	// generator's own share of the latencies above.
 	SendLagP50 time.Duration `json:"sendLagP50"`
 	SendLagP99 time.Duration `json:"sendLagP99"`
-	// Process CPU time (servers, generator, GC) per request during the step; 0 where unmeasured.
+	// CPU time (user + system, GC included) per request during the step of the process the
+	// target runs in: its own process, or the one process of servers and generator; 0 where
+	// unmeasured.
 	CPUPerRequest time.Duration `json:"cpuPerRequest"`
-	// Heap bytes the process allocated per request during the step (servers and generator), and
-	// the garbage collections it ran: on two cores a collection takes a good part of one, so
-	// these show how much of a target's tail its allocations explain.
-	AllocPerRequest int64    `json:"allocBytesPerRequest"`
-	GCCycles        int64    `json:"gcCycles"`
-	ErrorSamples    []string `json:"errorSamples,omitempty"`
+	// Heap bytes that process allocated per request during the step, and the garbage collections
+	// it ran: on two cores a collection takes a good part of one, so these show how much of a
+	// target's tail its allocations explain.
+	AllocPerRequest int64 `json:"allocBytesPerRequest"`
+	GCCycles        int64 `json:"gcCycles"`
+	// The generator's own CPU and allocation per request, where it runs in a process of its own.
+	GeneratorCPUPerRequest   time.Duration `json:"generatorCpuPerRequest,omitempty"`
+	GeneratorAllocPerRequest int64         `json:"generatorAllocBytesPerRequest,omitempty"`
+	ErrorSamples             []string      `json:"errorSamples,omitempty"`
 }
 
 // Report is a whole run.
@@ -107,6 +112,8 @@ type Report struct {
 		Policies      string `json:"policies"`
 		DecisionCache bool   `json:"decisionCache"`
 		NodeFactsMemo bool   `json:"nodeFactsMemo"`
+		// Processes says where the servers ran: InProcess or OwnProcesses.
+		Processes string `json:"processes"`
 		GoVersion     string `json:"goVersion"`
 		CPUs          int    `json:"cpus"`
 		MaxProcs      int    `json:"gomaxprocs"`
@@ -149,6 +156,7 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 	if servers.Options.RegoOnly {
 		rc.Policies = "rego"
 	}
+	rc.Processes = servers.Processes
 	rc.Objects = "repeated"
 	if cfg.UniqueObjects {
 		rc.Objects = "unique"
@@ -166,12 +174,29 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 		if err != nil {
 			return Result{}, err
 		}
+		client := clients[t.Name]
 		runtime.GC()
+		if _, err := targetStats(ctx, client, t, true); err != nil {
+			return Result{}, err
+		}
 		if err := sleepCtx(ctx, cfg.Pause); err != nil {
 			return Result{}, err
 		}
-		r := runStep(ctx, clients[t.Name], t, stepSpec{rate: rate, timeout: cfg.Timeout, maxInFlight: cfg.MaxInFlight, id: stepID}, cases, seq)
-		return r, ctx.Err()
+		gen0 := readProcessStats()
+		srv0, err := targetStats(ctx, client, t, false)
+		if err != nil {
+			return Result{}, err
+		}
+		r := runStep(ctx, client, t, stepSpec{rate: rate, timeout: cfg.Timeout, maxInFlight: cfg.MaxInFlight, id: stepID}, cases, seq)
+		if err := ctx.Err(); err != nil {
+			return r, err
+		}
+		srv1, err := targetStats(ctx, client, t, false)
+		if err != nil {
+			return Result{}, err
+		}
+		r.setProcessStats(srv1.Minus(srv0), readProcessStats().Minus(gen0), servers.Processes == OwnProcesses)
+		return r, nil
 	}
 
 	if cfg.Warmup > 0 {
@@ -275,7 +300,6 @@ func runStep(ctx context.Context, client *http.Client, t *Target, spec stepSpec,
 		mu.Unlock()
 	}
 
-	cpu0, mem0 := cpuTime(), readMemStats()
 	start := time.Now().Add(10 * time.Millisecond)
 	sent := pace(ctx.Done(), start, n, spec.rate, func(i int, due time.Time) {
 		wg.Add(1)
@@ -330,7 +354,6 @@ func runStep(ctx context.Context, client *http.Client, t *Target, spec stepSpec,
 		}()
 	})
 	wg.Wait()
-	cpu, mem := cpuTime()-cpu0, readMemStats().minus(mem0)
 	n = sent // fewer when interrupted; the rest were never sent
 	latency, lag, failed = latency[:n], lag[:n], failed[:n]
 
@@ -348,12 +371,23 @@ func runStep(ctx context.Context, client *http.Client, t *Target, spec stepSpec,
 	r.P50, r.P90, r.P99, r.Max = s.P50, s.P90, s.P99, s.Max
 	l := Summarize(lag)
 	r.SendLagP50, r.SendLagP99 = l.P50, l.P99
-	if n > 0 {
-		r.CPUPerRequest = cpu / time.Duration(n)
-		r.AllocPerRequest = int64(mem.allocBytes) / int64(n)
-	}
-	r.GCCycles = int64(mem.gcCycles)
 	return r
+}
+
+// setProcessStats sets the per-request CPU and allocation columns from the server process's
+// counters over the step and, when the generator runs in a process of its own, the generator's.
+func (r *Result) setProcessStats(server, generator ProcessStats, ownProcesses bool) {
+	if r.Sent == 0 {
+		return
+	}
+	n := int64(r.Sent)
+	r.CPUPerRequest = server.CPU / time.Duration(n)
+	r.AllocPerRequest = int64(server.AllocBytes) / n
+	r.GCCycles = int64(server.GCCycles)
+	if ownProcesses {
+		r.GeneratorCPUPerRequest = generator.CPU / time.Duration(n)
+		r.GeneratorAllocPerRequest = int64(generator.AllocBytes) / n
+	}
 }
 
 // memStats are the process's heap allocation and collection counters.
@@ -366,10 +400,6 @@ func readMemStats() memStats {
 	s := slices.Clone(memSamples)
 	metrics.Read(s)
 	return memStats{allocBytes: s[0].Value.Uint64(), gcCycles: s[1].Value.Uint64()}
-}
-
-func (m memStats) minus(o memStats) memStats {
-	return memStats{allocBytes: m.allocBytes - o.allocBytes, gcCycles: m.gcCycles - o.gcCycles}
 }
 
 // post sends one AdmissionReview and reads the whole response.

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -39,23 +40,51 @@ type Target struct {
 	// WantPatch says whether the target's answer to a case carries a patch (both always allow).
 	WantPatch func(*fixture.Case) bool
 	done      chan error
+	kill      func() // own processes: kills the server's process
 }
 
-// Servers are the two webhook servers under test, in this process, on loopback.
+// Servers are the two webhook servers under test, on loopback: in this process (StartServers) or
+// each in a process of its own (StartServerProcesses).
 type Servers struct {
 	Null, Daemonguard *Target
 	// Options are daemonguard's server options, for the report.
 	Options ServerOptions
-	// RootCAs trusts the servers' self-signed certificate.
+	// Processes says where the servers run: InProcess or OwnProcesses.
+	Processes string
+	// RootCAs trusts the servers' self-signed certificates.
 	RootCAs *x509.CertPool
-	cancel  context.CancelFunc
+	cancel  context.CancelFunc // in process: stops both servers
+	stdins  []io.Closer        // own processes: closing one stops its server
 }
 
-// Close stops both servers and waits for them.
+// Where the servers run (Servers.Processes).
+const (
+	// InProcess: both servers and the generator share one process, its CPUs and its heap.
+	InProcess = "in-process"
+	// OwnProcesses: each server runs in a child process of its own, as a webhook runs in its own
+	// pod; the generator, like the API server, is another process.
+	OwnProcesses = "own-processes"
+)
+
+// Close stops both servers and waits for them; a server process that has not exited 10s after
+// being told to is killed.
 func (s *Servers) Close() {
-	s.cancel()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	for _, c := range s.stdins {
+		c.Close()
+	}
 	for _, t := range []*Target{s.Null, s.Daemonguard} {
-		if t != nil {
+		if t == nil {
+			continue
+		}
+		select {
+		case <-t.done:
+		case <-time.After(10 * time.Second):
+			if t.kill != nil {
+				t.kill()
+			}
 			<-t.done
 		}
 	}
@@ -106,8 +135,8 @@ var NullHandler = admission.HandlerFunc(func(context.Context, admission.Request)
 	return admission.Allowed("")
 })
 
-// StartServers starts, on 127.0.0.1, a controller-runtime webhook server serving daemonguard's
-// three webhooks exactly as internal/webhookserver registers them (handlers from
+// StartServers starts, in this process on 127.0.0.1, a controller-runtime webhook server serving
+// daemonguard's three webhooks exactly as internal/webhookserver registers them (handlers from
 // DaemonguardHandlers), and one serving the null webhook on the same three paths: same
 // certificate, TLS settings, HTTP server, metrics instrumentation and admission.Webhook decoding,
 // so the difference between them is daemonguard's own work. They run until Close.
@@ -116,33 +145,62 @@ func StartServers(ctx context.Context, opts ServerOptions, log logr.Logger) (*Se
 	if err != nil {
 		return nil, err
 	}
-	handlers, err := DaemonguardHandlers(ctx, opts, log)
-	if err != nil {
-		return nil, err
-	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	s := &Servers{Options: opts, RootCAs: pool, cancel: cancel}
-	null := &admission.Webhook{Handler: NullHandler}
-	s.Null, err = startServer(ctx, runCtx, Null, cert, pool, opts.ProfileLabels, map[string]http.Handler{
-		webhook.MutateDaemonSetPath: null, webhook.ValidateDaemonSetPath: null, webhook.MutatePodPath: null,
-	})
-	if err != nil {
-		s.Close()
-		return nil, err
+	s := &Servers{Options: opts, Processes: InProcess, RootCAs: pool, cancel: cancel}
+	for _, name := range []string{Null, Daemonguard} {
+		hooks, err := targetHooks(ctx, name, opts, log)
+		if err == nil {
+			var t *Target
+			t, err = startServer(ctx, runCtx, name, cert, pool, opts.ProfileLabels, hooks)
+			s.set(t)
+		}
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
-	s.Null.WantPatch = func(*fixture.Case) bool { return false }
-	// As internal/webhookserver registers them: StrictReview around admission.Webhook.
-	s.Daemonguard, err = startServer(ctx, runCtx, Daemonguard, cert, pool, opts.ProfileLabels, map[string]http.Handler{
-		webhook.MutateDaemonSetPath:   webhook.StrictReview(&admission.Webhook{Handler: webhook.DaemonSetMutator{Handlers: handlers}}),
-		webhook.ValidateDaemonSetPath: webhook.StrictReview(&admission.Webhook{Handler: webhook.DaemonSetValidator{Handlers: handlers}}),
-		webhook.MutatePodPath:         webhook.StrictReview(&admission.Webhook{Handler: webhook.PodPinner{Handlers: handlers}}),
-	})
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
-	s.Daemonguard.WantPatch = func(c *fixture.Case) bool { return c.WantPatch }
 	return s, nil
+}
+
+func (s *Servers) set(t *Target) {
+	switch {
+	case t == nil:
+	case t.Name == Null:
+		s.Null = t
+	default:
+		s.Daemonguard = t
+	}
+}
+
+// targetHooks returns the handlers of the named target by path: daemonguard's as
+// internal/webhookserver registers them (StrictReview around admission.Webhook), or the null
+// webhook on the same paths.
+func targetHooks(ctx context.Context, name string, opts ServerOptions, log logr.Logger) (map[string]http.Handler, error) {
+	switch name {
+	case Null:
+		null := &admission.Webhook{Handler: NullHandler}
+		return map[string]http.Handler{webhook.MutateDaemonSetPath: null, webhook.ValidateDaemonSetPath: null, webhook.MutatePodPath: null}, nil
+	case Daemonguard:
+		handlers, err := DaemonguardHandlers(ctx, opts, log)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]http.Handler{
+			webhook.MutateDaemonSetPath:   webhook.StrictReview(&admission.Webhook{Handler: webhook.DaemonSetMutator{Handlers: handlers}}),
+			webhook.ValidateDaemonSetPath: webhook.StrictReview(&admission.Webhook{Handler: webhook.DaemonSetValidator{Handlers: handlers}}),
+			webhook.MutatePodPath:         webhook.StrictReview(&admission.Webhook{Handler: webhook.PodPinner{Handlers: handlers}}),
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown target %q (want %q or %q)", name, Null, Daemonguard)
+}
+
+// wantPatch says whether the named target's answer to a case carries a patch: daemonguard's
+// where the case expects one, the null webhook's never.
+func wantPatch(name string) func(*fixture.Case) bool {
+	if name == Daemonguard {
+		return func(c *fixture.Case) bool { return c.WantPatch }
+	}
+	return func(*fixture.Case) bool { return false }
 }
 
 // startServer runs a controller-runtime webhook server (what internal/webhookserver uses) on a free
@@ -166,7 +224,8 @@ func startServer(ctx, runCtx context.Context, name string, cert tls.Certificate,
 			}
 			srv.Register(path, h)
 		}
-		t := &Target{Name: name, URL: "https://127.0.0.1:" + strconv.Itoa(port), done: make(chan error, 1)}
+		srv.Register(StatsPath, statsHandler{})
+		t := &Target{Name: name, URL: "https://127.0.0.1:" + strconv.Itoa(port), WantPatch: wantPatch(name), done: make(chan error, 1)}
 		go func() { t.done <- srv.Start(runCtx) }()
 		if lastErr = waitTLS(ctx, t, pool); lastErr == nil {
 			return t, nil

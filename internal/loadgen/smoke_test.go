@@ -2,7 +2,10 @@ package loadgen
 
 import (
 	"bytes"
+	"crypto/x509"
 	"encoding/json"
+	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,16 +25,32 @@ func TestFixturePathsAreTheWebhookPaths(t *testing.T) {
 	}
 }
 
-// TestSmoke runs both servers and a short open-loop step against each, and checks every answer:
-// right UID, allowed, a patch exactly where daemonguard must patch (the null webhook never does).
-// It asserts nothing about latency.
+// TestSmoke runs both servers, in this process and each in a process of its own, and a short
+// open-loop step against each, and checks every answer: right UID, allowed, a patch exactly where
+// daemonguard must patch (the null webhook never does). It asserts nothing about latency.
 func TestSmoke(t *testing.T) {
 	ctrl.SetLogger(logr.Discard())
-	servers, err := StartServers(t.Context(), ServerOptions{Nodes: 5}, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
+	for _, processes := range []string{InProcess, OwnProcesses} {
+		t.Run(processes, func(t *testing.T) {
+			var (
+				servers *Servers
+				err     error
+			)
+			if processes == InProcess {
+				servers, err = StartServers(t.Context(), ServerOptions{Nodes: 5}, logr.Discard())
+			} else {
+				servers, err = StartServerProcesses(t.Context(), ServerOptions{Nodes: 5}, "")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer servers.Close()
+			smoke(t, servers)
+		})
 	}
-	defer servers.Close()
+}
+
+func smoke(t *testing.T, servers *Servers) {
 	for _, target := range []*Target{servers.Null, servers.Daemonguard} {
 		if !strings.HasPrefix(target.URL, "https://127.0.0.1:") {
 			t.Errorf("%s serves on %s, want loopback HTTPS", target.Name, target.URL)
@@ -90,10 +109,14 @@ func TestSmoke(t *testing.T) {
 		if r.P50 <= 0 || r.P50 > r.P99 || r.P99 > r.Max {
 			t.Errorf("%s: percentiles out of order: %+v", r.Target, r)
 		}
-		// Every request allocates (its body, the response, TLS records): zero means the counters
-		// were not read.
-		if r.AllocPerRequest <= 0 {
-			t.Errorf("%s: %d bytes allocated per request", r.Target, r.AllocPerRequest)
+		// Every request allocates (its body, the response, TLS records) and takes CPU: zero
+		// means the server process's counters were not read.
+		if r.AllocPerRequest <= 0 || r.CPUPerRequest <= 0 || r.GCCycles < 0 {
+			t.Errorf("%s: %d bytes allocated, %v CPU per request, %d GCs", r.Target, r.AllocPerRequest, r.CPUPerRequest, r.GCCycles)
+		}
+		// The generator's own figures exist exactly where it has a process of its own.
+		if own := servers.Processes == OwnProcesses; own != (r.GeneratorAllocPerRequest > 0) {
+			t.Errorf("%s (%s): generator allocated %d bytes per request", r.Target, servers.Processes, r.GeneratorAllocPerRequest)
 		}
 	}
 	var md, js bytes.Buffer
@@ -114,4 +137,35 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("JSON report %s: %v", js.String(), err)
 	}
 	t.Logf("\n%s", md.String())
+}
+
+// A server process that cannot start is an error naming the cause, not a hang; one that started
+// is gone after Close.
+func TestServerProcesses(t *testing.T) {
+	s := &Servers{Processes: OwnProcesses, RootCAs: x509.NewCertPool()}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.startChild(t.Context(), exe, childSpec{Target: "bogus"}); err == nil {
+		t.Error("a child asked to serve an unknown target started")
+	}
+	s.Close()
+
+	servers, err := StartServerProcesses(t.Context(), ServerOptions{Nodes: 5}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	urls := []string{servers.Null.URL, servers.Daemonguard.URL}
+	if urls[0] == urls[1] {
+		t.Fatalf("both servers at %s", urls[0])
+	}
+	servers.Close()
+	for _, u := range urls {
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(u, "https://"), time.Second)
+		if err == nil {
+			conn.Close()
+			t.Errorf("%s still accepts connections after Close", u)
+		}
+	}
 }
