@@ -114,9 +114,9 @@ type Report struct {
 		NodeFactsMemo bool   `json:"nodeFactsMemo"`
 		// Processes says where the servers ran: InProcess or OwnProcesses.
 		Processes string `json:"processes"`
-		GoVersion     string `json:"goVersion"`
-		CPUs          int    `json:"cpus"`
-		MaxProcs      int    `json:"gomaxprocs"`
+		GoVersion string `json:"goVersion"`
+		CPUs      int    `json:"cpus"`
+		MaxProcs  int    `json:"gomaxprocs"`
 	} `json:"config"`
 	Results []Result `json:"results"`
 }
