@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
@@ -48,9 +47,9 @@ func testHandlers(tb testing.TB) *Handlers {
 
 func endpoints(h *Handlers) map[string]http.Handler {
 	return map[string]http.Handler{
-		MutateDaemonSetPath:   StrictReview(&admission.Webhook{Handler: DaemonSetMutator{Handlers: h}}),
-		ValidateDaemonSetPath: StrictReview(&admission.Webhook{Handler: DaemonSetValidator{Handlers: h}}),
-		MutatePodPath:         StrictReview(&admission.Webhook{Handler: PodPinner{Handlers: h}}),
+		MutateDaemonSetPath:   Serve(DaemonSetMutator{Handlers: h}),
+		ValidateDaemonSetPath: Serve(DaemonSetValidator{Handlers: h}),
+		MutatePodPath:         Serve(PodPinner{Handlers: h}),
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
@@ -50,7 +49,7 @@ func TestEvaluationErrorsFollowTheFailureMode(t *testing.T) {
 	} {
 		t.Run(string(mode), func(t *testing.T) {
 			h := &Handlers{Engine: policy.NewEngine(set), FailureMode: mode, Log: logr.Discard()}
-			code, resp := serve(StrictReview(&admission.Webhook{Handler: DaemonSetValidator{Handlers: h}}), []byte(body))
+			code, resp := serve(Serve(DaemonSetValidator{Handlers: h}), []byte(body))
 			if code != http.StatusOK || resp == nil {
 				t.Fatalf("HTTP %d, response %v", code, resp)
 			}

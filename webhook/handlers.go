@@ -217,7 +217,7 @@ func (h *Handlers) daemonSetInput(req admission.Request, f clusterFacts) (*polic
 	}
 	in := &policy.Input{Operation: policy.Operation(req.Operation), Object: obj, Namespace: policy.Namespace{Name: req.Namespace, Labels: f.labels}}
 	if len(req.OldObject.Raw) > 0 {
-		// The review was valid JSON (admission.Webhook decoded it), so an old object that starts
+		// The review was valid JSON (Serve decoded it), so an old object that starts
 		// as an object is one; decoding it is left to the policy engine, which needs it only for
 		// policies OPA evaluates.
 		if first := bytes.TrimLeft(req.OldObject.Raw, " \t\r\n"); len(first) == 0 || first[0] != '{' {
@@ -379,7 +379,7 @@ func (v DaemonSetValidator) verdict(req admission.Request, violations []policy.V
 }
 
 // PodPinner pins DaemonSet pods to their node by node affinity (Pods, CREATE only). Its requests
-// must come from admission.Webhook, which has checked that the object is valid JSON.
+// must come from Serve (or admission.Webhook), which has checked that the object is valid JSON.
 type PodPinner struct{ *Handlers }
 
 // Handle implements admission.Handler.
@@ -397,7 +397,7 @@ func (p PodPinner) pin(req admission.Request) admission.Response {
 	if p.exempt(req.Namespace) {
 		return admission.Allowed("namespace " + req.Namespace + " is exempt")
 	}
-	// admission.Webhook decoded the AdmissionReview, object included, so the object is valid JSON.
+	// Serve decoded the AdmissionReview, object included, so the object is valid JSON.
 	res, err := podPinPatch(req.Object.Raw, true)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)

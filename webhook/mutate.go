@@ -26,7 +26,7 @@ func decodeObject(raw []byte) (map[string]any, error) {
 }
 
 // decodeRequestObject is decodeObject for a request's object, whose strings share the request's
-// bytes instead of a copy: admission.Webhook gives every request bytes of its own
+// bytes instead of a copy: Serve, like admission.Webhook, gives every request bytes of its own
 // (RawExtension.UnmarshalJSON copies them), and nothing writes to them after.
 func decodeRequestObject(raw []byte) (map[string]any, error) {
 	return decodeWith(raw, genericjson.Options{OmitManagedFields: true, AliasInput: true})

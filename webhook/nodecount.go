@@ -67,7 +67,7 @@ func (m *nodeFactsMemo) put(gen uint64, key string, f policy.ClusterFacts) {
 // tolerations of a DaemonSet, length-prefixed, absent ones marked: the memo key of its node
 // facts. ok is false when a level is not an object or a key is spelled with escapes, where the
 // raw bytes might not be what decoding sees; the facts are then computed every time. raw must be
-// valid JSON (admission.Webhook decoded the review that carried it).
+// valid JSON (Serve decoded the review that carried it).
 func schedulingKey(raw []byte) (string, bool) {
 	level := raw
 	for i, key := range []string{"spec", "template", "spec"} {

@@ -5,50 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"sync"
 )
 
-// maxReviewBytes matches controller-runtime's request limit; larger bodies are left to it so the
-// caller gets its 413 answer.
+// maxReviewBytes is controller-runtime's request limit (admission.Webhook's maxRequestSize): a
+// body that reaches it gets HTTP 413 from either.
 const maxReviewBytes = 7 << 20
 
-// StrictReview rejects, with HTTP 400 and a plain message, bodies that declare themselves as
-// something other than an admission.k8s.io/v1 or v1beta1 AdmissionReview. controller-runtime
-// would otherwise decode an admission.k8s.io/v2 or a kind-less body as v1 and answer it.
-func StrictReview(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body == nil {
-			next.ServeHTTP(w, r)
-			return
-		}
-		buf := reviewBuffers.Get().(*[]byte)
-		body, err := readBody(r.Body, r.ContentLength, *buf)
-		r.Body.Close()
-		defer func() {
-			// next has returned: controller-runtime copied what it keeps of the body (the
-			// request objects are copies), so the buffer can serve the next request.
-			if cap(body) <= maxPooledBody {
-				*buf = body[:0]
-				reviewBuffers.Put(buf)
-			}
-		}()
-		if err != nil {
-			http.Error(w, "read admission review: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if len(body) <= maxReviewBytes {
-			if err := checkReviewType(body); err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// reviewBuffers holds the buffers StrictReview reads bodies into, each used by one request at a
+// reviewBuffers holds the buffers Serve reads bodies into, each used by one request at a
 // time: reading every review into a new buffer was, after decoding, the largest allocation that
 // daemonguard adds to controller-runtime's own per request.
 var reviewBuffers = sync.Pool{New: func() any { return new([]byte) }}
@@ -84,25 +48,27 @@ func readBody(body io.Reader, length int64, buf []byte) ([]byte, error) {
 	return append(append(buf, one[0]), rest...), err
 }
 
-func checkReviewType(body []byte) error {
+// checkReviewType returns the apiVersion and kind of an admission.k8s.io/v1 or v1beta1
+// AdmissionReview, as encoding/json reads them, or an error that says what the body is instead.
+func checkReviewType(body []byte) (apiVersion, kind string, err error) {
 	if apiVersion, kind, ok := reviewHead(body); ok && kind == "AdmissionReview" &&
 		(apiVersion == "admission.k8s.io/v1" || apiVersion == "admission.k8s.io/v1beta1") {
-		return nil // what every API server sends; anything else gets the full check and its message
+		return apiVersion, kind, nil // what every API server sends; anything else gets the full check and its message
 	}
 	var head struct {
 		APIVersion *string `json:"apiVersion"`
 		Kind       *string `json:"kind"`
 	}
 	if err := json.Unmarshal(body, &head); err != nil {
-		return fmt.Errorf("body is not an AdmissionReview: %v", err)
+		return "", "", fmt.Errorf("body is not an AdmissionReview: %v", err)
 	}
 	if head.Kind == nil || *head.Kind != "AdmissionReview" {
-		return fmt.Errorf("body is not an AdmissionReview (kind %s)", deref(head.Kind))
+		return "", "", fmt.Errorf("body is not an AdmissionReview (kind %s)", deref(head.Kind))
 	}
 	if head.APIVersion == nil || (*head.APIVersion != "admission.k8s.io/v1" && *head.APIVersion != "admission.k8s.io/v1beta1") {
-		return fmt.Errorf("AdmissionReview apiVersion %s is not admission.k8s.io/v1 or v1beta1", deref(head.APIVersion))
+		return "", "", fmt.Errorf("AdmissionReview apiVersion %s is not admission.k8s.io/v1 or v1beta1", deref(head.APIVersion))
 	}
-	return nil
+	return *head.APIVersion, *head.Kind, nil
 }
 
 // reviewHead reads the top-level apiVersion and kind of a JSON object without decoding the rest:

@@ -6,7 +6,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/loadgen/fixture"
 )
 
-// BenchmarkCheckReviewType measures StrictReview's check on the load generator's reviews, as the
+// BenchmarkCheckReviewType measures Serve's type check on the load generator's reviews, as the
 // API server sends them.
 func BenchmarkCheckReviewType(b *testing.B) {
 	cases, err := fixture.CasesWith(fixture.Options{UniqueObjects: true})
@@ -18,7 +18,7 @@ func BenchmarkCheckReviewType(b *testing.B) {
 			b.SetBytes(int64(len(c.Review)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := checkReviewType(c.Review); err != nil {
+				if _, _, err := checkReviewType(c.Review); err != nil {
 					b.Fatal(err)
 				}
 			}

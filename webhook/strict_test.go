@@ -1,10 +1,9 @@
 package webhook
 
 import (
+	"context"
 	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // reviewHeadAgrees checks reviewHead against json.Unmarshal: whenever the cheap scan answers, it
@@ -153,34 +154,31 @@ func TestReadBodyReadsWhatIsSentWhateverContentLengthSays(t *testing.T) {
 	}
 }
 
-// TestStrictReviewGivesEachRequestItsOwnBody runs concurrent reviews of different sizes through
-// StrictReview, whose read buffers are reused between requests: each handler must see exactly
-// the body its client sent, for as long as it runs.
-func TestStrictReviewGivesEachRequestItsOwnBody(t *testing.T) {
-	handler := StrictReview(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		first, err := io.ReadAll(r.Body)
+// TestServeGivesEachRequestItsOwnBody runs concurrent reviews of different sizes through Serve,
+// whose read buffers are reused between requests: each handler must see exactly the object its
+// client sent, for as long as it runs.
+func TestServeGivesEachRequestItsOwnBody(t *testing.T) {
+	object := func(n int) string { return `{"metadata":{"name":"` + strings.Repeat("x", n) + `"}}` }
+	handler := Serve(admission.HandlerFunc(func(_ context.Context, req admission.Request) admission.Response {
+		n, err := strconv.Atoi(string(req.UID))
 		if err != nil {
-			t.Error(err)
-			return
+			return admission.Errored(http.StatusBadRequest, err)
 		}
 		runtime.Gosched() // let other requests take buffers meanwhile
-		if want := r.Header.Get("X-Want"); string(first) != want {
-			t.Errorf("handler read %d bytes that differ from the %d sent", len(first), len(want))
+		if got := string(req.Object.Raw); got != object(n) {
+			t.Errorf("handler saw an object of %d bytes that differs from the %d sent", len(got), len(object(n)))
 		}
-		w.WriteHeader(http.StatusOK)
+		return admission.Allowed("")
 	}))
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 200 {
-				name := strings.Repeat("x", (g*200+i)%700)
-				body := review("apps", "v1", "DaemonSet", "CREATE", `{"metadata":{"name":"`+name+`"}}`)
-				req := httptest.NewRequest(http.MethodPost, MutateDaemonSetPath, strings.NewReader(body))
-				req.Header.Set("X-Want", body)
-				rec := httptest.NewRecorder()
-				handler.ServeHTTP(rec, req)
-				if rec.Code != http.StatusOK {
-					t.Errorf("HTTP %d: %s", rec.Code, rec.Body)
+				n := (g*200 + i) % 700
+				body := strings.Replace(review("apps", "v1", "DaemonSet", "CREATE", object(n)), `"uid":"u-1"`, `"uid":"`+strconv.Itoa(n)+`"`, 1)
+				code, resp := serve(handler, []byte(body))
+				if code != http.StatusOK || resp == nil || !resp.Allowed || string(resp.UID) != strconv.Itoa(n) {
+					t.Errorf("HTTP %d: %+v", code, resp)
 					return
 				}
 			}

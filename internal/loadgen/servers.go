@@ -186,9 +186,9 @@ func targetHooks(ctx context.Context, name string, opts ServerOptions, log logr.
 			return nil, err
 		}
 		return map[string]http.Handler{
-			webhook.MutateDaemonSetPath:   webhook.StrictReview(&admission.Webhook{Handler: webhook.DaemonSetMutator{Handlers: handlers}}),
-			webhook.ValidateDaemonSetPath: webhook.StrictReview(&admission.Webhook{Handler: webhook.DaemonSetValidator{Handlers: handlers}}),
-			webhook.MutatePodPath:         webhook.StrictReview(&admission.Webhook{Handler: webhook.PodPinner{Handlers: handlers}}),
+			webhook.MutateDaemonSetPath:   webhook.Serve(webhook.DaemonSetMutator{Handlers: handlers}),
+			webhook.ValidateDaemonSetPath: webhook.Serve(webhook.DaemonSetValidator{Handlers: handlers}),
+			webhook.MutatePodPath:         webhook.Serve(webhook.PodPinner{Handlers: handlers}),
 		}, nil
 	}
 	return nil, fmt.Errorf("unknown target %q (want %q or %q)", name, Null, Daemonguard)

@@ -33,7 +33,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/policy"
@@ -164,9 +163,9 @@ func Run(ctx context.Context, opts Options) error {
 		},
 	}
 	server := mgr.GetWebhookServer()
-	server.Register(webhook.MutateDaemonSetPath, webhook.StrictReview(&admission.Webhook{Handler: webhook.DaemonSetMutator{Handlers: handlers}}))
-	server.Register(webhook.ValidateDaemonSetPath, webhook.StrictReview(&admission.Webhook{Handler: webhook.DaemonSetValidator{Handlers: handlers}}))
-	server.Register(webhook.MutatePodPath, webhook.StrictReview(&admission.Webhook{Handler: webhook.PodPinner{Handlers: handlers}}))
+	server.Register(webhook.MutateDaemonSetPath, webhook.Serve(webhook.DaemonSetMutator{Handlers: handlers}))
+	server.Register(webhook.ValidateDaemonSetPath, webhook.Serve(webhook.DaemonSetValidator{Handlers: handlers}))
+	server.Register(webhook.MutatePodPath, webhook.Serve(webhook.PodPinner{Handlers: handlers}))
 
 	clientset, err := kubernetes.NewForConfig(opts.RESTConfig)
 	if err != nil {
