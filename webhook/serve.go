@@ -17,7 +17,8 @@ import (
 
 // Serve returns the HTTP handler of an admission webhook whose requests h answers. It answers every
 // body as controller-runtime's admission.Webhook does (same status, same response bytes; h runs
-// under admission.Webhook.Handle, with its panic recovery and response checks), with two
+// under admission.Webhook.Handle, with its panic recovery and response checks, and the logger it
+// puts in the request's context is built only when used: lazyRequestLogger), with two
 // differences:
 //
 //   - A body that declares itself something other than an admission.k8s.io/v1 or v1beta1
@@ -29,7 +30,7 @@ import (
 //     two fields from the top level alone (reviewHead) and falls back to the full pass only for
 //     bodies it cannot vouch for.
 func Serve(h admission.Handler) http.Handler {
-	return &reviewServer{webhook: &admission.Webhook{Handler: h}, log: logf.Log.WithName("admission")}
+	return &reviewServer{webhook: &admission.Webhook{Handler: h, LogConstructor: lazyRequestLogger}, log: logf.Log.WithName("admission")}
 }
 
 type reviewServer struct {
