@@ -50,6 +50,7 @@ func run() error {
 	flag.BoolVar(&cfg.HTTP1, "http1", false, "use HTTP/1.1 keep-alive connections instead of HTTP/2")
 	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request sequence")
 	flag.BoolVar(&cfg.UniqueObjects, "unique-objects", false, "give every DaemonSet request an object not sent before, so daemonguard's decision cache never hits")
+	nullDecoder := flag.String("null-decoder", loadgen.NullControllerRuntime, "how the null webhook reads reviews: "+loadgen.NullControllerRuntime+" (admission.Webhook, as Go webhooks commonly do) or "+loadgen.NullServe+" (daemonguard's webhook.Serve, one parse per review: the ratio then leaves out what daemonguard saves on decoding)")
 	regoOnly := flag.Bool("rego-only", false, "evaluate the built-in policies with OPA's interpreter instead of their native implementation")
 	decisionCache := flag.Bool("decision-cache", true, "daemonguard's decision cache for identical requests (false: decode and evaluate every request)")
 	nodeFactsMemo := flag.Bool("node-facts-memo", true, "daemonguard's memo of the nodes a template targets, per node list generation (false: list and match the nodes for every validation evaluated)")
@@ -81,7 +82,7 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := loadgen.ServerOptions{Nodes: cfg.Nodes, NoDecisionCache: !*decisionCache, NoNodeFactsMemo: !*nodeFactsMemo, RegoOnly: *regoOnly}
+	opts := loadgen.ServerOptions{Nodes: cfg.Nodes, NoDecisionCache: !*decisionCache, NoNodeFactsMemo: !*nodeFactsMemo, RegoOnly: *regoOnly, NullDecoder: *nullDecoder}
 	var servers *loadgen.Servers
 	switch *processes {
 	case loadgen.OwnProcesses:

@@ -114,6 +114,8 @@ type Report struct {
 		NodeFactsMemo bool   `json:"nodeFactsMemo"`
 		// Processes says where the servers ran: InProcess or OwnProcesses.
 		Processes string `json:"processes"`
+		// NullDecoder is how the null webhook read reviews (ServerOptions.NullDecoder).
+		NullDecoder string `json:"nullDecoder"`
 		GoVersion string `json:"goVersion"`
 		CPUs      int    `json:"cpus"`
 		MaxProcs  int    `json:"gomaxprocs"`
@@ -157,6 +159,10 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 		rc.Policies = "rego"
 	}
 	rc.Processes = servers.Processes
+	rc.NullDecoder = servers.Options.NullDecoder
+	if rc.NullDecoder == "" {
+		rc.NullDecoder = NullControllerRuntime
+	}
 	rc.Objects = "repeated"
 	if cfg.UniqueObjects {
 		rc.Objects = "unique"

@@ -96,6 +96,10 @@ type ServerOptions struct {
 	NoDecisionCache bool // turn daemonguard's decision cache off (webhook.Handlers.NoDecisionCache)
 	NoNodeFactsMemo bool // turn daemonguard's node facts memo off (webhook.Handlers.NoNodeFactsMemo)
 	RegoOnly        bool // evaluate the built-in policies with OPA, not natively (policy.CompileOptions)
+	// NullDecoder is how the null webhook reads reviews: NullControllerRuntime (the default, how
+	// Go webhooks are commonly built) or NullServe (daemonguard's webhook.Serve, which parses a
+	// review once: the ratio then leaves out what daemonguard saves on decoding).
+	NullDecoder string
 	// ProfileLabels runs every request's handler under the pprof label target=null or
 	// target=daemonguard, so a CPU profile of a run splits by server (go tool pprof -tagfocus).
 	// It costs both servers the same small amount.
@@ -129,6 +133,12 @@ func DaemonguardHandlers(ctx context.Context, opts ServerOptions, log logr.Logge
 		NoNodeFactsMemo: opts.NoNodeFactsMemo,
 	}, nil
 }
+
+// The null webhook's review decoders (ServerOptions.NullDecoder).
+const (
+	NullControllerRuntime = "controller-runtime"
+	NullServe             = "serve"
+)
 
 // NullHandler decodes nothing beyond what admission.Webhook decodes and allows everything.
 var NullHandler = admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
@@ -178,7 +188,15 @@ func (s *Servers) set(t *Target) {
 func targetHooks(ctx context.Context, name string, opts ServerOptions, log logr.Logger) (map[string]http.Handler, error) {
 	switch name {
 	case Null:
-		null := &admission.Webhook{Handler: NullHandler}
+		var null http.Handler
+		switch opts.NullDecoder {
+		case "", NullControllerRuntime:
+			null = &admission.Webhook{Handler: NullHandler}
+		case NullServe:
+			null = webhook.Serve(NullHandler)
+		default:
+			return nil, fmt.Errorf("unknown null webhook decoder %q (want %q or %q)", opts.NullDecoder, NullControllerRuntime, NullServe)
+		}
 		return map[string]http.Handler{webhook.MutateDaemonSetPath: null, webhook.ValidateDaemonSetPath: null, webhook.MutatePodPath: null}, nil
 	case Daemonguard:
 		handlers, err := DaemonguardHandlers(ctx, opts, log)

@@ -25,7 +25,8 @@ func TestFixturePathsAreTheWebhookPaths(t *testing.T) {
 	}
 }
 
-// TestSmoke runs both servers, in this process and each in a process of its own, and a short
+// TestSmoke runs both servers, in this process (the null webhook decoding with webhook.Serve) and
+// each in a process of its own (the null webhook decoding with admission.Webhook), and a short
 // open-loop step against each, and checks every answer: right UID, allowed, a patch exactly where
 // daemonguard must patch (the null webhook never does). It asserts nothing about latency.
 func TestSmoke(t *testing.T) {
@@ -37,7 +38,7 @@ func TestSmoke(t *testing.T) {
 				err     error
 			)
 			if processes == InProcess {
-				servers, err = StartServers(t.Context(), ServerOptions{Nodes: 5}, logr.Discard())
+				servers, err = StartServers(t.Context(), ServerOptions{Nodes: 5, NullDecoder: NullServe}, logr.Discard())
 			} else {
 				servers, err = StartServerProcesses(t.Context(), ServerOptions{Nodes: 5}, "")
 			}
@@ -149,6 +150,9 @@ func TestServerProcesses(t *testing.T) {
 	}
 	if _, err := s.startChild(t.Context(), exe, childSpec{Target: "bogus"}); err == nil {
 		t.Error("a child asked to serve an unknown target started")
+	}
+	if _, err := s.startChild(t.Context(), exe, childSpec{Target: Null, Options: ServerOptions{NullDecoder: "bogus"}}); err == nil {
+		t.Error("a child asked to decode with an unknown decoder started")
 	}
 	s.Close()
 
