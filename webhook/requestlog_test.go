@@ -25,12 +25,14 @@ func TestLazyRequestLoggerLogsAsTheDefault(t *testing.T) {
 		UserInfo: authenticationv1.UserInfo{Username: "alice"},
 	}}
 	uses := map[string]func(logr.Logger){
-		"info":             func(l logr.Logger) { l.Info("hello", "k", 1) },
-		"error with names": func(l logr.Logger) { l.WithName("x").WithValues("a", "b").WithName("y").Error(errors.New("boom"), "failed", "c", 2) },
-		"enabled level":    func(l logr.Logger) { l.V(1).Info("verbose") },
-		"disabled level":   func(l logr.Logger) { l.V(2).Info("too verbose") },
-		"call depth":       func(l logr.Logger) { helperLog(l.WithCallDepth(1)) },
-		"values, then v":   func(l logr.Logger) { l.WithValues("z", true).V(1).Error(nil, "err at v1") },
+		"info": func(l logr.Logger) { l.Info("hello", "k", 1) },
+		"error with names": func(l logr.Logger) {
+			l.WithName("x").WithValues("a", "b").WithName("y").Error(errors.New("boom"), "failed", "c", 2)
+		},
+		"enabled level":  func(l logr.Logger) { l.V(1).Info("verbose") },
+		"disabled level": func(l logr.Logger) { l.V(2).Info("too verbose") },
+		"call depth":     func(l logr.Logger) { helperLog(l.WithCallDepth(1)) },
+		"values, then v": func(l logr.Logger) { l.WithValues("z", true).V(1).Error(nil, "err at v1") },
 	}
 	for name, use := range uses {
 		lines = nil

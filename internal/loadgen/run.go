@@ -1,6 +1,8 @@
 // Package loadgen measures daemonguard's admission webhooks the way the API server meets them:
-// over HTTPS, open loop, at fixed request rates, against a null webhook served by the same stack in
-// the same process, so that the latency ratio daemonguard/null isolates daemonguard's own cost.
+// over HTTPS, open loop, at fixed request rates, against a null webhook (one that decodes the
+// review and allows) served by the same HTTP server and TLS, in the generator's process or each in
+// a process of its own, so that the latency ratio daemonguard/null is what daemonguard costs over
+// doing nothing.
 //
 // Open loop: request i of a step is due at start + i/rate and is sent then, whether or not earlier
 // requests have been answered, and its latency runs from that due time to the end of the response
@@ -116,9 +118,9 @@ type Report struct {
 		Processes string `json:"processes"`
 		// NullDecoder is how the null webhook read reviews (ServerOptions.NullDecoder).
 		NullDecoder string `json:"nullDecoder"`
-		GoVersion string `json:"goVersion"`
-		CPUs      int    `json:"cpus"`
-		MaxProcs  int    `json:"gomaxprocs"`
+		GoVersion   string `json:"goVersion"`
+		CPUs        int    `json:"cpus"`
+		MaxProcs    int    `json:"gomaxprocs"`
 	} `json:"config"`
 	Results []Result `json:"results"`
 }

@@ -148,8 +148,8 @@ var NullHandler = admission.HandlerFunc(func(context.Context, admission.Request)
 // StartServers starts, in this process on 127.0.0.1, a controller-runtime webhook server serving
 // daemonguard's three webhooks exactly as internal/webhookserver registers them (handlers from
 // DaemonguardHandlers), and one serving the null webhook on the same three paths: same
-// certificate, TLS settings, HTTP server, metrics instrumentation and admission.Webhook decoding,
-// so the difference between them is daemonguard's own work. They run until Close.
+// certificate, TLS settings, HTTP server and metrics instrumentation; the null webhook decodes
+// reviews as opts.NullDecoder says. They run until Close.
 func StartServers(ctx context.Context, opts ServerOptions, log logr.Logger) (*Servers, error) {
 	cert, pool, err := SelfSignedCert()
 	if err != nil {
@@ -183,8 +183,7 @@ func (s *Servers) set(t *Target) {
 }
 
 // targetHooks returns the handlers of the named target by path: daemonguard's as
-// internal/webhookserver registers them (StrictReview around admission.Webhook), or the null
-// webhook on the same paths.
+// internal/webhookserver registers them (webhook.Serve), or the null webhook on the same paths.
 func targetHooks(ctx context.Context, name string, opts ServerOptions, log logr.Logger) (map[string]http.Handler, error) {
 	switch name {
 	case Null:
