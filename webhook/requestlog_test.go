@@ -33,18 +33,32 @@ func TestLazyRequestLoggerLogsAsTheDefault(t *testing.T) {
 		"disabled level": func(l logr.Logger) { l.V(2).Info("too verbose") },
 		"call depth":     func(l logr.Logger) { helperLog(l.WithCallDepth(1)) },
 		"values, then v": func(l logr.Logger) { l.WithValues("z", true).V(1).Error(nil, "err at v1") },
+		"values reused": func(l logr.Logger) {
+			kv := []any{"n", 1}
+			l = l.WithValues(kv...)
+			kv[1] = 2
+			l.Info("after the caller changed its list")
+		},
 	}
 	for name, use := range uses {
-		lines = nil
-		use(admission.DefaultLogConstructor(base, req))
-		want := slices.Clone(lines)
-		lines = nil
-		use(lazyRequestLogger(base, req))
-		if !slices.Equal(lines, want) {
-			t.Errorf("%s:\nlazy:    %q\ndefault: %q", name, lines, want)
-		}
-		if name != "disabled level" && len(want) != 1 {
-			t.Errorf("%s: %d lines, want 1: %q", name, len(want), want)
+		// From a base logger at V(0), and at V(1), where V(1) lines become V(2) lines and are
+		// dropped like the disabled ones.
+		for v, base := range []logr.Logger{base, base.V(1)} {
+			lines = nil
+			use(admission.DefaultLogConstructor(base, req))
+			want := slices.Clone(lines)
+			lines = nil
+			use(lazyRequestLogger(base, req))
+			if !slices.Equal(lines, want) {
+				t.Errorf("%s from V(%d):\nlazy:    %q\ndefault: %q", name, v, lines, want)
+			}
+			wantLines := 1
+			if name == "disabled level" || (v == 1 && name == "enabled level") { // errors log at any level
+				wantLines = 0
+			}
+			if len(want) != wantLines {
+				t.Errorf("%s from V(%d): %d lines, want %d: %q", name, v, len(want), wantLines, want)
+			}
 		}
 	}
 	if l := lazyRequestLogger(base, nil); l.GetSink() != base.GetSink() {

@@ -12,9 +12,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,6 +55,9 @@ func ServeChildIfAsked() {
 	if !ok {
 		return
 	}
+	// Ctrl-C in a terminal goes to the whole process group; the parent handles it and stops its
+	// children by closing their stdin, which lets each finish its CPU profile.
+	signal.Ignore(os.Interrupt)
 	if err := serveChild(spec, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "loadgen server child: %v\n", err)
 		os.Exit(1)
@@ -142,7 +147,8 @@ func (s *Servers) startChild(ctx context.Context, exe string, spec childSpec) (*
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), serveEnv+"="+string(specJSON))
-	cmd.Stderr = os.Stderr
+	stderr := &tailBuffer{max: 4 << 10}
+	cmd.Stderr = io.MultiWriter(os.Stderr, stderr)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -181,8 +187,9 @@ func (s *Servers) startChild(ctx context.Context, exe string, spec childSpec) (*
 	}
 	if err != nil {
 		t.kill()
-		<-t.done
-		return nil, err
+		exit := <-t.done
+		// After Wait the child's stderr is copied whole: say why it ended.
+		return nil, fmt.Errorf("%w (process: %v; stderr: %q)", err, exit, strings.TrimSpace(stderr.String()))
 	}
 	if !s.RootCAs.AppendCertsFromPEM(h.CertPEM) {
 		t.kill()
@@ -191,6 +198,29 @@ func (s *Servers) startChild(ctx context.Context, exe string, spec childSpec) (*
 	}
 	t.URL = h.URL
 	return t, nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - b.max; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
 }
 
 // StatsPath is where every server of the generator answers with its process's ProcessStats;

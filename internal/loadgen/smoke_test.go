@@ -148,11 +148,11 @@ func TestServerProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.startChild(t.Context(), exe, childSpec{Target: "bogus"}); err == nil {
-		t.Error("a child asked to serve an unknown target started")
+	if _, err := s.startChild(t.Context(), exe, childSpec{Target: "bogus"}); err == nil || !strings.Contains(err.Error(), `unknown target \"bogus\"`) {
+		t.Errorf("a child asked to serve an unknown target: %v, want an error that says so", err)
 	}
-	if _, err := s.startChild(t.Context(), exe, childSpec{Target: Null, Options: ServerOptions{NullDecoder: "bogus"}}); err == nil {
-		t.Error("a child asked to decode with an unknown decoder started")
+	if _, err := s.startChild(t.Context(), exe, childSpec{Target: Null, Options: ServerOptions{NullDecoder: "bogus"}}); err == nil || !strings.Contains(err.Error(), `unknown null webhook decoder \"bogus\"`) {
+		t.Errorf("a child asked to decode with an unknown decoder: %v, want an error that says so", err)
 	}
 	s.Close()
 
