@@ -4,6 +4,8 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
@@ -16,26 +18,28 @@ func lazyRequestLogger(base logr.Logger, req *admission.Request) logr.Logger {
 	if req == nil {
 		return base
 	}
-	s := &lazyRequestSink{base: base}
 	// Only what DefaultLogConstructor reads: the logger must not keep the request's objects
 	// alive should a handler keep it.
-	s.req.UID, s.req.Namespace, s.req.Name = req.UID, req.Namespace, req.Name
-	s.req.Resource, s.req.UserInfo.Username = req.Resource, req.UserInfo.Username
+	s := &lazyRequestSink{base: base, uid: req.UID, namespace: req.Namespace, name: req.Name, resource: req.Resource, user: req.UserInfo.Username}
 	return logr.New(s).V(base.GetV())
 }
 
 // lazyRequestSink is the sink of a lazyRequestLogger: it remembers the request and what was added
 // (names, values, call depth) and builds the real sink when a line is written.
 type lazyRequestSink struct {
-	base  logr.Logger
-	req   admission.Request
-	added []func(logr.Logger) logr.Logger
-	depth int // frames between the caller and logr's entry, beyond this sink's own
+	base                  logr.Logger
+	uid                   types.UID
+	namespace, name, user string
+	resource              metav1.GroupVersionResource
+	added                 []func(logr.Logger) logr.Logger
+	depth                 int // frames between the caller and logr's entry, beyond this sink's own
 }
 
 // sink is the logger DefaultLogConstructor would have made, with what was added since.
 func (s *lazyRequestSink) sink() logr.LogSink {
-	l := admission.DefaultLogConstructor(s.base, &s.req)
+	var req admission.Request
+	req.UID, req.Namespace, req.Name, req.Resource, req.UserInfo.Username = s.uid, s.namespace, s.name, s.resource, s.user
+	l := admission.DefaultLogConstructor(s.base, &req)
 	for _, add := range s.added {
 		l = add(l)
 	}
