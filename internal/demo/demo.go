@@ -77,7 +77,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := rolloutDemo(ctx, c, out, opts.Repo); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "\nComing next: the Helm chart with cert-manager or self-managed TLS, and Argo CD integration.")
+	fmt.Fprintln(out, "\nTo run daemonguard in a cluster: the Helm chart charts/daemonguard (TLS from cert-manager or self-managed),\nand Rego synced from git by Argo CD: see Install in README.md and charts/daemonguard/README.md.")
 
 	if !opts.Wait {
 		return nil
