@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
-	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -275,9 +274,8 @@ func (m DaemonSetMutator) Handle(ctx context.Context, req admission.Request) adm
 
 // injection is the mutating webhook's cached outcome of an evaluation.
 type injection struct {
-	decision  policy.InjectDecision
-	patch     []jsonpatch.Operation
-	patchJSON []byte // patch, encoded once
+	decision policy.InjectDecision
+	patch    []byte // the JSON patch, encoded once; empty when nothing is injected
 }
 
 func (m DaemonSetMutator) mutate(ctx context.Context, req admission.Request) admission.Response {
@@ -302,9 +300,9 @@ func (m DaemonSetMutator) mutate(ctx context.Context, req admission.Request) adm
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	out := &injection{decision: decision, patch: patch}
+	out := &injection{decision: decision}
 	if len(patch) > 0 {
-		if out.patchJSON, err = encodePatch(patch); err != nil {
+		if out.patch, err = encodePatch(patch); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
 	}
@@ -322,7 +320,7 @@ func injectionResponse(x *injection) admission.Response {
 		}
 		return admission.Allowed(reason)
 	}
-	return withPatch(admission.Allowed(""), x.patchJSON)
+	return withPatch(admission.Allowed(""), x.patch)
 }
 
 // DaemonSetValidator enforces the validation policies on DaemonSets.

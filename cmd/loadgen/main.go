@@ -10,16 +10,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
-
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/daemonguard/daemonguard/internal/loadgen"
 )
@@ -75,10 +71,7 @@ func run() error {
 	cfg.Mix = m
 	cfg.Progress = os.Stderr
 
-	// Logging as `daemonguard webhook` sets it up (JSON, info level), written nowhere: the per-request
-	// logger construction is part of the cost in production.
-	log := zap.New(zap.UseDevMode(false), zap.WriteTo(io.Discard))
-	ctrl.SetLogger(log)
+	log := loadgen.SetWebhookLogging()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -20,7 +20,6 @@ import (
 	"io"
 	"net/http"
 	"runtime"
-	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -396,18 +395,6 @@ func (r *Result) setProcessStats(server, generator ProcessStats, ownProcesses bo
 		r.GeneratorCPUPerRequest = generator.CPU / time.Duration(n)
 		r.GeneratorAllocPerRequest = int64(generator.AllocBytes) / n
 	}
-}
-
-// memStats are the process's heap allocation and collection counters.
-type memStats struct{ allocBytes, gcCycles uint64 }
-
-var memSamples = []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
-
-// readMemStats reads the counters without stopping the world (runtime.ReadMemStats would).
-func readMemStats() memStats {
-	s := slices.Clone(memSamples)
-	metrics.Read(s)
-	return memStats{allocBytes: s[0].Value.Uint64(), gcCycles: s[1].Value.Uint64()}
 }
 
 // post sends one AdmissionReview and reads the whole response.

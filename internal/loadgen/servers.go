@@ -140,7 +140,7 @@ const (
 	NullServe             = "serve"
 )
 
-// NullHandler decodes nothing beyond what admission.Webhook decodes and allows everything.
+// NullHandler allows everything; it reads nothing beyond what its server decoded.
 var NullHandler = admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
 	return admission.Allowed("")
 })
