@@ -49,7 +49,7 @@ func TestEvaluationErrorsFollowTheFailureMode(t *testing.T) {
 	} {
 		t.Run(string(mode), func(t *testing.T) {
 			h := &Handlers{Engine: policy.NewEngine(set), FailureMode: mode, Log: logr.Discard()}
-			code, resp := serve(Serve(DaemonSetValidator{Handlers: h}), []byte(body))
+			code, resp := serve(h.Endpoints()[ValidateDaemonSetPath], []byte(body))
 			if code != http.StatusOK || resp == nil {
 				t.Fatalf("HTTP %d, response %v", code, resp)
 			}

@@ -18,12 +18,8 @@ var (
 		Name: "daemonguard_policy_evaluation_errors_total",
 		Help: "Admission requests whose policies could not be evaluated; the failure mode decided them.",
 	})
-	nodeFactsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "daemonguard_node_facts_requests_total",
-		Help: "Validations that needed the nodes a DaemonSet targets, by result: hit (remembered for the node list's generation and the template's scheduling fields) or miss (nodes listed and matched).",
-	}, []string{"result"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(admissionTotal, violationsTotal, evaluationErrors, nodeFactsTotal)
+	metrics.Registry.MustRegister(admissionTotal, violationsTotal, evaluationErrors)
 }

@@ -17,9 +17,7 @@ import (
 
 // An integer budget is judged against the nodes the DaemonSet runs on, as the webhook's node
 // informer sees them: the same dry-run create that is denied on 5 nodes is allowed once 2 more
-// join, and denied again once they leave. (Creates are never answered from the decision cache:
-// the API server gives each one a new uid. TestDecisionCacheKeysValidationsByNodeGeneration
-// covers the cache's keying by node generation.)
+// join, and denied again once they leave.
 func TestIntegerBudgetFollowsTheNodeList(t *testing.T) {
 	startWebhook(t)
 	ctx := context.Background()

@@ -1,13 +1,9 @@
 package webhook
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 
 	"gomodules.xyz/jsonpatch/v2"
-
-	"github.com/daemonguard/daemonguard/internal/genericjson"
 )
 
 // nodeNameField is the field the DaemonSet controller pins its pods with. Unlike the
@@ -31,25 +27,9 @@ type PinResult struct {
 // Only the required terms are rewritten, as the DaemonSet controller itself does; preferred terms
 // and everything else survive.
 func PodPinPatch(raw []byte) (PinResult, error) {
-	return podPinPatch(raw, false)
-}
-
-// podPinPatch is PodPinPatch; validJSON promises that raw is valid JSON (controller-runtime has
-// decoded the AdmissionReview it came in), which lets it skip most of the pod unread.
-func podPinPatch(raw []byte, validJSON bool) (PinResult, error) {
-	var obj map[string]any
-	ok := false
-	if validJSON {
-		obj, ok = podViewOfValidJSON(raw)
-	}
-	if !ok {
-		obj, ok = podView(raw)
-	}
-	if !ok {
-		var err error
-		if obj, err = decodeObject(raw); err != nil {
-			return PinResult{}, err
-		}
+	obj, err := decodeObject(raw)
+	if err != nil {
+		return PinResult{}, err
 	}
 	if !controlledByDaemonSet(obj) {
 		return PinResult{Reason: "not controlled by a DaemonSet"}, nil
@@ -112,158 +92,6 @@ func pinOps(spec map[string]any, nodeName string) ([]jsonpatch.Operation, error)
 		return []jsonpatch.Operation{addOrReplace(affinity, "nodeAffinity", nodeAffinityPointer, value), remove}, nil
 	}
 	return []jsonpatch.Operation{addOrReplace(nodeAffinity, "requiredDuringSchedulingIgnoredDuringExecution", requiredPointer, pin), remove}, nil
-}
-
-// podView decodes only what PodPinPatch reads of a pod: metadata.ownerReferences, spec.nodeName
-// and spec.affinity, into the same shape decodeObject gives them (the other keys of metadata and
-// spec are left out, and everything else at the top). The rest of the pod (containers, volumes,
-// managedFields: most of it) is only scanned, not built. ok is false when raw does not decode into
-// an object; decodeObject then gives the error.
-func podView(raw []byte) (map[string]any, bool) {
-	var top map[string]json.RawMessage
-	if decodeValue(raw, &top) != nil || top == nil {
-		return nil, false
-	}
-	obj := map[string]any{}
-	for key, keep := range map[string][]string{"metadata": {"ownerReferences"}, "spec": {"nodeName", "affinity"}} {
-		if v, ok := top[key]; ok {
-			value, err := partialObject(v, keep)
-			if err != nil {
-				return nil, false
-			}
-			obj[key] = value
-		}
-	}
-	return obj, true
-}
-
-// podViewOfValidJSON is podView for raw known to be valid JSON: it finds the few values it decodes
-// by scanning for string and bracket boundaries only (see objectFields), which is several times
-// cheaper than json.Decoder, and gives up (ok false) on anything unusual.
-func podViewOfValidJSON(raw []byte) (map[string]any, bool) {
-	top, ok := objectFields(raw, true, "metadata", "spec")
-	if !ok {
-		return nil, false
-	}
-	obj := map[string]any{}
-	for i, keep := range [][]string{{"ownerReferences"}, {"nodeName", "affinity"}} {
-		v := top[i]
-		if v == nil {
-			continue
-		}
-		key := [...]string{"metadata", "spec"}[i]
-		if v[0] != '{' {
-			whole, err := genericjson.DecodeValue(v)
-			if err != nil {
-				return nil, false
-			}
-			obj[key] = whole
-			continue
-		}
-		fields, ok := objectFields(v, false, keep...)
-		if !ok {
-			return nil, false
-		}
-		m := make(map[string]any, len(keep))
-		for j, f := range fields {
-			if f == nil {
-				continue
-			}
-			x, err := genericjson.DecodeValue(f)
-			if err != nil {
-				return nil, false
-			}
-			m[keep[j]] = x
-		}
-		obj[key] = m
-	}
-	return obj, true
-}
-
-// objectFields returns the raw values of keys in the JSON object b (nil where absent; the last one
-// where a key repeats, as decoding into a map keeps). ok is false when b is not an object, or a key
-// holds an escape (it could spell one of keys), or, with whole, when anything but white space
-// follows the object. b must be valid JSON: nested values are skipped, not checked.
-func objectFields(b []byte, whole bool, keys ...string) ([][]byte, bool) {
-	found := make([][]byte, len(keys))
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return nil, false
-	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		i++
-	} else {
-		for {
-			if i >= len(b) || b[i] != '"' {
-				return nil, false
-			}
-			end, escaped := stringEnd(b, i)
-			if end < 0 || escaped {
-				return nil, false
-			}
-			key := b[i+1 : end-1]
-			i = skipSpace(b, end)
-			if i >= len(b) || b[i] != ':' {
-				return nil, false
-			}
-			i = skipSpace(b, i+1)
-			start := i
-			if i = skipValue(b, i); i < 0 || i == start {
-				return nil, false
-			}
-			for k, want := range keys {
-				if string(key) == want {
-					found[k] = b[start:i]
-				}
-			}
-			i = skipSpace(b, i)
-			if i >= len(b) {
-				return nil, false
-			}
-			if b[i] == ',' {
-				i = skipSpace(b, i+1)
-				continue
-			}
-			if b[i] != '}' {
-				return nil, false
-			}
-			i++
-			break
-		}
-	}
-	if whole && skipSpace(b, i) != len(b) {
-		return nil, false
-	}
-	return found, true
-}
-
-// partialObject decodes raw, keeping only the keys keep when it is an object; any other value is
-// decoded whole.
-func partialObject(raw json.RawMessage, keep []string) (any, error) {
-	var fields map[string]json.RawMessage
-	if decodeValue(raw, &fields) != nil || fields == nil {
-		var whole any
-		return whole, decodeValue(raw, &whole)
-	}
-	out := make(map[string]any, len(keep))
-	for _, k := range keep {
-		if v, ok := fields[k]; ok {
-			var x any
-			if err := decodeValue(v, &x); err != nil {
-				return nil, err
-			}
-			out[k] = x
-		}
-	}
-	return out, nil
-}
-
-// decodeValue decodes the first JSON value of raw as decodeObject does (numbers as json.Number).
-func decodeValue(raw []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	return dec.Decode(v)
 }
 
 func controlledByDaemonSet(obj map[string]any) bool {

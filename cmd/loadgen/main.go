@@ -45,11 +45,8 @@ func run() error {
 	flag.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "number of nodes in the cluster facts daemonguard reads per request")
 	flag.BoolVar(&cfg.HTTP1, "http1", false, "use HTTP/1.1 keep-alive connections instead of HTTP/2")
 	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request sequence")
-	flag.BoolVar(&cfg.UniqueObjects, "unique-objects", false, "give every DaemonSet request an object not sent before, so daemonguard's decision cache never hits")
-	nullDecoder := flag.String("null-decoder", loadgen.NullControllerRuntime, "how the null webhook reads reviews: "+loadgen.NullControllerRuntime+" (admission.Webhook, as Go webhooks commonly do) or "+loadgen.NullServe+" (daemonguard's webhook.Serve, one parse per review: the ratio then leaves out what daemonguard saves on decoding)")
-	regoOnly := flag.Bool("rego-only", false, "evaluate the built-in policies with OPA's interpreter instead of their native implementation")
-	decisionCache := flag.Bool("decision-cache", true, "daemonguard's decision cache for identical requests (false: decode and evaluate every request)")
-	nodeFactsMemo := flag.Bool("node-facts-memo", true, "daemonguard's memo of the nodes a template targets, per node list generation (false: list and match the nodes for every validation evaluated)")
+	flag.BoolVar(&cfg.UniqueObjects, "unique-objects", true, "give every DaemonSet request an object not sent before, as distinct writes do (false: repeat the same objects)")
+	serverProcs := flag.Int("server-procs", 0, "GOMAXPROCS of each server process with -servers "+loadgen.OwnProcesses+" (1: what a webhook replica serves with one core); 0 leaves the Go default")
 	flag.Float64Var(&goal.P50, "goal-p50", goal.P50, "goal: largest acceptable p50 ratio daemonguard/null")
 	flag.Float64Var(&goal.P99, "goal-p99", goal.P99, "goal: largest acceptable p99 ratio daemonguard/null")
 	flag.Parse()
@@ -75,12 +72,15 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := loadgen.ServerOptions{Nodes: cfg.Nodes, NoDecisionCache: !*decisionCache, NoNodeFactsMemo: !*nodeFactsMemo, RegoOnly: *regoOnly, NullDecoder: *nullDecoder}
+	opts := loadgen.ServerOptions{Nodes: cfg.Nodes, MaxProcs: *serverProcs}
 	var servers *loadgen.Servers
 	switch *processes {
 	case loadgen.OwnProcesses:
 		servers, err = loadgen.StartServerProcesses(ctx, opts, *cpuProfile)
 	case loadgen.InProcess:
+		if opts.MaxProcs > 0 {
+			return fmt.Errorf("-server-procs needs -servers %s", loadgen.OwnProcesses)
+		}
 		opts.ProfileLabels = *cpuProfile != ""
 		servers, err = loadgen.StartServers(ctx, opts, log)
 	default:

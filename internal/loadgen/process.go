@@ -17,6 +17,7 @@ import (
 	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -157,6 +158,9 @@ func (s *Servers) startChild(ctx context.Context, exe string, spec childSpec) (*
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), serveEnv+"="+string(specJSON))
+	if spec.Options.MaxProcs > 0 {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(spec.Options.MaxProcs))
+	}
 	stderr := &tailBuffer{max: 4 << 10}
 	cmd.Stderr = io.MultiWriter(os.Stderr, stderr)
 	stdin, err := cmd.StdinPipe()

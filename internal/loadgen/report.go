@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -124,8 +125,8 @@ func (r *Report) WriteMarkdown(w io.Writer, goal Goal) error {
 		where = "servers and generator in one process"
 		processFootnote = "CPU/req is the whole process's CPU time (servers, generator, GC) per request, alloc/req the heap it allocated per request, and GCs the collections it ran during the step."
 	}
-	fmt.Fprintf(&b, "Open loop, %v per step, %s over TLS on loopback, %s, at most %d requests in flight, timeout %v, mix %s, cluster facts of %d nodes, %s DaemonSet objects, built-in policies evaluated %s, decision cache %s, node facts memo %s, null webhook decoding with %s; %s, %d CPUs, GOMAXPROCS %d.\n\n",
-		c.Duration, c.Protocol, where, c.MaxInFlight, c.Timeout, c.Mix, c.Nodes, c.Objects, c.Policies, onOff(c.DecisionCache), onOff(c.NodeFactsMemo), c.NullDecoder, c.GoVersion, c.CPUs, c.MaxProcs)
+	fmt.Fprintf(&b, "Open loop, %v per step, %s over TLS on loopback, %s, at most %d requests in flight, timeout %v, mix %s, cluster facts of %d nodes, %s DaemonSet objects; %s, %d CPUs, GOMAXPROCS %d (servers: %s).\n\n",
+		c.Duration, c.Protocol, where, c.MaxInFlight, c.Timeout, c.Mix, c.Nodes, c.Objects, c.GoVersion, c.CPUs, c.MaxProcs, serverProcs(c.ServerMaxProcs))
 	b.WriteString("| round | rate/s | target | sent | ok | errors | achieved/s | p50 | p90 | p99 | max | send lag p99 | CPU/req | alloc/req KB | GCs |\n")
 	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Results {
@@ -185,9 +186,9 @@ func ratio(f float64) string {
 	return fmt.Sprintf("%.2fx", f)
 }
 
-func onOff(b bool) string {
-	if b {
-		return "on"
+func serverProcs(n int) string {
+	if n <= 0 {
+		return "as the machine"
 	}
-	return "off"
+	return strconv.Itoa(n)
 }

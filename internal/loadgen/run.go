@@ -49,8 +49,7 @@ type Config struct {
 	HTTP1       bool   // HTTP/1.1 over many keep-alive connections instead of HTTP/2 (what the API server uses)
 	Seed        uint64 // of the request sequence
 	// UniqueObjects makes every DaemonSet request carry an object not sent before (see
-	// fixture.Options), so daemonguard's decision cache never hits; otherwise each variant's object
-	// repeats and, after its first request, is answered from the cache.
+	// fixture.Options), as distinct writes do; otherwise each variant's object repeats.
 	UniqueObjects bool
 	Progress      io.Writer
 }
@@ -109,17 +108,13 @@ type Report struct {
 		Nodes       int           `json:"nodes"`
 		Protocol    string        `json:"protocol"`
 		Objects     string        `json:"objects"` // "repeated" or "unique" (Config.UniqueObjects)
-		// Policies says how daemonguard evaluated its built-in policies: "native" or "rego".
-		Policies      string `json:"policies"`
-		DecisionCache bool   `json:"decisionCache"`
-		NodeFactsMemo bool   `json:"nodeFactsMemo"`
 		// Processes says where the servers ran: InProcess or OwnProcesses.
 		Processes string `json:"processes"`
-		// NullDecoder is how the null webhook read reviews (ServerOptions.NullDecoder).
-		NullDecoder string `json:"nullDecoder"`
-		GoVersion   string `json:"goVersion"`
-		CPUs        int    `json:"cpus"`
-		MaxProcs    int    `json:"gomaxprocs"`
+		// ServerMaxProcs is the servers' GOMAXPROCS (ServerOptions.MaxProcs), 0 when not set.
+		ServerMaxProcs int    `json:"serverGomaxprocs"`
+		GoVersion      string `json:"goVersion"`
+		CPUs           int    `json:"cpus"`
+		MaxProcs       int    `json:"gomaxprocs"`
 	} `json:"config"`
 	Results []Result `json:"results"`
 }
@@ -155,15 +150,7 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 	if cfg.HTTP1 {
 		rc.Protocol = "HTTP/1.1"
 	}
-	rc.Policies, rc.DecisionCache, rc.NodeFactsMemo = "native", !servers.Options.NoDecisionCache, !servers.Options.NoNodeFactsMemo
-	if servers.Options.RegoOnly {
-		rc.Policies = "rego"
-	}
-	rc.Processes = servers.Processes
-	rc.NullDecoder = servers.Options.NullDecoder
-	if rc.NullDecoder == "" {
-		rc.NullDecoder = NullControllerRuntime
-	}
+	rc.Processes, rc.ServerMaxProcs = servers.Processes, servers.Options.MaxProcs
 	rc.Objects = "repeated"
 	if cfg.UniqueObjects {
 		rc.Objects = "unique"

@@ -92,14 +92,10 @@ func (s *Servers) Close() {
 
 // ServerOptions configure daemonguard's server under test.
 type ServerOptions struct {
-	Nodes           int  // size of the cluster the cluster facts describe
-	NoDecisionCache bool // turn daemonguard's decision cache off (webhook.Handlers.NoDecisionCache)
-	NoNodeFactsMemo bool // turn daemonguard's node facts memo off (webhook.Handlers.NoNodeFactsMemo)
-	RegoOnly        bool // evaluate the built-in policies with OPA, not natively (policy.CompileOptions)
-	// NullDecoder is how the null webhook reads reviews: NullControllerRuntime (the default, how
-	// Go webhooks are commonly built) or NullServe (daemonguard's webhook.Serve, which parses a
-	// review once: the ratio then leaves out what daemonguard saves on decoding).
-	NullDecoder string
+	Nodes int // size of the cluster the cluster facts describe
+	// MaxProcs, when positive, is the GOMAXPROCS of each server process (OwnProcesses only):
+	// 1 measures what a webhook replica serves with one core.
+	MaxProcs int
 	// ProfileLabels runs every request's handler under the pprof label target=null or
 	// target=daemonguard, so a CPU profile of a run splits by server (go tool pprof -tagfocus).
 	// It costs both servers the same small amount.
@@ -114,7 +110,7 @@ func DaemonguardHandlers(ctx context.Context, opts ServerOptions, log logr.Logge
 	if err != nil {
 		return nil, err
 	}
-	set, err := policy.CompileWithOptions(ctx, modules, params, policy.CompileOptions{RegoOnly: opts.RegoOnly})
+	set, err := policy.Compile(ctx, modules, params)
 	if err != nil {
 		return nil, fmt.Errorf("compile built-in policies: %w", err)
 	}
@@ -124,21 +120,10 @@ func DaemonguardHandlers(ctx context.Context, opts ServerOptions, log logr.Logge
 		FailureMode:      webhook.FailClosed,
 		Facts: webhook.Facts{
 			NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(opts.Nodes)),
-			// The fixture's nodes never change: one generation, as production's informer gives
-			// between node label or taint changes.
-			NodesGeneration: webhook.NewNodeGeneration(nil).Get,
 		},
-		Log:             log.WithName("admission"),
-		NoDecisionCache: opts.NoDecisionCache,
-		NoNodeFactsMemo: opts.NoNodeFactsMemo,
+		Log: log.WithName("admission"),
 	}, nil
 }
-
-// The null webhook's review decoders (ServerOptions.NullDecoder).
-const (
-	NullControllerRuntime = "controller-runtime"
-	NullServe             = "serve"
-)
 
 // NullHandler allows everything; it reads nothing beyond what its server decoded.
 var NullHandler = admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
@@ -149,7 +134,7 @@ var NullHandler = admission.HandlerFunc(func(context.Context, admission.Request)
 // daemonguard's three webhooks exactly as internal/webhookserver registers them (handlers from
 // DaemonguardHandlers), and one serving the null webhook on the same three paths: same
 // certificate, TLS settings, HTTP server and metrics instrumentation; the null webhook decodes
-// reviews as opts.NullDecoder says. They run until Close.
+// reviews as daemonguard's do (controller-runtime's admission.Webhook). They run until Close.
 func StartServers(ctx context.Context, opts ServerOptions, log logr.Logger) (*Servers, error) {
 	cert, pool, err := SelfSignedCert()
 	if err != nil {
@@ -183,30 +168,18 @@ func (s *Servers) set(t *Target) {
 }
 
 // targetHooks returns the handlers of the named target by path: daemonguard's as
-// internal/webhookserver registers them (webhook.Serve), or the null webhook on the same paths.
+// internal/webhookserver registers them (Handlers.Endpoints), or the null webhook on the same paths.
 func targetHooks(ctx context.Context, name string, opts ServerOptions, log logr.Logger) (map[string]http.Handler, error) {
 	switch name {
 	case Null:
-		var null http.Handler
-		switch opts.NullDecoder {
-		case "", NullControllerRuntime:
-			null = &admission.Webhook{Handler: NullHandler}
-		case NullServe:
-			null = webhook.Serve(NullHandler)
-		default:
-			return nil, fmt.Errorf("unknown null webhook decoder %q (want %q or %q)", opts.NullDecoder, NullControllerRuntime, NullServe)
-		}
+		null := &admission.Webhook{Handler: NullHandler}
 		return map[string]http.Handler{webhook.MutateDaemonSetPath: null, webhook.ValidateDaemonSetPath: null, webhook.MutatePodPath: null}, nil
 	case Daemonguard:
 		handlers, err := DaemonguardHandlers(ctx, opts, log)
 		if err != nil {
 			return nil, err
 		}
-		return map[string]http.Handler{
-			webhook.MutateDaemonSetPath:   webhook.Serve(webhook.DaemonSetMutator{Handlers: handlers}),
-			webhook.ValidateDaemonSetPath: webhook.Serve(webhook.DaemonSetValidator{Handlers: handlers}),
-			webhook.MutatePodPath:         webhook.Serve(webhook.PodPinner{Handlers: handlers}),
-		}, nil
+		return handlers.Endpoints(), nil
 	}
 	return nil, fmt.Errorf("unknown target %q (want %q or %q)", name, Null, Daemonguard)
 }

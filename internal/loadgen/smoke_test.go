@@ -25,8 +25,7 @@ func TestFixturePathsAreTheWebhookPaths(t *testing.T) {
 	}
 }
 
-// TestSmoke runs both servers, in this process (the null webhook decoding with webhook.Serve) and
-// each in a process of its own (the null webhook decoding with admission.Webhook), and a short
+// TestSmoke runs both servers, in this process and each in a process of its own, and a short
 // open-loop step against each, and checks every answer: right UID, allowed, a patch exactly where
 // daemonguard must patch (the null webhook never does). It asserts nothing about latency.
 func TestSmoke(t *testing.T) {
@@ -38,7 +37,7 @@ func TestSmoke(t *testing.T) {
 				err     error
 			)
 			if processes == InProcess {
-				servers, err = StartServers(t.Context(), ServerOptions{Nodes: 5, NullDecoder: NullServe}, logr.Discard())
+				servers, err = StartServers(t.Context(), ServerOptions{Nodes: 5}, logr.Discard())
 			} else {
 				servers, err = StartServerProcesses(t.Context(), ServerOptions{Nodes: 5}, "")
 			}
@@ -150,9 +149,6 @@ func TestServerProcesses(t *testing.T) {
 	}
 	if _, err := s.startChild(t.Context(), exe, childSpec{Target: "bogus"}); err == nil || !strings.Contains(err.Error(), `unknown target \"bogus\"`) {
 		t.Errorf("a child asked to serve an unknown target: %v, want an error that says so", err)
-	}
-	if _, err := s.startChild(t.Context(), exe, childSpec{Target: Null, Options: ServerOptions{NullDecoder: "bogus"}}); err == nil || !strings.Contains(err.Error(), `unknown null webhook decoder \"bogus\"`) {
-		t.Errorf("a child asked to decode with an unknown decoder: %v, want an error that says so", err)
 	}
 	s.Close()
 

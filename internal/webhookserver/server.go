@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -117,22 +116,6 @@ func Run(ctx context.Context, opts Options) error {
 
 	reader := mgr.GetCache()
 	exempt := append([]string{opts.Namespace, metav1.NamespaceSystem}, opts.ExemptNamespaces...)
-	// The node list's generation keys cached validations (see webhook.Facts.NodesGeneration). It
-	// follows the informer's events, which trail its store by the handler's queue: a request in
-	// that window may get the decision of the list just before, as from any informer cache.
-	nodeInformer, err := reader.GetInformer(ctx, &corev1.Node{}, cache.BlockUntilSynced(false))
-	if err != nil {
-		return fmt.Errorf("node informer: %w", err)
-	}
-	// registration is set before the manager starts the informer or serves a request.
-	var registration toolscache.ResourceEventHandlerRegistration
-	nodeGen := webhook.NewNodeGeneration(func() bool { return registration != nil && registration.HasSynced() })
-	registration, err = nodeInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: nodeGen.Added, UpdateFunc: nodeGen.Updated, DeleteFunc: nodeGen.Deleted,
-	})
-	if err != nil {
-		return fmt.Errorf("watch nodes: %w", err)
-	}
 	handlers := &webhook.Handlers{
 		Engine:           engine,
 		ExemptNamespaces: exempt,
@@ -159,13 +142,12 @@ func Run(ctx context.Context, opts Options) error {
 				}
 				return out, nil
 			},
-			NodesGeneration: nodeGen.Get,
 		},
 	}
 	server := mgr.GetWebhookServer()
-	server.Register(webhook.MutateDaemonSetPath, webhook.Serve(webhook.DaemonSetMutator{Handlers: handlers}))
-	server.Register(webhook.ValidateDaemonSetPath, webhook.Serve(webhook.DaemonSetValidator{Handlers: handlers}))
-	server.Register(webhook.MutatePodPath, webhook.Serve(webhook.PodPinner{Handlers: handlers}))
+	for path, endpoint := range handlers.Endpoints() {
+		server.Register(path, endpoint)
+	}
 
 	clientset, err := kubernetes.NewForConfig(opts.RESTConfig)
 	if err != nil {
