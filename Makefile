@@ -71,6 +71,10 @@ helm-lint: testbin ## Lint the chart (helm lint --strict) and compare `helm temp
 bench: testbin ## Run benchmarks (BENCH=regex).
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...
 
+.PHONY: bench-admission
+bench-admission: testbin ## Latency daemonguard adds to DaemonSet writes through kube-apiserver, without vs with its webhooks (BENCH_FLAGS="--rates 10,100,500 --duration 20s").
+	$(GO) run ./cmd/localcluster bench-admission $(BENCH_FLAGS)
+
 .PHONY: loadgen
 loadgen: ## Open-loop load test of the webhooks against a null webhook, TLS on loopback (LOADGEN_FLAGS="-rates 1000 -duration 10s").
 	$(GO) run ./cmd/loadgen $(LOADGEN_FLAGS)

@@ -5,6 +5,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/daemonguard/daemonguard/controller"
 )
 
 // ConfigurationOptions say how the API server reaches daemonguard's webhooks.
@@ -19,9 +21,21 @@ type ConfigurationOptions struct {
 	// so a broken daemonguard can never block its own recovery or the cluster's system pods.
 	Namespace        string
 	ExemptNamespaces []string
-	FailurePolicy    admissionregistrationv1.FailurePolicyType
-	TimeoutSeconds   int32
+	// FailurePolicy and TimeoutSeconds apply to the DaemonSet webhooks; the pod webhook is always
+	// PodPinFailurePolicy with PodPinTimeoutSeconds.
+	FailurePolicy  admissionregistrationv1.FailurePolicyType
+	TimeoutSeconds int32
 }
+
+// The pod webhook fails open with a short timeout, whatever the DaemonSet webhooks do: it sits
+// in the path of every DaemonSet pod, and the DaemonSet controller writes the node pin into its
+// pods itself, so a daemonguard that is down or slow must never keep a node agent (CNI, storage,
+// log shipper) from starting. Fail-closed webhooks on pods deadlock the very agents that would
+// bring a cluster back.
+const (
+	PodPinFailurePolicy        = admissionregistrationv1.Ignore
+	PodPinTimeoutSeconds int32 = 2
+)
 
 func (o ConfigurationOptions) clientConfig(path string) admissionregistrationv1.WebhookClientConfig {
 	cc := admissionregistrationv1.WebhookClientConfig{CABundle: o.CABundle}
@@ -59,6 +73,22 @@ func (o ConfigurationOptions) defaults() ConfigurationOptions {
 	return o
 }
 
+// rolloutStatusOnly is the CEL matchCondition that keeps the rollout controller's progress
+// reports away from the DaemonSet webhooks: an UPDATE whose spec, labels and annotations other than
+// status.daemonguard.io/ ones are unchanged, and whose status.daemonguard.io/ annotations changed.
+// Such a write neither needs an injection nor a policy verdict (the handlers answer it so too, see
+// onlyStatusAnnotationsChanged), and it must not depend on the webhook being up: a rollout in
+// flight keeps reporting while daemonguard's webhook is down, whatever the failurePolicy.
+var rolloutStatusOnly = admissionregistrationv1.MatchCondition{
+	Name: "not-rollout-status-only",
+	Expression: `!(request.operation == 'UPDATE' && object.spec == oldObject.spec` +
+		` && (has(object.metadata.labels) ? object.metadata.labels : {}) == (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})` +
+		` && (has(object.metadata.annotations) ? object.metadata.annotations : {}).all(k, k.startsWith('` + controller.StatusPrefix + `') || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))` +
+		` && (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).all(k, k.startsWith('` + controller.StatusPrefix + `') || (has(object.metadata.annotations) && k in object.metadata.annotations))` +
+		` && ((has(object.metadata.annotations) ? object.metadata.annotations : {}).exists(k, k.startsWith('` + controller.StatusPrefix + `') && !(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))` +
+		` || (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).exists(k, k.startsWith('` + controller.StatusPrefix + `') && !(has(object.metadata.annotations) && k in object.metadata.annotations))))`,
+}
+
 var daemonSetRule = admissionregistrationv1.RuleWithOperations{
 	Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 	Rule: admissionregistrationv1.Rule{
@@ -88,6 +118,7 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 				AdmissionReviewVersions: versions,
 				NamespaceSelector:       o.namespaceSelector(),
 				ObjectSelector:          objectSelector(),
+				MatchConditions:         []admissionregistrationv1.MatchCondition{rolloutStatusOnly},
 				ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
 			},
 			{
@@ -100,9 +131,9 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 						Scope: ptr.To(admissionregistrationv1.NamespacedScope),
 					},
 				}},
-				FailurePolicy:           ptr.To(o.FailurePolicy),
+				FailurePolicy:           ptr.To(PodPinFailurePolicy),
 				SideEffects:             &none,
-				TimeoutSeconds:          ptr.To(o.TimeoutSeconds),
+				TimeoutSeconds:          ptr.To(PodPinTimeoutSeconds),
 				AdmissionReviewVersions: versions,
 				NamespaceSelector:       o.namespaceSelector(),
 				// Only pods controlled by a DaemonSet are of interest; the CEL condition keeps every
@@ -126,6 +157,7 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 			AdmissionReviewVersions: versions,
 			NamespaceSelector:       o.namespaceSelector(),
 			ObjectSelector:          objectSelector(),
+			MatchConditions:         []admissionregistrationv1.MatchCondition{rolloutStatusOnly},
 		}},
 	}
 	return mutating, validating

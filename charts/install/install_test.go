@@ -214,18 +214,7 @@ func waitAdmission(t *testing.T, ns string) {
 }
 
 func dryRunDaemonSet(ctx context.Context, client kubernetes.Interface, ns, name string) (*appsv1.DaemonSet, error) {
-	labels := map[string]string{"app": name}
-	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "agent:1"}}},
-			},
-		},
-	}
-	return client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	return client.AppsV1().DaemonSets(ns).Create(ctx, agentDaemonSet(name), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 }
 
 // assertNoDrift applies the demo DaemonSets and checks that kubectl diff --server-side, which is

@@ -268,9 +268,7 @@ The fields all three webhooks share. The release namespace and kube-system are a
 that a broken daemonguard can never block its own recovery or the cluster's system pods.
 */}}
 {{- define "daemonguard.webhook.common" -}}
-failurePolicy: {{ .Values.webhook.failurePolicy }}
 sideEffects: None
-timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
 admissionReviewVersions: [v1]
 namespaceSelector:
   matchExpressions:
@@ -326,4 +324,15 @@ The subjects of the controller's role bindings.
 - kind: ServiceAccount
   name: {{ include "daemonguard.controller.serviceAccountName" . }}
   namespace: {{ .Release.Namespace }}
+{{- end }}
+
+{{/*
+The matchCondition of the two DaemonSet webhooks that lets the rollout controller's progress reports
+(updates that change only status.daemonguard.io/ annotations) skip them, so a rollout in flight
+keeps reporting while the webhook is down. Mirrors rolloutStatusOnly in webhook/configurations.go.
+*/}}
+{{- define "daemonguard.webhook.rolloutStatusOnly" -}}
+- name: not-rollout-status-only
+  expression: |-
+    !(request.operation == 'UPDATE' && object.spec == oldObject.spec && (has(object.metadata.labels) ? object.metadata.labels : {}) == (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}) && (has(object.metadata.annotations) ? object.metadata.annotations : {}).all(k, k.startsWith('status.daemonguard.io/') || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k])) && (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).all(k, k.startsWith('status.daemonguard.io/') || (has(object.metadata.annotations) && k in object.metadata.annotations)) && ((has(object.metadata.annotations) ? object.metadata.annotations : {}).exists(k, k.startsWith('status.daemonguard.io/') && !(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k])) || (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).exists(k, k.startsWith('status.daemonguard.io/') && !(has(object.metadata.annotations) && k in object.metadata.annotations))))
 {{- end }}

@@ -1,14 +1,20 @@
 // Package devcmd holds the commands of the localcluster developer tool: build the test binaries,
-// run a local control plane until interrupted, run the demo, and clean up after a killed demo.
+// run a local control plane until interrupted, run the demo, measure admission latency through the
+// API server, and clean up after a killed demo.
 package devcmd
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/daemonguard/daemonguard/internal/apibench"
 	"github.com/daemonguard/daemonguard/internal/demo"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 )
@@ -21,7 +27,7 @@ func New() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newBuildCommand(), newUpCommand(), newDemoCommand(), newDownCommand())
+	root.AddCommand(newBuildCommand(), newUpCommand(), newDemoCommand(), newDownCommand(), newBenchAdmissionCommand())
 	return root
 }
 
@@ -124,4 +130,40 @@ func newDownCommand() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func newBenchAdmissionCommand() *cobra.Command {
+	var (
+		rates    string
+		duration time.Duration
+		asJSON   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench-admission",
+		Short: "Measure the latency daemonguard's webhooks add to DaemonSet writes through the API server (docs/performance.md)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := apibench.Config{Duration: duration, Progress: cmd.ErrOrStderr()}
+			for s := range strings.SplitSeq(rates, ",") {
+				r, err := strconv.Atoi(strings.TrimSpace(s))
+				if err != nil || r <= 0 {
+					return fmt.Errorf("--rates: %q is not a positive integer", s)
+				}
+				cfg.Rates = append(cfg.Rates, r)
+			}
+			rep, err := apibench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return rep.WriteMarkdown(cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&rates, "rates", "10,100,500", "DaemonSet writes per second to step through (creates and updates alternating), comma-separated")
+	cmd.Flags().DurationVar(&duration, "duration", 20*time.Second, "duration of each step")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON instead of Markdown")
+	return cmd
 }

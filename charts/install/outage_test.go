@@ -1,0 +1,171 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/daemonguard/daemonguard/internal/localcluster"
+)
+
+// TestNodeAgentsStartWhileDaemonguardIsDown installs the chart (URL mode, self-managed TLS),
+// admits the seed DaemonSet, then stops every webhook replica. With the default failurePolicy Fail
+// and after a helm upgrade to Ignore, a deleted DaemonSet pod is recreated on its node and becomes
+// Ready (the pod webhook fails open); DaemonSet writes are rejected (Fail) or admitted unchanged
+// (Ignore), as values.yaml documents. When the webhook returns, admission mutates again and an
+// update of a DaemonSet admitted unchanged meanwhile gets the injection.
+func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
+	localcluster.NeedCluster(t)
+	ctx := context.Background()
+	r := installChart(t, "dg-outage")
+	webhook := r.runWebhook(r.webhookPort)
+	ns := cluster.NewTestNamespace(t)
+	waitAdmission(t, ns)
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := filepath.Join(root, "testdata", "demo", "nginx-ds.yaml")
+	if out, stderr, err := cluster.Kubectl(ctx, "", "apply", "-n", ns, "-f", seed); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s%s", err, out, stderr)
+	}
+	// A managed rollout, started while the webhook is up and in flight when it stops: the canary
+	// step's pause holds it until well after the stop.
+	r.runComponent("controller")
+	agent := filepath.Join(root, "testdata", "demo-rollout", "node-agent.yaml")
+	if out, stderr, err := cluster.Kubectl(ctx, "", "apply", "-n", ns, "-f", agent); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s%s", err, out, stderr)
+	}
+	waitSettled(t, ns)
+	rollout := []byte(`{"metadata":{"annotations":{"daemonguard.io/steps":"1,pause:20s,100%"}},"spec":{"template":{"spec":{"containers":[{"name":"agent","image":"registry.example/node-agent:2.0"}]}}}}`)
+	if _, err := cluster.Client.AppsV1().DaemonSets(ns).Patch(ctx, "node-agent", types.StrategicMergePatchType, rollout, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	webhook.proc.Stop()
+	cluster.WaitFor(t, time.Minute, "the API server fails to reach the stopped webhook", func(ctx context.Context) (bool, string) {
+		_, err := dryRunDaemonSet(ctx, cluster.Client, ns, "probe")
+		return err != nil && strings.Contains(err.Error(), "failed calling webhook"), fmt.Sprint(err)
+	})
+
+	t.Run("failurePolicy Fail", func(t *testing.T) {
+		t.Run("a managed rollout in flight completes", func(t *testing.T) {
+			var ds *appsv1.DaemonSet
+			cluster.WaitFor(t, time.Minute, "the DaemonSet controller observes the new template", func(ctx context.Context) (bool, string) {
+				var err error
+				if ds, err = cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, "node-agent", metav1.GetOptions{}); err != nil {
+					return false, err.Error()
+				}
+				return ds.Status.ObservedGeneration == ds.Generation, fmt.Sprintf("observed %d of %d", ds.Status.ObservedGeneration, ds.Generation)
+			})
+			if st := ds.Status; st.UpdatedNumberScheduled >= st.DesiredNumberScheduled {
+				t.Fatalf("the rollout was complete before the webhook stopped (%+v); the test proves nothing", st)
+			}
+			status := exec.Command(daemonguardBinary(t), "rollout", "status", "ds/node-agent", "-n", ns, "--timeout", "3m")
+			status.Env = cluster.Env()
+			if out, err := status.CombinedOutput(); err != nil {
+				t.Fatalf("daemonguard rollout status: %v\n%s", err, out)
+			}
+		})
+		t.Run("a deleted DaemonSet pod is recreated and Ready", func(t *testing.T) { assertPodRecreated(t, ns, "nginx-ds") })
+		t.Run("DaemonSet writes are rejected, naming the webhook", func(t *testing.T) {
+			_, err := dryRunDaemonSet(ctx, cluster.Client, ns, "while-down")
+			if err == nil || !strings.Contains(err.Error(), "daemonsets.mutate.daemonguard.io") {
+				t.Errorf("a DaemonSet create while daemonguard is down with failurePolicy Fail: %v, want a rejection naming the webhook", err)
+			}
+		})
+	})
+
+	r.helm("upgrade", r.name, chartDir(t), "--namespace", r.namespace, "--reuse-values", "--wait", "--timeout", "3m",
+		"--set", "webhook.failurePolicy=Ignore")
+	t.Run("failurePolicy Ignore", func(t *testing.T) {
+		t.Run("a deleted DaemonSet pod is recreated and Ready", func(t *testing.T) { assertPodRecreated(t, ns, "nginx-ds") })
+		t.Run("DaemonSet writes are admitted unchanged", func(t *testing.T) {
+			ds, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, agentDaemonSet("while-down"), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("a DaemonSet create while daemonguard is down with failurePolicy Ignore: %v", err)
+			}
+			if pc := ds.Spec.Template.Spec.PriorityClassName; pc != "" || len(ds.Spec.Template.Spec.Tolerations) != 0 {
+				t.Errorf("stored with priorityClassName %q and tolerations %v while the webhook was down", pc, ds.Spec.Template.Spec.Tolerations)
+			}
+		})
+	})
+
+	t.Run("the webhook returns", func(t *testing.T) {
+		r.runWebhook(r.webhookPort)
+		waitAdmission(t, ns)
+		patch := []byte(`{"metadata":{"annotations":{"example.com/touched":"after-outage"}}}`)
+		ds, err := cluster.Client.AppsV1().DaemonSets(ns).Patch(ctx, "while-down", types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds.Spec.Template.Spec.PriorityClassName == "" || !hasToleration(ds.Spec.Template.Spec.Tolerations, "node-role.kubernetes.io/control-plane") {
+			t.Errorf("the first update after the outage was not injected: %+v", ds.Spec.Template.Spec)
+		}
+		assertPodRecreated(t, ns, "nginx-ds")
+	})
+}
+
+// assertPodRecreated deletes one pod of the DaemonSet and waits until the DaemonSet controller has
+// created its replacement on the same node and the replacement is Ready.
+func assertPodRecreated(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(ds.Spec.Selector)})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("pods of %s: %v (%d)", name, err, len(pods.Items))
+	}
+	victim := pods.Items[0]
+	if err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, victim.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	cluster.WaitFor(t, 2*time.Minute, "a Ready replacement of "+victim.Name+" on "+victim.Spec.NodeName, func(ctx context.Context) (bool, string) {
+		pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(ds.Spec.Selector)})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			if p.UID != victim.UID && p.Spec.NodeName == victim.Spec.NodeName && p.DeletionTimestamp == nil && podReady(&p) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d pods, none a Ready replacement", len(pods.Items))
+	})
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// agentDaemonSet is a minimal DaemonSet with nothing injected.
+func agentDaemonSet(name string) *appsv1.DaemonSet {
+	labels := map[string]string{"app": name}
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "agent:1"}}},
+			},
+		},
+	}
+}

@@ -1,0 +1,192 @@
+package apibench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/daemonguard/daemonguard/internal/harness"
+	"github.com/daemonguard/daemonguard/internal/localcluster"
+)
+
+// Config says what a run measures.
+type Config struct {
+	Rates    []int         // writes/s, creates and updates together
+	Duration time.Duration // of each step
+	Progress io.Writer     // progress lines for a person; nil discards them
+}
+
+// namespace holds every DaemonSet a run writes.
+const namespace = "apibench"
+
+// Run starts a local control plane, measures every rate without daemonguard, then registers
+// daemonguard's webhooks (the webhook server in this process, called over TLS on loopback, as
+// the demo and the integration tests run it) and measures every rate again.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	progress := cfg.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	c, err := localcluster.Start(ctx, localcluster.Config{Log: progress})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Stop()
+	restCfg := rest.CopyConfig(c.RESTConfig)
+	// The open loop, not client-go's rate limiter, sets the pace.
+	restCfg.QPS, restCfg.Burst = -1, 0
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.CreateNamespace(ctx, namespace); err != nil {
+		return nil, err
+	}
+	rep := &Report{Rates: cfg.Rates, Duration: cfg.Duration, Nodes: len(localcluster.DefaultNodes())}
+	for _, setup := range []string{NoDaemonguard, Daemonguard} {
+		if setup == Daemonguard {
+			w, err := harness.StartWebhook(ctx, c, harness.Options{})
+			if err != nil {
+				return nil, err
+			}
+			defer w.Stop()
+		}
+		for _, rate := range cfg.Rates {
+			fmt.Fprintf(progress, "%s: %d writes/s for %v\n", setup, rate, cfg.Duration)
+			steps, err := runStep(ctx, client, setup, rate, cfg.Duration)
+			if err != nil {
+				return nil, err
+			}
+			rep.Steps = append(rep.Steps, steps...)
+		}
+	}
+	return rep, nil
+}
+
+// runStep pre-creates the DaemonSets the step will update (not measured), then sends rate writes
+// per second for d, open loop: each write starts at its scheduled time whether or not earlier
+// ones have returned, alternately a CREATE of a new DaemonSet and an UPDATE (new image) of a
+// pre-created one. Latency counts from the scheduled time.
+func runStep(ctx context.Context, client kubernetes.Interface, setup string, rate int, d time.Duration) ([]Step, error) {
+	total := int(d.Seconds() * float64(rate))
+	prefix := fmt.Sprintf("%s-%d", setup, rate)
+	stored, err := preCreate(ctx, client, prefix+"-u", (total+1)/2)
+	if err != nil {
+		return nil, err
+	}
+	before, err := scrape(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	type result struct {
+		latency time.Duration
+		err     error
+	}
+	results := make([]result, total)
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range total {
+		at := start.Add(time.Duration(i) * interval)
+		time.Sleep(time.Until(at))
+		wg.Go(func() {
+			var err error
+			if i%2 == 0 {
+				_, err = client.AppsV1().DaemonSets(namespace).Create(ctx, agent(fmt.Sprintf("%s-c%d", prefix, i/2)), metav1.CreateOptions{})
+			} else {
+				ds := stored[i/2].DeepCopy()
+				ds.Spec.Template.Spec.Containers[0].Image = "registry.example/agent:2"
+				_, err = client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{})
+			}
+			results[i] = result{latency: time.Since(at), err: err}
+		})
+	}
+	wg.Wait()
+	after, err := scrape(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	var steps []Step
+	for parity, op := range []string{"CREATE", "UPDATE"} {
+		s := Step{Setup: setup, Rate: rate, Operation: op, Webhooks: webhookLatencies(before, after, op)}
+		var latencies []time.Duration
+		for i := parity; i < total; i += 2 {
+			s.Sent++
+			if err := results[i].err; err != nil {
+				s.Errors++
+				if s.FirstErr == "" {
+					s.FirstErr = err.Error()
+				}
+				continue
+			}
+			latencies = append(latencies, results[i].latency)
+		}
+		s.summarise(latencies)
+		steps = append(steps, s)
+	}
+	return steps, nil
+}
+
+// preCreate creates n DaemonSets named prefix-N with a few writers in parallel.
+func preCreate(ctx context.Context, client kubernetes.Interface, prefix string, n int) ([]*appsv1.DaemonSet, error) {
+	out := make([]*appsv1.DaemonSet, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	const writers = 16
+	for w := range writers {
+		wg.Go(func() {
+			for i := w; i < n; i += writers {
+				out[i], errs[i] = client.AppsV1().DaemonSets(namespace).Create(ctx, agent(fmt.Sprintf("%s%d", prefix, i)), metav1.CreateOptions{})
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("pre-create DaemonSets: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// agent is the seed DaemonSet's shape (a node agent tolerating only the legacy master taint, so
+// daemonguard injects on CREATE), selecting no node: the writes measure admission and storage,
+// not the DaemonSet controller creating pods.
+func agent(name string) *appsv1.DaemonSet {
+	labels := map[string]string{"app": name}
+	maxUnavailable := intstr.FromInt32(1)
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector:       &metav1.LabelSelector{MatchLabels: labels},
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType, RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: &maxUnavailable}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"apibench.daemonguard.io/no-such-node": "true"},
+					Tolerations:  []corev1.Toleration{{Key: "node-role.kubernetes.io/master", Effect: corev1.TaintEffectNoSchedule}},
+					Containers:   []corev1.Container{{Name: "agent", Image: "registry.example/agent:1"}},
+				},
+			},
+		},
+	}
+}
+
+// scrape reads the API server's webhook duration histograms.
+func scrape(ctx context.Context, client kubernetes.Interface) (map[webhookKey]histogram, error) {
+	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read API server metrics: %w", err)
+	}
+	return parseWebhookDurations(bytes.NewReader(raw))
+}
