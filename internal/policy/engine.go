@@ -186,6 +186,7 @@ type Set struct {
 	nativeInject   bool
 	enforcement    map[string]Action
 	modules        []string
+	policies       []string
 	// deterministic is true when no module calls a nondeterministic built-in (time.now_ns,
 	// http.send, rand.intn, ...): the set's answers then depend on the input alone.
 	deterministic bool
@@ -358,6 +359,10 @@ func CompileWithOptions(ctx context.Context, modules []Module, params map[string
 		s.modules = append(s.modules, m.Name)
 	}
 	sort.Strings(s.modules)
+	for name := range policyNames(parsed) {
+		s.policies = append(s.policies, name)
+	}
+	sort.Strings(s.policies)
 	prepare := func(q string) (rego.PreparedEvalQuery, error) {
 		return rego.New(rego.Query(q), rego.Compiler(compiler), rego.Store(store), rego.StrictBuiltinErrors(true)).PrepareForEval(ctx)
 	}
@@ -490,6 +495,11 @@ func (s *Set) Deterministic() bool { return s.deterministic }
 
 // Modules lists the names of the modules compiled into the set.
 func (s *Set) Modules() []string { return s.modules }
+
+// Policies lists the validation policies of the set (the packages below daemonguard.policies),
+// sorted; the audit reports a pass for each one an object does not violate. Rules written in
+// daemonguard.policies itself or above it can make up further policies, seen only when violated.
+func (s *Set) Policies() []string { return s.policies }
 
 // Enforcement returns the action of a policy: its override, its own rule, or deny.
 func (s *Set) Enforcement(policy string) Action {
