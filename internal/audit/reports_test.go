@@ -222,7 +222,7 @@ func TestPlanReports(t *testing.T) {
 		{name: "a namespace's first report is created", desired: clean, create: []string{"a/daemonguard"}},
 		{name: "an unchanged report is not written, though the clock moved on", existing: stored(clean, old), desired: clean},
 		{
-			name: "a changed result updates the report: the new result is stamped now, unchanged ones keep their stamp",
+			name:     "a changed result updates the report: the new result is stamped now, unchanged ones keep their stamp",
 			existing: stored(clean, old), desired: violating, update: []string{"a/daemonguard"},
 			freshStamps: 1, keptStamps: 9,
 		},
