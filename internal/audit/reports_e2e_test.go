@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,8 +26,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/audit"
+	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/offline"
@@ -99,7 +102,7 @@ func daemonSet(ns, name string, change func(*appsv1.DaemonSet)) *appsv1.DaemonSe
 
 // testPolicySet is the built-in set with rollout_annotations turned to dryrun, so that the
 // report shows all three enforcement actions.
-func testPolicySet(t *testing.T) *policy.Set {
+func testPolicySet(t *testing.T) (*policy.Set, string) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "parameters.yaml"), []byte("enforcement: {rollout_annotations: dryrun}\n"), 0o644); err != nil {
@@ -109,7 +112,7 @@ func testPolicySet(t *testing.T) *policy.Set {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return set
+	return set, dir
 }
 
 // auditPass is one audit pass as the webhook's leader runs it: gather, decide, write.
@@ -173,7 +176,7 @@ func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
 	c := typedClient(t)
-	set := testPolicySet(t)
+	set, policyDir := testPolicySet(t)
 	for _, ds := range []*appsv1.DaemonSet{
 		daemonSet(ns, "compliant", nil),
 		daemonSet(ns, "wide", func(ds *appsv1.DaemonSet) {
@@ -248,6 +251,31 @@ func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
 		if res.Timestamp.Seconds != t0.Unix() {
 			t.Errorf("result stamped %v, want %v", res.Timestamp, t0.Unix())
 		}
+	}
+
+	// The CLI prints the same Reports without writing them.
+	var out bytes.Buffer
+	cmd := cli.New()
+	cmd.SetArgs([]string{"audit", "--kubeconfig", cluster.KubeconfigPath, "--policies", policyDir, "-o", "report"})
+	cmd.SetOut(&out)
+	if err := cmd.ExecuteContext(ctx); !cli.IsReported(err) {
+		t.Fatalf("audit -o report with a deny-level finding returned %v, want the denial exit", err)
+	}
+	printed := 0
+	for _, doc := range strings.Split(out.String(), "\n---\n") {
+		var p openreports.Report
+		if err := yaml.UnmarshalStrict([]byte(strings.TrimPrefix(doc, "---\n")), &p); err != nil {
+			t.Fatalf("audit -o report printed an invalid Report: %v\n%s", err, doc)
+		}
+		if p.Namespace == ns {
+			printed++
+			if p.Kind != "Report" || p.APIVersion != "openreports.io/v1alpha1" || !slices.Equal(lines(p), want) {
+				t.Errorf("audit -o report printed %s %s with %q", p.APIVersion, p.Kind, lines(p))
+			}
+		}
+	}
+	if printed != 1 {
+		t.Errorf("audit -o report printed %d Reports for %s, want 1", printed, ns)
 	}
 
 	// A pass that finds the same writes nothing, though the clock moved on.
@@ -342,7 +370,8 @@ func TestOpenReportsSplitALargeNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	auditPass(t, w, testPolicySet(t))
+	set, _ := testPolicySet(t)
+	auditPass(t, w, set)
 	reports := reportsIn(t, w, ns)
 	t.Logf("audit pass with %d reports in %v", len(reports), time.Since(start).Round(time.Millisecond))
 	if len(reports) < 2 {
@@ -382,7 +411,7 @@ func TestOpenReportsSplitALargeNamespace(t *testing.T) {
 	if err := c.DeleteAllOf(ctx, &appsv1.DaemonSet{}, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
-	auditPass(t, w, testPolicySet(t))
+	auditPass(t, w, set)
 	if left := reportsIn(t, w, ns); len(left) != 0 {
 		t.Errorf("%d reports left after the DaemonSets were deleted", len(left))
 	}
@@ -396,7 +425,7 @@ func TestOpenReportsWithoutCRDOrRBAC(t *testing.T) {
 	setCRD(t, false)
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
-	set := testPolicySet(t)
+	set, _ := testPolicySet(t)
 	seed := daemonSet(ns, "seed", func(ds *appsv1.DaemonSet) {
 		ds.Spec.Template.Spec.Tolerations, ds.Spec.Template.Spec.PriorityClassName = nil, ""
 	})
