@@ -113,6 +113,8 @@ func describeReportError(what string, err error) error {
 		return fmt.Errorf("%s: %w: %w", what, ErrReportsCRDMissing, err)
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("%s: %w: %w", what, ErrReportsForbidden, err)
+	case apierrors.IsAlreadyExists(err):
+		return fmt.Errorf("%s: a Report of that name without the label %s=%s exists; daemonguard leaves it alone: %w", what, ManagedByLabel, ManagedByValue, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
