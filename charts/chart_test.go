@@ -112,9 +112,6 @@ func TestValuesSchemaRejects(t *testing.T) {
 		"a mistyped OpenReports key": {
 			args: []string{"--set", "openReports.enable=true"}, want: "at '/openReports': additional properties 'enable' not allowed",
 		},
-		"OpenReports enabled without the audit that writes them": {
-			args: []string{"--set", "openReports.enabled=true", "--set", "webhook.auditInterval=0"}, want: "openReports.enabled needs the audit",
-		},
 		"a mistyped policy ConfigMap key": {
 			args: []string{"--set", "policies.configMaps.team.file.a\\.rego=x"}, want: "additional properties 'file' not allowed",
 		},

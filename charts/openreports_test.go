@@ -99,3 +99,11 @@ func TestOpenReportsRenders(t *testing.T) {
 		})
 	}
 }
+
+// Reports without the audit that writes them would be a silent no-op: the render fails instead.
+func TestOpenReportsNeedTheAudit(t *testing.T) {
+	_, err := template(t, "--set", "openReports.enabled=true", "--set-string", "webhook.auditInterval=0")
+	if err == nil || !strings.Contains(err.Error(), "openReports.enabled needs the audit that writes the Reports") {
+		t.Fatalf("helm template with openReports.enabled and auditInterval 0: %v, want the render to fail naming both", err)
+	}
+}

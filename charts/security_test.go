@@ -295,7 +295,6 @@ func TestRBACCoversTheBinary(t *testing.T) {
 				verbs("openreports.io", "clusterreports", "", "", "list", "create"),
 				verbs("wgpolicyk8s.io", "policyreports", "default", "", "list", "create"),
 			)...)
-			check("controller", false, verbs("openreports.io", "reports", "", "", "list", "create")...)
 
 			if !c.controller {
 				if _, ok := accounts["controller"]; ok {
@@ -324,6 +323,7 @@ func TestRBACCoversTheBinary(t *testing.T) {
 				verbs("apps", "daemonsets", ns, "agent", "delete", "create"),
 				verbs("", "configmaps", namespace, "", "list"),
 				verbs("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", c.fullname, "update"),
+				verbs("openreports.io", "reports", "", "", "list", "create"),
 			)...)
 			if ns != "default" { // controller.watchNamespace: nothing outside it
 				check("controller", false, slices.Concat(
