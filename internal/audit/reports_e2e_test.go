@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,9 +73,9 @@ func typedClient(t *testing.T) client.Client {
 func daemonSet(ns, name string, change func(*appsv1.DaemonSet)) *appsv1.DaemonSet {
 	labels := map[string]string{"app": name}
 	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: maps.Clone(labels)},
 		Spec: appsv1.DaemonSetSpec{
-			Selector:             &metav1.LabelSelector{MatchLabels: labels},
+			Selector:             &metav1.LabelSelector{MatchLabels: maps.Clone(labels)},
 			RevisionHistoryLimit: ptr.To[int32](10),
 			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{
 				Type:          appsv1.RollingUpdateDaemonSetStrategyType,
