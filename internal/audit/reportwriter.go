@@ -8,6 +8,7 @@ import (
 
 	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -74,6 +75,9 @@ func (w *ReportWriter) Write(ctx context.Context, findings []Finding, set *polic
 	var errs []error
 	for i := range changes.Create {
 		if err := w.Client.Create(ctx, &changes.Create[i]); err != nil {
+			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+				continue // the namespace goes, and its DaemonSets with it: nothing to report
+			}
 			errs = append(errs, describeReportError("create Report "+key(&changes.Create[i]), err))
 			continue
 		}
