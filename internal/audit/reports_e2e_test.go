@@ -254,6 +254,13 @@ func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
 		}
 	}
 
+	// What a user sees (the README quotes this log).
+	if out, errOut, err := cluster.Kubectl(ctx, "", "get", "reports", "-n", ns); err != nil {
+		t.Errorf("kubectl get reports: %v\n%s", err, errOut)
+	} else {
+		t.Logf("kubectl get reports -n %s:\n%s", ns, out)
+	}
+
 	// The CLI prints the same Reports without writing them.
 	var out bytes.Buffer
 	cmd := cli.New()
@@ -262,6 +269,7 @@ func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
 	if err := cmd.ExecuteContext(ctx); !cli.IsReported(err) {
 		t.Fatalf("audit -o report with a deny-level finding returned %v, want the denial exit", err)
 	}
+	t.Logf("daemonguard audit -o report:\n%s", out.String())
 	printed := 0
 	for _, doc := range strings.Split(out.String(), "\n---\n") {
 		var p openreports.Report
