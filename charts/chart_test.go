@@ -109,6 +109,9 @@ func TestValuesSchemaRejects(t *testing.T) {
 		"a mistyped ServiceMonitor key": {
 			args: []string{"--set", "metrics.serviceMonitor.enable=true"}, want: "at '/metrics/serviceMonitor': additional properties 'enable' not allowed",
 		},
+		"a mistyped OpenReports key": {
+			args: []string{"--set", "openReports.enable=true"}, want: "at '/openReports': additional properties 'enable' not allowed",
+		},
 		"a mistyped policy ConfigMap key": {
 			args: []string{"--set", "policies.configMaps.team.file.a\\.rego=x"}, want: "additional properties 'file' not allowed",
 		},

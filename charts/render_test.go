@@ -44,6 +44,9 @@ type renderCase struct {
 	selfManaged bool
 	// controller says the rollout controller is deployed.
 	controller bool
+	// openReports says the webhook writes OpenReports Reports (openReports.enabled), and
+	// openReportsCRD that the chart installs their CRD.
+	openReports, openReportsCRD bool
 	// controllerNamespace is where the controller must be able to roll DaemonSets out.
 	controllerNamespace string
 	// webhooks are the settings webhook.Configurations is called with (Name, Namespace and Service
@@ -79,6 +82,11 @@ var renderCases = map[string]renderCase{
 	},
 	"policies as labelled ConfigMaps": {
 		golden: "policies", values: "policies.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+	},
+	"OpenReports Reports from the audit, with their CRD": {
+		golden: "openreports", values: "openreports.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
+		openReports: true, openReportsCRD: true,
 		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
 	},
 	"admission only, the rollout controller disabled": {

@@ -194,6 +194,15 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 							t.Errorf("%s %s grants Secrets other than %s-webhook-tls: %+v", r.kind, r.name, c.fullname, rule)
 						}
 					}
+					if slices.Contains(rule.APIGroups, "openreports.io") {
+						switch {
+						case !c.openReports:
+							t.Errorf("%s %s grants OpenReports with openReports.enabled=false: %+v", r.kind, r.name, rule)
+						case !slices.Equal(rule.APIGroups, []string{"openreports.io"}) || !slices.Equal(rule.Resources, []string{"reports"}) ||
+							!slices.Equal(rule.Verbs, []string{"list", "create", "update", "delete"}):
+							t.Errorf("%s %s grants more than list/create/update/delete of reports.openreports.io: %+v", r.kind, r.name, rule)
+						}
+					}
 					if slices.Contains(rule.APIGroups, "admissionregistration.k8s.io") {
 						if !c.selfManaged || !slices.Equal(rule.ResourceNames, []string{c.fullname}) {
 							t.Errorf("%s %s grants webhook configurations other than self-managed TLS's %q: %+v", r.kind, r.name, c.fullname, rule)
@@ -272,6 +281,21 @@ func TestRBACCoversTheBinary(t *testing.T) {
 			)
 			check("webhook", c.selfManaged, tls...) // with cert-manager the webhook only reads files
 
+			// The audit's OpenReports Reports (internal/audit.ReportWriter): one list per pass in all
+			// namespaces, then writes of the Reports that changed. No reads of single Reports, no
+			// watch, and nothing of other report kinds.
+			check("webhook", c.openReports, slices.Concat(
+				verbs("openreports.io", "reports", "", "", "list"),
+				verbs("openreports.io", "reports", "default", "daemonguard", "create", "update", "delete"),
+				verbs("openreports.io", "reports", "agents", "daemonguard-1", "create", "update", "delete"),
+			)...)
+			check("webhook", false, slices.Concat(
+				verbs("openreports.io", "reports", "", "", "watch"),
+				verbs("openreports.io", "reports", "default", "daemonguard", "get", "patch"),
+				verbs("openreports.io", "clusterreports", "", "", "list", "create"),
+				verbs("wgpolicyk8s.io", "policyreports", "default", "", "list", "create"),
+			)...)
+
 			if !c.controller {
 				if _, ok := accounts["controller"]; ok {
 					t.Fatalf("controller disabled, but a controller Deployment is rendered")
@@ -299,6 +323,7 @@ func TestRBACCoversTheBinary(t *testing.T) {
 				verbs("apps", "daemonsets", ns, "agent", "delete", "create"),
 				verbs("", "configmaps", namespace, "", "list"),
 				verbs("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", c.fullname, "update"),
+				verbs("openreports.io", "reports", "", "", "list", "create"),
 			)...)
 			if ns != "default" { // controller.watchNamespace: nothing outside it
 				check("controller", false, slices.Concat(

@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -76,11 +77,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // runStep pre-creates the DaemonSets the step will update (not measured), then sends rate writes
 // per second for d, open loop: each write starts at its scheduled time whether or not earlier
 // ones have returned, alternately a CREATE of a new DaemonSet and an UPDATE (new image) of a
-// pre-created one. Latency counts from the scheduled time.
+// pre-created one (a patch). Latency counts from the scheduled time.
 func runStep(ctx context.Context, client kubernetes.Interface, setup string, rate int, d time.Duration) ([]Step, error) {
 	total := int(d.Seconds() * float64(rate))
 	prefix := fmt.Sprintf("%s-%d", setup, rate)
-	stored, err := preCreate(ctx, client, prefix+"-u", (total+1)/2)
+	stored, err := preCreate(ctx, client, prefix+"-u", total/2)
 	if err != nil {
 		return nil, err
 	}
@@ -104,9 +105,9 @@ func runStep(ctx context.Context, client kubernetes.Interface, setup string, rat
 			if i%2 == 0 {
 				_, err = client.AppsV1().DaemonSets(namespace).Create(ctx, agent(fmt.Sprintf("%s-c%d", prefix, i/2)), metav1.CreateOptions{})
 			} else {
-				ds := stored[i/2].DeepCopy()
-				ds.Spec.Template.Spec.Containers[0].Image = "registry.example/agent:2"
-				_, err = client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{})
+				// A patch, as kubectl set image sends: the DaemonSet controller writes the
+				// status meanwhile, so an update with the stored resourceVersion would conflict.
+				_, err = client.AppsV1().DaemonSets(namespace).Patch(ctx, stored[i/2], types.StrategicMergePatchType, newImage, metav1.PatchOptions{})
 			}
 			results[i] = result{latency: time.Since(at), err: err}
 		})
@@ -137,16 +138,21 @@ func runStep(ctx context.Context, client kubernetes.Interface, setup string, rat
 	return steps, nil
 }
 
-// preCreate creates n DaemonSets named prefix-N with a few writers in parallel.
-func preCreate(ctx context.Context, client kubernetes.Interface, prefix string, n int) ([]*appsv1.DaemonSet, error) {
-	out := make([]*appsv1.DaemonSet, n)
+// newImage is the update of every UPDATE the benchmark sends.
+var newImage = []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"agent","image":"registry.example/agent:2"}]}}}}`)
+
+// preCreate creates n DaemonSets named prefix-N with a few writers in parallel and returns their
+// names.
+func preCreate(ctx context.Context, client kubernetes.Interface, prefix string, n int) ([]string, error) {
+	out := make([]string, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	const writers = 16
 	for w := range writers {
 		wg.Go(func() {
 			for i := w; i < n; i += writers {
-				out[i], errs[i] = client.AppsV1().DaemonSets(namespace).Create(ctx, agent(fmt.Sprintf("%s%d", prefix, i)), metav1.CreateOptions{})
+				out[i] = fmt.Sprintf("%s%d", prefix, i)
+				_, errs[i] = client.AppsV1().DaemonSets(namespace).Create(ctx, agent(out[i]), metav1.CreateOptions{})
 			}
 		})
 	}

@@ -1,7 +1,8 @@
 // Package audit evaluates the DaemonSets already stored in a cluster against the policy set in
 // force, including what the inject policy would add to templates created before daemonguard was
-// installed. The webhook runs it periodically (leader only) and reports Events and metrics;
-// `daemonguard audit` runs it once against the current kubeconfig.
+// installed. The webhook runs it periodically (leader only) and reports Events, metrics and, when
+// enabled, OpenReports Reports (openreports.io/v1alpha1, one or more per namespace with
+// DaemonSets); `daemonguard audit` runs it once against the current kubeconfig.
 package audit
 
 import (
@@ -17,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -31,6 +33,7 @@ import (
 type Finding struct {
 	Namespace  string             `json:"namespace"`
 	Name       string             `json:"name"`
+	UID        types.UID          `json:"uid,omitempty"`
 	Violations []policy.Violation `json:"violations"`
 	// MissingInjection is set when the inject policy would change the stored template: the
 	// DaemonSet predates daemonguard, or was admitted while the webhook was bypassed.
@@ -101,7 +104,7 @@ func describe(what string, err error) error {
 }
 
 func evaluate(ctx context.Context, set *policy.Set, ds *appsv1.DaemonSet, nsLabels map[string]string, nodes []*corev1.Node) Finding {
-	f := Finding{Namespace: ds.Namespace, Name: ds.Name, Violations: []policy.Violation{}}
+	f := Finding{Namespace: ds.Namespace, Name: ds.Name, UID: ds.UID, Violations: []policy.Violation{}}
 	obj := ds.DeepCopy()
 	obj.APIVersion, obj.Kind = "apps/v1", "DaemonSet"
 	obj.ManagedFields = nil
@@ -147,15 +150,18 @@ func init() {
 	metrics.Registry.MustRegister(auditViolations, auditDaemonSets, auditLastRun)
 }
 
-// Auditor runs the audit periodically and reports every finding as an Event on the DaemonSet and
-// as metrics. Only the leader runs it, so replicas do not multiply the Events.
+// Auditor runs the audit periodically and reports every finding as an Event on the DaemonSet, as
+// metrics and, with Reports set, as OpenReports Reports. Only the leader runs it, so replicas do
+// not multiply the Events.
 type Auditor struct {
 	Reader   client.Reader
 	Engine   *policy.Engine
 	Recorder events.EventRecorder
 	Interval time.Duration
 	Exempt   []string
-	Log      logr.Logger
+	// Reports, when set, writes the findings as OpenReports Reports after each pass.
+	Reports *ReportWriter
+	Log     logr.Logger
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -176,7 +182,8 @@ func (a *Auditor) Start(ctx context.Context) error {
 }
 
 func (a *Auditor) once(ctx context.Context) {
-	findings, err := Run(ctx, a.Reader, a.Engine.Set(), a.Exempt)
+	set := a.Engine.Set()
+	findings, err := Run(ctx, a.Reader, set, a.Exempt)
 	if err != nil {
 		a.Log.Error(err, "Audit failed")
 		return
@@ -214,4 +221,7 @@ func (a *Auditor) once(ctx context.Context) {
 	}
 	auditLastRun.SetToCurrentTime()
 	a.Log.Info("Audit finished", "daemonSets", len(findings), "violating", counts["violating"], "missingInjection", counts["missing_injection"])
+	if a.Reports != nil {
+		a.writeReports(ctx, findings, set)
+	}
 }

@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
+
+	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/offline"
@@ -24,11 +28,15 @@ func newAuditCommand() *cobra.Command {
 		Long: `audit reads every DaemonSet of the current kubeconfig's cluster (kube-system and --exempt-namespace
 excluded) and evaluates it as admission would today, with live namespace labels and node counts.
 It reports policy violations and DaemonSets whose template lacks what the inject policy adds
-(typically those created before daemonguard was installed).`,
+(typically those created before daemonguard was installed).
+
+-o report prints the OpenReports Reports (openreports.io/v1alpha1, YAML) the webhook's periodic
+audit would write with --open-reports, without writing them: one per namespace with DaemonSets
+(several, daemonguard-1, ... when its results exceed 512 KiB), a result per DaemonSet and policy.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "text" && output != "json" {
-				return fmt.Errorf("--output %q is not one of text, json", output)
+			if output != "text" && output != "json" && output != "report" {
+				return fmt.Errorf("--output %q is not one of text, json, report", output)
 			}
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
@@ -46,7 +54,12 @@ It reports policy violations and DaemonSets whose template lacks what the inject
 			if err != nil {
 				return err
 			}
-			if output == "json" {
+			switch output {
+			case "report":
+				if err := printReports(cmd.OutOrStdout(), audit.Reports(findings, audit.PolicyActions(set), time.Now())); err != nil {
+					return err
+				}
+			case "json":
 				if findings == nil {
 					findings = []audit.Finding{}
 				}
@@ -55,8 +68,10 @@ It reports policy violations and DaemonSets whose template lacks what the inject
 				if err := enc.Encode(findings); err != nil {
 					return err
 				}
-			} else if err := printAudit(cmd.OutOrStdout(), findings); err != nil {
-				return err
+			default:
+				if err := printAudit(cmd.OutOrStdout(), findings); err != nil {
+					return err
+				}
 			}
 			for _, f := range findings {
 				if f.Denied() {
@@ -70,8 +85,22 @@ It reports policy violations and DaemonSets whose template lacks what the inject
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
 	f.StringArrayVar(&policyDirs, "policies", nil, "directory of extra or replacement .rego files and parameters.yaml (repeatable)")
 	f.StringSliceVar(&exempt, "exempt-namespace", nil, "namespaces to skip besides kube-system (e.g. daemonguard's own)")
-	f.StringVarP(&output, "output", "o", "text", "text or json")
+	f.StringVarP(&output, "output", "o", "text", "text, json, or report (OpenReports Reports as YAML, not written to the cluster)")
 	return cmd
+}
+
+// printReports writes reports as a YAML stream that `kubectl apply -f -` accepts.
+func printReports(w io.Writer, reports []openreports.Report) error {
+	for _, r := range reports {
+		raw, err := yaml.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "---\n%s", raw); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func printAudit(w io.Writer, findings []audit.Finding) error {

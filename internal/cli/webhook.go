@@ -63,6 +63,7 @@ func newWebhookCommand() *cobra.Command {
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "metrics address (serves /metrics and /policy-status); 0 disables")
 	f.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "health probe address (/healthz, /readyz); 0 disables")
 	f.DurationVar(&opts.AuditInterval, "audit-interval", 5*time.Minute, "how often stored DaemonSets are audited (Events, metrics); 0 disables")
+	f.BoolVar(&opts.OpenReports, "open-reports", false, "the audit also writes OpenReports Reports (openreports.io/v1alpha1) per namespace; needs the CRD and RBAC on reports.openreports.io")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to run the audit (admission is served by every replica)")
 	f.StringVar(&failureMode, "failure-mode", string(webhook.FailClosed), "when policies cannot be evaluated: deny (reject the request) or warn (admit with a warning); never silent")
 	f.StringVar(&tlsMode, "tls-mode", tlsModeFiles, `"files": serve tls.crt/tls.key from --cert-dir (a mounted Secret, e.g. from cert-manager); "self-managed": keep a CA and serving certificate in --tls-secret, write the CA bundle into --webhook-configuration and rotate both`)

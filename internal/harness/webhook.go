@@ -36,6 +36,8 @@ const WebhookNamespace = "daemonguard-system"
 type Options struct {
 	// AuditInterval is the period of the in-process audit; 0 turns it off.
 	AuditInterval time.Duration
+	// OpenReports makes the audit write OpenReports Reports.
+	OpenReports bool
 }
 
 // Webhook is a running webhook server registered with a cluster.
@@ -108,7 +110,7 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 			RESTConfig: c.RESTConfig, Namespace: WebhookNamespace,
 			Host: "127.0.0.1", Port: port, CertDir: certDir,
 			MetricsAddr: "0", HealthAddr: "0", FailureMode: webhook.FailClosed,
-			AuditInterval: opts.AuditInterval, LeaderElection: true,
+			AuditInterval: opts.AuditInterval, OpenReports: opts.OpenReports, LeaderElection: true,
 			Log: log,
 		})
 	}()

@@ -19,6 +19,7 @@ type Set struct {
 	hasInject   bool
 	enforcement map[string]Action
 	modules     []string
+	policies    []string
 }
 
 const (
@@ -27,6 +28,22 @@ const (
 	injectQuery   = "decision = data.daemonguard.inject.decision"
 	injectPackage = "data.daemonguard.inject"
 )
+
+// policyNames lists the policies of a module set: the first package name below
+// daemonguard.policies of every module there.
+func policyNames(parsed map[string]*ast.Module) map[string]bool {
+	names := map[string]bool{}
+	for _, mod := range parsed {
+		ref := mod.Package.Path
+		if len(ref) < 4 || !ref[1].Equal(ast.StringTerm("daemonguard")) || !ref[2].Equal(ast.StringTerm("policies")) {
+			continue
+		}
+		if name, ok := ref[3].Value.(ast.String); ok {
+			names[string(name)] = true
+		}
+	}
+	return names
+}
 
 // Compile parses and compiles modules (Rego v1) with params as data.daemonguard.parameters and
 // prepares the queries, so that no request pays for parsing, compiling or planning. Errors name
@@ -62,6 +79,10 @@ func Compile(ctx context.Context, modules []Module, params map[string]any) (*Set
 		s.modules = append(s.modules, m.Name)
 	}
 	sort.Strings(s.modules)
+	for name := range policyNames(parsed) {
+		s.policies = append(s.policies, name)
+	}
+	sort.Strings(s.policies)
 	prepare := func(q string) (rego.PreparedEvalQuery, error) {
 		return rego.New(rego.Query(q), rego.Compiler(compiler), rego.Store(store), rego.StrictBuiltinErrors(true)).PrepareForEval(ctx)
 	}
@@ -120,6 +141,11 @@ func (s *Set) resolveEnforcement(ctx context.Context, compiler *ast.Compiler, st
 
 // Modules lists the names of the modules compiled into the set.
 func (s *Set) Modules() []string { return s.modules }
+
+// Policies lists the validation policies of the set (the packages below daemonguard.policies),
+// sorted; the audit reports a pass for each one an object does not violate. Rules written in
+// daemonguard.policies itself or above it can make up further policies, seen only when violated.
+func (s *Set) Policies() []string { return s.policies }
 
 // HasInject reports whether the set has an inject policy.
 func (s *Set) HasInject() bool { return s.hasInject }

@@ -58,6 +58,9 @@ type Options struct {
 	FailureMode      webhook.FailureMode
 	// AuditInterval is how often stored DaemonSets are audited; 0 turns the audit off.
 	AuditInterval time.Duration
+	// OpenReports makes the audit also write OpenReports Reports (needs the CRD and RBAC; without
+	// them each pass logs and counts the error, Events and metrics go on).
+	OpenReports bool
 	// LeaderElection makes replicas elect one leader for the audit (admission runs on all).
 	LeaderElection bool
 	// SelfManagedTLS, when set, makes the webhook keep its own CA and serving certificate in a
@@ -169,11 +172,16 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	if opts.AuditInterval > 0 {
-		err := mgr.Add(&audit.Auditor{
+		auditor := &audit.Auditor{
 			Reader: mgr.GetCache(), Engine: engine, Interval: opts.AuditInterval, Exempt: exempt,
 			Recorder: eventClient.NewRecorder("daemonguard-audit"), Log: log.WithName("audit"),
-		})
-		if err != nil {
+		}
+		if opts.OpenReports {
+			if auditor.Reports, err = audit.NewReportWriter(opts.RESTConfig); err != nil {
+				return err
+			}
+		}
+		if err := mgr.Add(auditor); err != nil {
 			return err
 		}
 	}
