@@ -1,9 +1,11 @@
 package webhook
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"gomodules.xyz/jsonpatch/v2"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // nodeNameField is the field the DaemonSet controller pins its pods with. Unlike the
@@ -111,87 +113,33 @@ func controlledByDaemonSet(obj map[string]any) bool {
 
 // pinnedNode reports whether the required node affinity pins the pod to one node by name: exactly
 // one term, whose matchFields include metadata.name In [one value]. Other requirements in the term
-// only narrow it further and are kept. It reads the decoded spec as json.Unmarshal into
-// corev1.Affinity would: null counts as absent, and a value of the wrong type anywhere on the
-// way means no pin.
+// only narrow it further and are kept. An affinity that does not decode as the API types (a value
+// of the wrong type on the way) holds no pin.
 func pinnedNode(spec map[string]any) (bool, string) {
-	nodeAffinity, ok := objectAt(spec, "affinity", "nodeAffinity")
-	if !ok {
+	raw, err := json.Marshal(spec["affinity"])
+	if err != nil {
 		return false, ""
 	}
-	required, ok := objectAt(nodeAffinity, "requiredDuringSchedulingIgnoredDuringExecution")
-	if !ok {
+	var affinity struct {
+		NodeAffinity *struct {
+			Required *struct {
+				Terms []struct {
+					MatchFields []corev1.NodeSelectorRequirement `json:"matchFields"`
+				} `json:"nodeSelectorTerms"`
+			} `json:"requiredDuringSchedulingIgnoredDuringExecution"`
+		} `json:"nodeAffinity"`
+	}
+	if json.Unmarshal(raw, &affinity) != nil || affinity.NodeAffinity == nil || affinity.NodeAffinity.Required == nil {
 		return false, ""
 	}
-	terms, ok := listAt(required, "nodeSelectorTerms")
-	if !ok || len(terms) != 1 {
+	terms := affinity.NodeAffinity.Required.Terms
+	if len(terms) != 1 {
 		return false, ""
 	}
-	term, ok := terms[0].(map[string]any)
-	if !ok && terms[0] != nil {
-		return false, ""
-	}
-	fields, ok := listAt(term, "matchFields")
-	if !ok {
-		return false, ""
-	}
-	node, pinned := "", false
-	for _, f := range fields {
-		req, ok := f.(map[string]any)
-		if !ok && f != nil {
-			return false, ""
-		}
-		key, ok1 := stringAt(req, "key")
-		op, ok2 := stringAt(req, "operator")
-		values, ok3 := listAt(req, "values")
-		if !ok1 || !ok2 || !ok3 {
-			return false, ""
-		}
-		for _, v := range values {
-			if _, ok := v.(string); !ok && v != nil {
-				return false, ""
-			}
-		}
-		if !pinned && key == nodeNameField && op == "In" && len(values) == 1 {
-			node, _ = values[0].(string)
-			pinned = true
+	for _, f := range terms[0].MatchFields {
+		if f.Key == nodeNameField && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
+			return true, f.Values[0]
 		}
 	}
-	return pinned, node
-}
-
-// objectAt follows keys through nested objects. ok is false when a value on the way is neither an
-// object nor null; an absent or null value yields (nil, true) only for the last key, and ends the
-// walk with ok false before it (nothing to pin).
-func objectAt(obj map[string]any, keys ...string) (map[string]any, bool) {
-	for _, k := range keys {
-		v := obj[k]
-		if v == nil {
-			return nil, false
-		}
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		obj = m
-	}
-	return obj, true
-}
-
-func listAt(obj map[string]any, key string) ([]any, bool) {
-	v := obj[key]
-	if v == nil {
-		return nil, true
-	}
-	l, ok := v.([]any)
-	return l, ok
-}
-
-func stringAt(obj map[string]any, key string) (string, bool) {
-	v := obj[key]
-	if v == nil {
-		return "", true
-	}
-	s, ok := v.(string)
-	return s, ok
+	return false, ""
 }
