@@ -92,11 +92,22 @@ func BuildImage(ctx context.Context, o ImageOptions) (Image, error) {
 			return Image{}, err
 		}
 	}
+	// ko names what it saved by the layout's path, which must parse as a repository name (no
+	// capitals, no leading "/" or ".."): it writes into a staging folder given relative to the
+	// checkout, moved to out.Layout afterwards.
+	if err := os.MkdirAll(filepath.Join(o.Repo, "bin"), 0o755); err != nil {
+		return Image{}, err
+	}
+	staging, err := os.MkdirTemp(filepath.Join(o.Repo, "bin"), "ko-layout-")
+	if err != nil {
+		return Image{}, err
+	}
+	defer os.RemoveAll(staging)
 	args := []string{"build", mainPackage, "--bare",
 		"--platform", o.Platform.String(),
 		"--tags", o.Version,
 		"--image-user", NonRootUser,
-		"--oci-layout-path", out.Layout,
+		"--oci-layout-path", filepath.ToSlash(filepath.Join("bin", filepath.Base(staging))),
 		"--sbom", "spdx", "--sbom-dir", filepath.Join(o.OutDir, sbomDir),
 		fmt.Sprintf("--push=%t", o.Push),
 	}
@@ -126,8 +137,11 @@ func BuildImage(ctx context.Context, o ImageOptions) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	if err := inLayout(out.Layout, digest); err != nil {
+	if err := inLayout(staging, digest); err != nil {
 		return Image{}, err
+	}
+	if err := moveDir(staging, out.Layout); err != nil {
+		return Image{}, fmt.Errorf("move the OCI layout to %s: %w", out.Layout, err)
 	}
 	sboms, err := filepath.Glob(filepath.Join(o.OutDir, sbomDir, "*.spdx.json"))
 	if err != nil || len(sboms) != 1 {
@@ -219,4 +233,15 @@ func inLayout(dir string, digest v1.Hash) error {
 		return fmt.Errorf("the OCI layout %s lacks the image %s ko printed: %w", dir, digest, err)
 	}
 	return nil
+}
+
+// moveDir renames from to to, copying when they are on different file systems.
+func moveDir(from, to string) error {
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	if err := os.Rename(from, to); err == nil {
+		return nil
+	}
+	return os.CopyFS(to, os.DirFS(from))
 }
