@@ -86,8 +86,9 @@ func BuildImage(ctx context.Context, o ImageOptions) (Image, error) {
 		return Image{}, err
 	}
 	out := Image{Layout: filepath.Join(o.OutDir, layoutDir), Base: base}
-	// A layout keeps every image appended to it; starting empty leaves this build's image alone.
-	for _, dir := range []string{out.Layout, filepath.Join(o.OutDir, sbomDir)} {
+	// A layout keeps every image appended to it; starting empty leaves this build's image alone,
+	// and a failed build leaves no reference to an earlier one for make chart to pin.
+	for _, dir := range []string{out.Layout, filepath.Join(o.OutDir, sbomDir), filepath.Join(o.OutDir, refFile)} {
 		if err := os.RemoveAll(dir); err != nil {
 			return Image{}, err
 		}
