@@ -143,3 +143,41 @@ func manifests(t *testing.T, dir string) int {
 	}
 	return len(m.Manifests)
 }
+
+func TestResolveBase(t *testing.T) {
+	local, err := LocalBase(DefaultPlatform)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		base, want, err string
+	}{
+		"local is the base written into ko's cache, named by digest": {
+			base: BaseLocal, want: localBaseName + "@" + digest(t, local),
+		},
+		"an image reference is handed to ko as it is": {
+			base: "registry.example.com/base/static@" + testDigest, want: "registry.example.com/base/static@" + testDigest,
+		},
+		"a malformed reference is refused": {
+			base: "Registry.example.com/UPPER:tag", err: `base image "Registry.example.com/UPPER:tag"`,
+		},
+	}
+	for sentence, c := range cases {
+		t.Run(sentence, func(t *testing.T) {
+			kocache := t.TempDir()
+			got, err := resolveBase(t.Context(), ImageOptions{Base: c.base, KoCache: kocache, Platform: DefaultPlatform})
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("resolveBase(%q) = %q, %v; want an error containing %q", c.base, got, err, c.err)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("resolveBase(%q) = %q, %v; want %q", c.base, got, err, c.want)
+			}
+			if c.base == BaseLocal && manifests(t, filepath.Join(kocache, "img")) != 1 {
+				t.Fatalf("the local base is not in %s/img, where ko looks for it", kocache)
+			}
+		})
+	}
+}
