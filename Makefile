@@ -6,7 +6,12 @@ SHELL := /usr/bin/env bash -o pipefail
 GO          ?= go
 LOCALBIN    ?= $(CURDIR)/bin
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The image's binary gets the same stamp from .ko.yaml.
 LDFLAGS     := -X github.com/daemonguard/daemonguard/internal/cli.Version=$(VERSION)
+# make image/chart: REGISTRY (e.g. registry.example.com/team) to push to; BASE auto|local|<image>.
+REGISTRY    ?=
+BASE        ?= auto
+RELEASE_DIR ?= $(LOCALBIN)/release
 # go test flags; CI keeps -p 2 on its two cores. Integration packages start one local cluster each.
 TEST_FLAGS  ?= -count=1 -timeout 60m
 BENCH       ?= .
@@ -36,7 +41,7 @@ lint: vet ## Check formatting and vet (fails on unformatted files).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: testbin
-testbin: ## Build (or reuse cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm and cert-manager.
+testbin: ## Build (or reuse cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, ko and cert-manager.
 	$(GO) run ./cmd/localcluster build
 
 ##@ Run
@@ -52,6 +57,16 @@ demo-down: ## Stop local clusters left by `make demo` or `make cluster` (also af
 .PHONY: cluster
 cluster: testbin ## Start an empty local control plane (1 control-plane + 4 worker nodes) until Ctrl-C.
 	$(GO) run ./cmd/localcluster up
+
+##@ Release
+
+.PHONY: image
+image: ## Build the image with ko into bin/release/image (OCI layout, SPDX SBOM in bin/release/sbom); REGISTRY=... pushes it.
+	$(GO) run ./cmd/release image --version "$(VERSION)" --registry "$(REGISTRY)" --base "$(BASE)" --out "$(RELEASE_DIR)"
+
+.PHONY: chart
+chart: image ## Package the chart pinned to that image by digest into bin/release; REGISTRY=... pushes it to oci://REGISTRY/charts.
+	$(GO) run ./cmd/release chart --version "$(VERSION)" --registry "$(REGISTRY)" --out "$(RELEASE_DIR)"
 
 ##@ Test
 

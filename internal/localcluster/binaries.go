@@ -69,6 +69,12 @@ var toolModules = []toolModule{
 		outputs: map[string]string{"helm": "helm.sh/helm/v3/cmd/helm"},
 	},
 	{
+		// ko builds the release image without a container engine (`make image`, internal/release).
+		dir:     "ko",
+		ldflags: "-s -w -X github.com/google/ko/pkg/commands.Version=v0.19.1",
+		outputs: map[string]string{"ko": "github.com/google/ko"},
+	},
+	{
 		// cert-manager's controllers and cainjector in one process (see tools/certmanager), and
 		// the CRDs of exactly that version.
 		dir:     "certmanager",
