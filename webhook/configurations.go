@@ -21,6 +21,9 @@ type ConfigurationOptions struct {
 	ExemptNamespaces []string
 	FailurePolicy    admissionregistrationv1.FailurePolicyType
 	TimeoutSeconds   int32
+	// InProcessInjection leaves out the DaemonSet mutating webhook: the API server injects with
+	// the MutatingAdmissionPolicy internal/inprocess generates instead.
+	InProcessInjection bool
 }
 
 func (o ConfigurationOptions) clientConfig(path string) admissionregistrationv1.WebhookClientConfig {
@@ -113,6 +116,9 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 				}},
 			},
 		},
+	}
+	if o.InProcessInjection {
+		mutating.Webhooks = mutating.Webhooks[1:]
 	}
 	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: o.Name},

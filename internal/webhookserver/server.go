@@ -64,7 +64,12 @@ type Options struct {
 	// SelfManagedTLS, when set, makes the webhook keep its own CA and serving certificate in a
 	// Secret and write them to CertDir; when nil, CertDir is a mounted Secret (cert-manager).
 	SelfManagedTLS *selftls.Options
-	Log            logr.Logger
+	// InProcessInjectionPolicy names the MutatingAdmissionPolicy that injects in place of the
+	// DaemonSet mutating webhook (internal/inprocess); "" when the webhook injects. The webhook
+	// then reports in /policy-status, and with an Event, whether that policy still does what the
+	// policy set in force decides.
+	InProcessInjectionPolicy string
+	Log                      logr.Logger
 }
 
 // Run serves the admission webhooks until ctx ends. The policy set starts as the built-ins and
@@ -180,6 +185,21 @@ func Run(ctx context.Context, opts Options) error {
 		recorder: eventClient.NewRecorder("daemonguard-webhook"), log: log.WithName("policies"),
 	}
 	reloader.status.Store(PolicyStatus{Healthy: true, Modules: initial.Modules(), LoadedAt: time.Now()})
+	if opts.InProcessInjectionPolicy != "" {
+		reloader.inProcess = &inProcessCheck{policy: opts.InProcessInjectionPolicy, reader: mgr.GetAPIReader()}
+		// The first check, of the built-ins, once the manager runs (later ones follow each reload).
+		err := mgr.Add(everyReplica(func(ctx context.Context) error {
+			reloader.mu.Lock()
+			defer reloader.mu.Unlock()
+			if reloader.inProcess.last.Policy == "" { // no reload has checked yet
+				reloader.checkInProcess(ctx, builtin, builtinParams, nil)
+			}
+			return nil
+		}))
+		if err != nil {
+			return err
+		}
+	}
 	// SkipNameValidation lets a process run the server again after stopping it (the tests'
 	// harness does, on a shared cluster); two live servers never share a process.
 	if err := ctrl.NewControllerManagedBy(mgr).Named("policy-configmaps").For(&corev1.ConfigMap{}).
@@ -235,6 +255,8 @@ type PolicyStatus struct {
 	LastError string    `json:"lastError,omitempty"`
 	Modules   []string  `json:"modules"`
 	LoadedAt  time.Time `json:"loadedAt"`
+	// InProcessInjection is set when a MutatingAdmissionPolicy injects instead of the webhook.
+	InProcessInjection *InProcessInjectionStatus `json:"inProcessInjection,omitempty"`
 }
 
 var (
@@ -265,6 +287,7 @@ type policyReloader struct {
 	log           logr.Logger
 	mu            sync.Mutex // one reload at a time
 	status        atomicStatus
+	inProcess     *inProcessCheck // nil when the webhook injects
 }
 
 type atomicStatus struct {
@@ -310,7 +333,10 @@ func (r *policyReloader) Reconcile(ctx context.Context, _ reconcile.Request) (re
 	r.engine.Swap(set)
 	policyReloads.WithLabelValues("success").Inc()
 	policySetHealthy.Set(1)
-	r.status.Store(PolicyStatus{Healthy: true, Modules: set.Modules(), LoadedAt: time.Now()})
+	r.status.Store(PolicyStatus{Healthy: true, Modules: set.Modules(), LoadedAt: time.Now(), InProcessInjection: r.status.Load().InProcessInjection})
+	if r.inProcess != nil {
+		r.checkInProcess(ctx, modules, params, list.Items)
+	}
 	r.log.Info("Policy set loaded", "modules", len(set.Modules()), "configMaps", len(list.Items))
 	return reconcile.Result{}, nil
 }
