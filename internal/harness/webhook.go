@@ -36,6 +36,9 @@ const WebhookNamespace = "daemonguard-system"
 type Options struct {
 	// AuditInterval is the period of the in-process audit; 0 turns it off.
 	AuditInterval time.Duration
+	// InProcessInjection registers no DaemonSet mutating webhook: the caller has registered the
+	// in-process injection policy (internal/inprocess) before, which the start waits on instead.
+	InProcessInjection bool
 }
 
 // Webhook is a running webhook server registered with a cluster.
@@ -119,6 +122,7 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 
 	mutating, validating := webhook.Configurations(webhook.ConfigurationOptions{
 		Name: configurationName, URL: w.URL, CABundle: caBundle, Namespace: WebhookNamespace,
+		InProcessInjection: opts.InProcessInjection,
 	})
 	// Configurations left by a run that died before its Stop point at a server that is gone.
 	if err := unregister(ctx, c); err != nil {
