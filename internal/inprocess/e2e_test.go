@@ -131,19 +131,7 @@ func TestDifferentialWebhookVersusPolicy(t *testing.T) {
 
 	// Through the generated policy.
 	legacy = createUninjected(t, ctx, "legacy-policy")
-	builtin, params, err := policy.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	modules, params, err := policy.Overlay(builtin, params, []policy.Source{{Name: "configmap/inprocess-test", Files: cm.Data}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := inprocess.Generate(ctx, modules, params, inprocess.Options{Name: policyName, Namespace: harness.WebhookNamespace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	register(t, ctx, objs)
+	register(t, ctx, generate(t, policy.Source{Name: "configmap/inprocess-test", Files: cm.Data}))
 	waitPriorityClass(t, ctx, "dg-critical", "system-cluster-critical")
 	byPolicy := admitAll(t, ctx, cases)
 	writesByPolicy := writes(t, ctx, "policy", legacy)
@@ -176,15 +164,7 @@ func TestSeedLandsOnControlPlaneWithoutWebhook(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	modules, params, err := policy.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := inprocess.Generate(ctx, modules, params, inprocess.Options{Name: policyName, Namespace: harness.WebhookNamespace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	register(t, ctx, objs)
+	register(t, ctx, generate(t))
 	createNamespace(t, ctx, "dg-seed", nil)
 	waitPriorityClass(t, ctx, "dg-seed", "system-node-critical")
 	if hooks, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err != nil || len(hooks.Items) != 0 {
@@ -232,6 +212,25 @@ func repoFile(t *testing.T, parts ...string) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(append([]string{root}, parts...)...)
+}
+
+// generate returns the policy and binding generated from the built-ins overlaid with sources, as
+// the webhook's reloader overlays its ConfigMaps.
+func generate(t *testing.T, sources ...policy.Source) *inprocess.Objects {
+	t.Helper()
+	builtin, params, err := policy.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	modules, params, err := policy.Overlay(builtin, params, sources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := inprocess.Generate(context.Background(), modules, params, inprocess.Options{Name: policyName, Namespace: harness.WebhookNamespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
 
 func createNamespace(t *testing.T, ctx context.Context, name string, labels map[string]string) {

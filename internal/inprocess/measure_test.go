@@ -20,7 +20,6 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/inprocess"
-	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
 var (
@@ -42,14 +41,7 @@ func TestMeasureAdmission(t *testing.T) {
 	}
 	ctx := context.Background()
 	createNamespace(t, ctx, "dg-bench", nil)
-	modules, params, err := policy.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := inprocess.Generate(ctx, modules, params, inprocess.Options{Name: policyName, Namespace: harness.WebhookNamespace})
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := generate(t)
 	bench := seed(t, "bench")
 	if _, err := cluster.Client.AppsV1().DaemonSets("dg-bench").Create(ctx, bench, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
