@@ -32,6 +32,10 @@ const (
 	releaseName = "rel"
 	namespace   = "daemonguard-system"
 	kubeVersion = "1.36.3"
+	// mutatingAdmissionPolicyV1 is what a 1.36 API server's discovery lists and `helm template`
+	// does not know by itself (it knows group versions only): webhook.inProcessInjection auto
+	// looks for it.
+	mutatingAdmissionPolicyV1 = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 )
 
 // renderCase is one way to install the chart: a values file and what it must produce.
@@ -163,7 +167,7 @@ func runHelm(t *testing.T, args ...string) ([]byte, error) {
 // template runs helm template with the fixed release, namespace and Kubernetes version.
 func template(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
-	return runHelm(t, append([]string{"template", "--namespace", namespace, releaseName, chartDir, "--kube-version", kubeVersion}, args...)...)
+	return runHelm(t, append([]string{"template", "--namespace", namespace, releaseName, chartDir, "--kube-version", kubeVersion, "--api-versions", mutatingAdmissionPolicyV1}, args...)...)
 }
 
 var (
