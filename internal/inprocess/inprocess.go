@@ -427,29 +427,36 @@ func build(c *classes, o Options) *Objects {
 
 // variables are the policy's CEL variables.
 func variables(c *classes) []admissionregistrationv1.Variable {
-	const p = controller.StatusPrefix
-	ann := func(o string) string { return o + ".metadata.?annotations.orValue({})" }
+	p := q(controller.StatusPrefix)
 	statusOnly := strings.Join([]string{
 		`request.operation == "UPDATE" && oldObject != null`,
-		`(` + ann("object") + `.exists(k, k.startsWith(` + q(p) + `)) || ` + ann("oldObject") + `.exists(k, k.startsWith(` + q(p) + `)))`,
+		`(variables.annotations.exists(k, k.startsWith(` + p + `)) || variables.oldAnnotations.exists(k, k.startsWith(` + p + `)))`,
 		`object.spec == oldObject.spec`,
-		`object.metadata.?labels.orValue({}) == oldObject.metadata.?labels.orValue({})`,
-		`object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([])`,
-		`object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([])`,
-		ann("object") + `.all(k, k.startsWith(` + q(p) + `) || (k in ` + ann("oldObject") + ` && ` + ann("oldObject") + `[k] == ` + ann("object") + `[k]))`,
-		ann("oldObject") + `.all(k, k.startsWith(` + q(p) + `) || k in ` + ann("object") + `)`,
+		`variables.labels == ` + orEmpty("oldObject.metadata.labels", "{}"),
+		orEmpty("object.metadata.ownerReferences", "[]") + ` == ` + orEmpty("oldObject.metadata.ownerReferences", "[]"),
+		orEmpty("object.metadata.finalizers", "[]") + ` == ` + orEmpty("oldObject.metadata.finalizers", "[]"),
+		`variables.annotations.all(k, k.startsWith(` + p + `) || (k in variables.oldAnnotations && variables.oldAnnotations[k] == variables.annotations[k]))`,
+		`variables.oldAnnotations.all(k, k.startsWith(` + p + `) || k in variables.annotations)`,
 	}, " &&\n")
+	field := func(f string) string { return orEmpty("h."+f, `""`) }
 	return []admissionregistrationv1.Variable{
 		{Name: "namespaceName", Expression: `namespaceObject.metadata.name`},
-		{Name: "namespaceLabels", Expression: `namespaceObject.metadata.?labels.orValue({})`},
+		{Name: "namespaceLabels", Expression: orEmpty("namespaceObject.metadata.labels", "{}")},
 		{Name: "class", Expression: classExpression(c)},
-		{Name: "labels", Expression: `object.metadata.?labels.orValue({})`},
-		{Name: "optedOut", Expression: ann("object") + `[?` + q(OptOutAnnotation) + `].orValue("") == "false"`},
+		{Name: "labels", Expression: orEmpty("object.metadata.labels", "{}")},
+		{Name: "annotations", Expression: orEmpty("object.metadata.annotations", "{}")},
+		{Name: "oldAnnotations", Expression: `oldObject == null ? {} : ` + orEmpty("oldObject.metadata.annotations", "{}")},
+		{Name: "optedOut", Expression: q(OptOutAnnotation) + ` in variables.annotations && variables.annotations[` + q(OptOutAnnotation) + `] == "false"`},
 		// The rollout controller reporting progress in status.daemonguard.io/ annotations: the
 		// webhook leaves such updates alone (no injection behind the user's back).
 		{Name: "statusOnly", Expression: statusOnly},
-		{Name: "podSpec", Expression: `object.?spec.?template.?spec`},
-		{Name: "tolerations", Expression: `variables.podSpec.?tolerations.orValue([])`},
+		// The template's tolerations as string maps (string() everywhere: the API server's CEL
+		// wants homogeneous literals and types the fields dyn): absent fields "", the operator "Equal" when
+		// left out (as the API server reads it), tolerationSeconds in decimal.
+		// spec.template.spec is always there: a DaemonSet decodes into structs never omitted.
+		{Name: "tolerations", Expression: `has(object.spec.template.spec.tolerations) ? object.spec.template.spec.tolerations.map(h, {` +
+			`"key": string(` + field("key") + `), "operator": string(` + field("operator") + ` == "" ? "Equal" : h.operator), "value": string(` + field("value") +
+			`), "effect": string(` + field("effect") + `), "seconds": has(h.tolerationSeconds) ? string(h.tolerationSeconds) : ""}) : []`},
 	}
 }
 
@@ -480,7 +487,7 @@ func classExpression(c *classes) string {
 // cover and the priority class when it names none and sets no priority.
 func patchExpression(c *classes) string {
 	var b strings.Builder
-	b.WriteString("variables.optedOut || variables.statusOnly || !variables.podSpec.hasValue() ? [] :\n")
+	b.WriteString("variables.optedOut || variables.statusOnly ? [] :\n")
 	// Classes that patch alike share one branch; the default class's patch is the last branch.
 	def := classPatch(c.def)
 	byPatch := map[string][]string{}
@@ -515,17 +522,20 @@ func classPatch(c class) string {
 	if len(c.tolerations) > 0 {
 		// No list yet: add all of them at once, as plain maps (a list of typed values breaks the
 		// API server's conversion). A list: append each missing one as a single typed value.
+		// The API server's CEL wants homogeneous literals: with a tolerationSeconds (an int)
+		// among the strings, every value of every map is dyn.
+		dyn := slices.ContainsFunc(c.tolerations, func(t corev1.Toleration) bool { return t.TolerationSeconds != nil })
 		var maps_, appends []string
 		for _, t := range c.tolerations {
-			maps_ = append(maps_, tolerationCEL(t, "{", "}", ": ", true))
+			maps_ = append(maps_, tolerationCEL(t, "{", "}", ": ", true, dyn))
 			appends = append(appends, fmt.Sprintf("(variables.tolerations.exists(h, %s) ? [] : [JSONPatch{op: \"add\", path: \"/spec/template/spec/tolerations/-\", value: %s}])",
-				coveredCEL(t), tolerationCEL(t, "Object.spec.template.spec.tolerations{", "}", ": ", false)))
+				coveredCEL(t), tolerationCEL(t, "Object.spec.template.spec.tolerations{", "}", ": ", false, false)))
 		}
-		parts = append(parts, fmt.Sprintf("(!variables.podSpec.?tolerations.hasValue() ? [JSONPatch{op: \"add\", path: \"/spec/template/spec/tolerations\", value: [%s]}] :\n  %s)",
+		parts = append(parts, fmt.Sprintf("(!has(object.spec.template.spec.tolerations) ? [JSONPatch{op: \"add\", path: \"/spec/template/spec/tolerations\", value: [%s]}] :\n  %s)",
 			strings.Join(maps_, ", "), strings.Join(appends, " +\n  ")))
 	}
 	if c.priorityClassName != "" {
-		parts = append(parts, fmt.Sprintf(`(variables.podSpec.?priorityClassName.orValue("") == "" && !variables.podSpec.?priority.hasValue() ? [JSONPatch{op: "add", path: "/spec/template/spec/priorityClassName", value: %s}] : [])`,
+		parts = append(parts, fmt.Sprintf(`(`+orEmpty("object.spec.template.spec.priorityClassName", `""`)+` == "" && !has(object.spec.template.spec.priority) ? [JSONPatch{op: "add", path: "/spec/template/spec/priorityClassName", value: %s}] : [])`,
 			q(c.priorityClassName)))
 	}
 	patch := strings.Join(parts, " +\n")
@@ -535,32 +545,30 @@ func classPatch(c class) string {
 	return fmt.Sprintf("(%s ? [] :\n%s)", strings.Join(excluded, " || "), patch)
 }
 
-// coveredCEL is covers(h, t) in CEL over an existing toleration h.
+// coveredCEL is covers(h, t) in CEL over an entry h of variables.tolerations.
 func coveredCEL(t corev1.Toleration) string {
-	field := func(f string) string { return `h.?` + f + `.orValue("")` }
-	op := `(` + field("operator") + ` == "" ? "Equal" : ` + field("operator") + `)`
-	effectOK := `(` + field("effect") + ` == "" || ` + field("effect") + ` == ` + q(string(t.Effect)) + `)`
-	exists := op + ` == "Exists" && (` + field("key") + ` == "" || ` + field("key") + ` == ` + q(t.Key) + `) && ` + effectOK
-	seconds := `!h.?tolerationSeconds.hasValue()`
-	if t.TolerationSeconds != nil {
-		seconds = `h.?tolerationSeconds.orValue(0) == ` + strconv.FormatInt(*t.TolerationSeconds, 10) + ` && h.?tolerationSeconds.hasValue()`
-	}
+	exists := `h.operator == "Exists" && (h.key == "" || h.key == ` + q(t.Key) + `) && (h.effect == "" || h.effect == ` + q(string(t.Effect)) + `)`
 	if opOf(t) == corev1.TolerationOpExists {
 		return exists // an identical toleration is an Exists toleration for the same key and effect
 	}
-	identical := op + ` == ` + q(string(opOf(t))) + ` && ` + field("key") + ` == ` + q(t.Key) + ` && ` + field("value") + ` == ` + q(t.Value) +
-		` && ` + field("effect") + ` == ` + q(string(t.Effect)) + ` && ` + seconds
-	return `(` + exists + `) ||
-    (` + identical + `)`
+	seconds := ""
+	if t.TolerationSeconds != nil {
+		seconds = strconv.FormatInt(*t.TolerationSeconds, 10)
+	}
+	return `(` + exists + `) || (h.operator == ` + q(string(opOf(t))) + ` && h.key == ` + q(t.Key) + ` && h.value == ` + q(t.Value) +
+		` && h.effect == ` + q(string(t.Effect)) + ` && h.seconds == ` + q(seconds) + `)`
 }
 
 // tolerationCEL writes a toleration as the API server stores it (empty fields left out), as a
-// map literal (quoted keys) or a typed object literal.
-func tolerationCEL(t corev1.Toleration, open, close, sep string, quoteKeys bool) string {
+// map literal (quoted keys, values wrapped in dyn() when dyn) or a typed object literal.
+func tolerationCEL(t corev1.Toleration, open, close, sep string, quoteKeys, dyn bool) string {
 	var fields []string
 	add := func(k, v string) {
 		if quoteKeys {
 			k = q(k)
+		}
+		if dyn {
+			v = "dyn(" + v + ")"
 		}
 		fields = append(fields, k+sep+v)
 	}
@@ -589,6 +597,12 @@ func labelsMatch(labels string, sel map[string]string) string {
 		conds = append(conds, fmt.Sprintf("%s in %s && %s[%s] == %s", q(k), labels, labels, q(k), q(sel[k])))
 	}
 	return "(" + strings.Join(conds, " && ") + ")"
+}
+
+// orEmpty is CEL for the field at path, or empty when it is absent. (Optional field selection,
+// x.?f.orValue(...), proved unreliable on the API server's typed objects.)
+func orEmpty(path, empty string) string {
+	return "(has(" + path + ") ? " + path + " : " + empty + ")"
 }
 
 // q quotes a string as a CEL string literal (Go's escapes are a subset of CEL's).
