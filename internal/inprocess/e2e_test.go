@@ -152,11 +152,11 @@ func TestDifferentialWebhookVersusPolicy(t *testing.T) {
 	t.Logf("%d admissions compared (%d manifests x %d namespaces), %d injected", len(byWebhook), len(cases), len(testNamespaces), injected)
 	// What each write must do; then the policy must do exactly what the webhook did.
 	expect := map[string]string{
-		"server-side apply creates":                                 "generation +1",
-		"the same apply again":                                      "generation +0",
-		"an update with the stored object":                          "generation +0",
+		"server-side apply creates":                                "generation +1",
+		"the same apply again":                                     "generation +0",
+		"an update with the stored object":                         "generation +0",
 		"a status-only update of a template without the injection": "generation +0, tolerations [{\"key\":\"node-role.kubernetes.io/master\",\"effect\":\"NoSchedule\"}], priorityClassName \"\"",
-		"an ordinary update of a template without the injection":    "generation +1",
+		"an ordinary update of a template without the injection":   "generation +1",
 	}
 	for _, k := range sortedKeys(writesByWebhook) {
 		if !strings.HasPrefix(writesByWebhook[k], expect[k]) {
