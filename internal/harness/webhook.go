@@ -46,7 +46,10 @@ type Webhook struct {
 	URL     string
 	LogPath string
 	cluster *localcluster.Cluster
-	stop    context.CancelFunc
+	// inProcess: the caller's in-process injection policy mutates DaemonSets, so whether the
+	// API server still calls the webhook cannot be told by a DaemonSet's mutation.
+	inProcess bool
+	stop      context.CancelFunc
 	done    chan error
 }
 
@@ -57,7 +60,7 @@ func (w *Webhook) Stop() {
 	if w.cluster != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := unregister(ctx, w.cluster); err != nil {
+		if err := unregister(ctx, w.cluster, !w.inProcess); err != nil {
 			fmt.Fprintf(os.Stderr, "harness: %v\n", err)
 		}
 	}
@@ -65,14 +68,17 @@ func (w *Webhook) Stop() {
 	<-w.done
 }
 
-// unregister deletes the webhook configurations and waits until they are out of force.
-func unregister(ctx context.Context, c *localcluster.Cluster) error {
+// unregister deletes the webhook configurations and, when wait, waits until they are out of force.
+func unregister(ctx context.Context, c *localcluster.Cluster, wait bool) error {
 	adm := c.Client.AdmissionregistrationV1()
 	if err := adm.MutatingWebhookConfigurations().Delete(ctx, configurationName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("unregister mutating webhook: %w", err)
 	}
 	if err := adm.ValidatingWebhookConfigurations().Delete(ctx, configurationName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("unregister validating webhook: %w", err)
+	}
+	if !wait {
+		return nil
 	}
 	return waitMutated(ctx, c, false)
 }
@@ -102,7 +108,7 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 	}
 
 	runCtx, cancel := context.WithCancel(context.Background())
-	w := &Webhook{URL: "https://127.0.0.1:" + strconv.Itoa(port), LogPath: logPath, stop: cancel, done: make(chan error, 1)}
+	w := &Webhook{URL: "https://127.0.0.1:" + strconv.Itoa(port), LogPath: logPath, inProcess: opts.InProcessInjection, stop: cancel, done: make(chan error, 1)}
 	log := zap.New(zap.WriteTo(logFile))
 	ctrl.SetLogger(log) // controller-runtime's global logger; the webhook is this process's only user
 	go func() {
@@ -125,7 +131,7 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 		InProcessInjection: opts.InProcessInjection,
 	})
 	// Configurations left by a run that died before its Stop point at a server that is gone.
-	if err := unregister(ctx, c); err != nil {
+	if err := unregister(ctx, c, !opts.InProcessInjection); err != nil {
 		w.Stop()
 		return nil, err
 	}
