@@ -50,7 +50,7 @@ type Webhook struct {
 	// API server still calls the webhook cannot be told by a DaemonSet's mutation.
 	inProcess bool
 	stop      context.CancelFunc
-	done    chan error
+	done      chan error
 }
 
 // Stop takes the webhook configurations out of the cluster, waits until the API server no longer
