@@ -392,7 +392,8 @@ func build(c *classes, o Options) *Objects {
 	if o.FailurePolicy == "" {
 		o.FailurePolicy = admissionregistrationv1.Fail
 	}
-	// The binding selects exactly what the DaemonSet mutating webhook selects.
+	// The binding selects exactly what the DaemonSet mutating webhook selects (the URL only
+	// fills the client configuration, which is not used).
 	mutating, _ := webhook.Configurations(webhook.ConfigurationOptions{
 		Name: o.Name, URL: "https://unused", Namespace: o.Namespace, ExemptNamespaces: o.ExemptNamespaces,
 	})
@@ -525,14 +526,14 @@ func classPatch(c class) string {
 		// The API server's CEL wants homogeneous literals: with a tolerationSeconds (an int)
 		// among the strings, every value of every map is dyn.
 		dyn := slices.ContainsFunc(c.tolerations, func(t corev1.Toleration) bool { return t.TolerationSeconds != nil })
-		var maps_, appends []string
+		var literals, appends []string
 		for _, t := range c.tolerations {
-			maps_ = append(maps_, tolerationCEL(t, "{", "}", ": ", true, dyn))
+			literals = append(literals, tolerationCEL(t, "{", "}", true, dyn))
 			appends = append(appends, fmt.Sprintf("(variables.tolerations.exists(h, %s) ? [] : [JSONPatch{op: \"add\", path: \"/spec/template/spec/tolerations/-\", value: %s}])",
-				coveredCEL(t), tolerationCEL(t, "Object.spec.template.spec.tolerations{", "}", ": ", false, false)))
+				coveredCEL(t), tolerationCEL(t, "Object.spec.template.spec.tolerations{", "}", false, false)))
 		}
 		parts = append(parts, fmt.Sprintf("(!has(object.spec.template.spec.tolerations) ? [JSONPatch{op: \"add\", path: \"/spec/template/spec/tolerations\", value: [%s]}] :\n  %s)",
-			strings.Join(maps_, ", "), strings.Join(appends, " +\n  ")))
+			strings.Join(literals, ", "), strings.Join(appends, " +\n  ")))
 	}
 	if c.priorityClassName != "" {
 		parts = append(parts, fmt.Sprintf(`(`+orEmpty("object.spec.template.spec.priorityClassName", `""`)+` == "" && !has(object.spec.template.spec.priority) ? [JSONPatch{op: "add", path: "/spec/template/spec/priorityClassName", value: %s}] : [])`,
@@ -561,7 +562,7 @@ func coveredCEL(t corev1.Toleration) string {
 
 // tolerationCEL writes a toleration as the API server stores it (empty fields left out), as a
 // map literal (quoted keys, values wrapped in dyn() when dyn) or a typed object literal.
-func tolerationCEL(t corev1.Toleration, open, close, sep string, quoteKeys, dyn bool) string {
+func tolerationCEL(t corev1.Toleration, open, close string, quoteKeys, dyn bool) string {
 	var fields []string
 	add := func(k, v string) {
 		if quoteKeys {
@@ -570,7 +571,7 @@ func tolerationCEL(t corev1.Toleration, open, close, sep string, quoteKeys, dyn 
 		if dyn {
 			v = "dyn(" + v + ")"
 		}
-		fields = append(fields, k+sep+v)
+		fields = append(fields, k+": "+v)
 	}
 	if t.Key != "" {
 		add("key", q(t.Key))
