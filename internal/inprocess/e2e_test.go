@@ -256,6 +256,17 @@ func createNamespace(t *testing.T, ctx context.Context, name string, labels map[
 // later tests see no injection).
 func register(t *testing.T, ctx context.Context, objs *inprocess.Objects) {
 	t.Helper()
+	unregister := registerPolicy(t, ctx, objs)
+	t.Cleanup(func() {
+		unregister()
+		createNamespace(t, context.Background(), "dg-default", nil)
+		waitPriorityClass(t, context.Background(), "dg-default", "")
+	})
+}
+
+// registerPolicy creates the policy and binding and returns what deletes them.
+func registerPolicy(t *testing.T, ctx context.Context, objs *inprocess.Objects) func() {
+	t.Helper()
 	adm := cluster.Client.AdmissionregistrationV1()
 	if _, err := adm.MutatingAdmissionPolicies().Create(ctx, objs.Policy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -263,13 +274,11 @@ func register(t *testing.T, ctx context.Context, objs *inprocess.Objects) {
 	if _, err := adm.MutatingAdmissionPolicyBindings().Create(ctx, objs.Binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	return func() {
 		ctx := context.Background()
 		_ = adm.MutatingAdmissionPolicyBindings().Delete(ctx, objs.Binding.Name, metav1.DeleteOptions{})
 		_ = adm.MutatingAdmissionPolicies().Delete(ctx, objs.Policy.Name, metav1.DeleteOptions{})
-		createNamespace(t, ctx, "dg-default", nil)
-		waitPriorityClass(t, ctx, "dg-default", "")
-	})
+	}
 }
 
 // waitPriorityClass waits until a dry-run create of a DaemonSet in ns gets priority class want

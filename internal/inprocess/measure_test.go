@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/daemonguard/daemonguard/internal/harness"
-	"github.com/daemonguard/daemonguard/internal/inprocess"
 )
 
 var (
@@ -54,7 +53,8 @@ func TestMeasureAdmission(t *testing.T) {
 			inProcess := mode == "in-process"
 			var cleanup func()
 			if inProcess {
-				cleanup = registerNoCleanup(t, ctx, objs)
+				cleanup = registerPolicy(t, ctx, objs)
+				waitPriorityClass(t, ctx, "dg-bench", "system-node-critical")
 			}
 			w, err := harness.StartWebhook(ctx, cluster, harness.Options{InProcessInjection: inProcess})
 			if err != nil {
@@ -70,24 +70,6 @@ func TestMeasureAdmission(t *testing.T) {
 		}
 	}
 	t.Log("\n" + formatResults(results))
-}
-
-// registerNoCleanup registers the policy and returns what unregisters it and waits until the API
-// server stops applying it.
-func registerNoCleanup(t *testing.T, ctx context.Context, objs *inprocess.Objects) func() {
-	t.Helper()
-	adm := cluster.Client.AdmissionregistrationV1()
-	if _, err := adm.MutatingAdmissionPolicies().Create(ctx, objs.Policy, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adm.MutatingAdmissionPolicyBindings().Create(ctx, objs.Binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitPriorityClass(t, ctx, "dg-bench", "system-node-critical")
-	return func() {
-		_ = adm.MutatingAdmissionPolicyBindings().Delete(ctx, objs.Binding.Name, metav1.DeleteOptions{})
-		_ = adm.MutatingAdmissionPolicies().Delete(ctx, objs.Policy.Name, metav1.DeleteOptions{})
-	}
 }
 
 // roundResult holds one round's numbers in milliseconds.
