@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -27,8 +28,33 @@ type InProcessInjectionStatus struct {
 // inProcessCheck compares the live policy with the one generated from the policy set in force.
 type inProcessCheck struct {
 	policy string
-	reader client.Reader // uncached: one GET per reload, no cluster-wide watch
+	reader client.Reader // uncached: one GET per check, no cluster-wide watch
 	last   InProcessInjectionStatus
+	// The policy set in force and the ConfigMaps it came from, for the periodic check.
+	modules    []policy.Module
+	params     map[string]any
+	configMaps []corev1.ConfigMap
+}
+
+// inProcessRecheck is how often the live policy is compared with the policy set in force
+// between reloads.
+const inProcessRecheck = time.Minute
+
+// recheckInProcess checks at start and then every inProcessRecheck until ctx ends.
+func (r *policyReloader) recheckInProcess(ctx context.Context) error {
+	ticker := time.NewTicker(inProcessRecheck)
+	defer ticker.Stop()
+	for {
+		r.mu.Lock()
+		c := r.inProcess
+		r.checkInProcess(ctx, c.modules, c.params, c.configMaps)
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
 }
 
 // checkInProcess records whether the live policy matches what modules and params generate, and
@@ -36,6 +62,7 @@ type inProcessCheck struct {
 // when none exists). Callers hold r.mu.
 func (r *policyReloader) checkInProcess(ctx context.Context, modules []policy.Module, params map[string]any, configMaps []corev1.ConfigMap) {
 	c := r.inProcess
+	c.modules, c.params, c.configMaps = modules, params, configMaps
 	st := InProcessInjectionStatus{Policy: c.policy, InSync: true}
 	var live admissionregistrationv1.MutatingAdmissionPolicy
 	want, genErr := inprocess.Generate(ctx, modules, params, inprocess.Options{Name: c.policy})

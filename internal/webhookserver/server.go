@@ -186,17 +186,11 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	reloader.status.Store(PolicyStatus{Healthy: true, Modules: initial.Modules(), LoadedAt: time.Now()})
 	if opts.InProcessInjectionPolicy != "" {
-		reloader.inProcess = &inProcessCheck{policy: opts.InProcessInjectionPolicy, reader: mgr.GetAPIReader()}
-		// The first check, of the built-ins, once the manager runs (later ones follow each reload).
-		err := mgr.Add(everyReplica(func(ctx context.Context) error {
-			reloader.mu.Lock()
-			defer reloader.mu.Unlock()
-			if reloader.inProcess.last.Policy == "" { // no reload has checked yet
-				reloader.checkInProcess(ctx, builtin, builtinParams, nil)
-			}
-			return nil
-		}))
-		if err != nil {
+		reloader.inProcess = &inProcessCheck{policy: opts.InProcessInjectionPolicy, reader: mgr.GetAPIReader(),
+			modules: builtin, params: builtinParams}
+		// Checked after every reload, and every inProcessRecheck besides: the policy itself can
+		// change or go away without a ConfigMap changing.
+		if err := mgr.Add(everyReplica(reloader.recheckInProcess)); err != nil {
 			return err
 		}
 	}
