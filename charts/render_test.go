@@ -32,6 +32,10 @@ const (
 	releaseName = "rel"
 	namespace   = "daemonguard-system"
 	kubeVersion = "1.36.3"
+	// mutatingAdmissionPolicyV1 is what a 1.36 API server's discovery lists and `helm template`
+	// does not know by itself (it knows group versions only): webhook.inProcessInjection auto
+	// looks for it.
+	mutatingAdmissionPolicyV1 = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 )
 
 // renderCase is one way to install the chart: a values file and what it must produce.
@@ -53,6 +57,9 @@ type renderCase struct {
 	// are filled in), plus what the chart appends from values.
 	webhooks webhook.ConfigurationOptions
 	extra    extraWebhookFields
+	// inProcess says the chart renders the in-process injection policy (webhooks.InProcessInjection
+	// must say the same).
+	inProcess bool
 }
 
 // extraWebhookFields are the selectors and matchConditions the chart appends from values to what
@@ -66,39 +73,44 @@ type extraWebhookFields struct {
 var renderCases = map[string]renderCase{
 	"defaults: self-managed TLS, webhooks called through the in-cluster Service": {
 		golden: "defaults", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
-		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
 	"cert-manager with the self-signed and CA issuers the chart creates": {
 		golden: "cert-manager", values: "cert-manager.yaml", fullname: "rel-daemonguard", controller: true, controllerNamespace: "default",
-		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
 	"cert-manager with an existing ClusterIssuer": {
 		golden: "cert-manager-issuer-ref", values: "cert-manager-issuer-ref.yaml", fullname: "rel-daemonguard", controller: true, controllerNamespace: "default",
-		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
 	"URL mode for a webhook outside the cluster, certificate for 127.0.0.1": {
 		golden: "url-mode", values: "url-mode.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
-		webhooks: webhook.ConfigurationOptions{URL: "https://127.0.0.1:9443", FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+		webhooks: webhook.ConfigurationOptions{URL: "https://127.0.0.1:9443", FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
 	"policies as labelled ConfigMaps": {
 		golden: "policies", values: "policies.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
-		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
 	"OpenReports Reports from the audit, with their CRD": {
 		golden: "openreports", values: "openreports.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
 		openReports: true, openReportsCRD: true,
-		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
 	"admission only, the rollout controller disabled": {
 		golden: "controller-disabled", values: "controller-disabled.yaml", fullname: "rel-daemonguard", selfManaged: true,
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
+	},
+	"auto in-process injection left to the webhook: a policy ConfigMap changes the inject parameters": {
+		golden: "inprocess-auto-off", values: "inprocess-auto-off.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
 		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
 	},
 	"every knob away from its default": {
 		golden: "everything", values: "everything.yaml", fullname: "guard", selfManaged: true, controller: true, controllerNamespace: "agents",
 		webhooks: webhook.ConfigurationOptions{
 			ExemptNamespaces: []string{"monitoring", "cert-manager"},
-			FailurePolicy:    admissionregistrationv1.Ignore, TimeoutSeconds: 10,
+			FailurePolicy:    admissionregistrationv1.Ignore, TimeoutSeconds: 10, InProcessInjection: true,
 		},
+		inProcess: true,
 		extra: extraWebhookFields{
 			namespaceExpressions: []metav1.LabelSelectorRequirement{{Key: "daemonguard.io/enabled", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"false"}}},
 			objectExpressions:    []metav1.LabelSelectorRequirement{{Key: "app.kubernetes.io/managed-by", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"legacy-tool"}}},
@@ -163,7 +175,7 @@ func runHelm(t *testing.T, args ...string) ([]byte, error) {
 // template runs helm template with the fixed release, namespace and Kubernetes version.
 func template(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
-	return runHelm(t, append([]string{"template", "--namespace", namespace, releaseName, chartDir, "--kube-version", kubeVersion}, args...)...)
+	return runHelm(t, append([]string{"template", "--namespace", namespace, releaseName, chartDir, "--kube-version", kubeVersion, "--api-versions", mutatingAdmissionPolicyV1}, args...)...)
 }
 
 var (

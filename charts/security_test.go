@@ -203,7 +203,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 							t.Errorf("%s %s grants more than list/create/update/delete of reports.openreports.io: %+v", r.kind, r.name, rule)
 						}
 					}
-					if slices.Contains(rule.APIGroups, "admissionregistration.k8s.io") {
+					inProcessRead := c.inProcess && slices.Equal(rule.Resources, []string{"mutatingadmissionpolicies"}) &&
+						slices.Equal(rule.Verbs, []string{"get"}) && slices.Equal(rule.ResourceNames, []string{c.fullname + "-inject"})
+					if slices.Contains(rule.APIGroups, "admissionregistration.k8s.io") && !inProcessRead {
 						if !c.selfManaged || !slices.Equal(rule.ResourceNames, []string{c.fullname}) {
 							t.Errorf("%s %s grants webhook configurations other than self-managed TLS's %q: %+v", r.kind, r.name, c.fullname, rule)
 						}
@@ -280,6 +282,13 @@ func TestRBACCoversTheBinary(t *testing.T) {
 				verbs("admissionregistration.k8s.io", "validatingwebhookconfigurations", "", c.fullname, "get", "list", "watch", "update"),
 			)
 			check("webhook", c.selfManaged, tls...) // with cert-manager the webhook only reads files
+			// In-process injection: the webhook reads its policy to report whether it is in sync.
+			check("webhook", c.inProcess, verbs("admissionregistration.k8s.io", "mutatingadmissionpolicies", "", c.fullname+"-inject", "get")...)
+			check("webhook", false, slices.Concat(
+				verbs("admissionregistration.k8s.io", "mutatingadmissionpolicies", "", c.fullname+"-inject", "update", "patch", "delete"),
+				verbs("admissionregistration.k8s.io", "mutatingadmissionpolicies", "", "other", "get"),
+				verbs("admissionregistration.k8s.io", "mutatingadmissionpolicybindings", "", c.fullname+"-inject", "get"),
+			)...)
 
 			// The audit's OpenReports Reports (internal/audit.ReportWriter): one list per pass in all
 			// namespaces, then writes of the Reports that changed. No reads of single Reports, no

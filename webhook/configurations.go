@@ -25,6 +25,9 @@ type ConfigurationOptions struct {
 	// PodPinFailurePolicy with PodPinTimeoutSeconds.
 	FailurePolicy  admissionregistrationv1.FailurePolicyType
 	TimeoutSeconds int32
+	// InProcessInjection leaves out the DaemonSet mutating webhook: the API server injects with
+	// the MutatingAdmissionPolicy internal/inprocess generates instead.
+	InProcessInjection bool
 }
 
 // The pod webhook fails open with a short timeout, whatever the DaemonSet webhooks do: it sits
@@ -144,6 +147,9 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 				}},
 			},
 		},
+	}
+	if o.InProcessInjection {
+		mutating.Webhooks = mutating.Webhooks[1:]
 	}
 	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: o.Name},

@@ -393,7 +393,8 @@ func (l *admissionLoad) Stop() {
 func TestSelfManagedTLS(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ctx := context.Background()
-	r := installChart(t, "dg-self")
+	// Injection by the webhook: waitAdmission tells by the mutation that the API server reached it.
+	r := installChart(t, "dg-self", "webhook.inProcessInjection=false")
 	secretName := r.object("Deployment", "webhook").GetName() + "-tls"
 	configName := r.webhookConfigurationName()
 
@@ -606,7 +607,7 @@ func TestCertManagerTLS(t *testing.T) {
 	if _, err := cluster.StartCertManager(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r := installChart(t, "dg-cm", "certManager.enabled=true")
+	r := installChart(t, "dg-cm", "certManager.enabled=true", "webhook.inProcessInjection=false")
 	certName := r.object("Certificate", "webhook-tls").GetName()
 	configName := r.webhookConfigurationName()
 	certDir := t.TempDir()

@@ -26,7 +26,9 @@ import (
 func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ctx := context.Background()
-	r := installChart(t, "dg-outage")
+	// The webhook path: with in-process injection (auto on Kubernetes 1.36) the API server itself
+	// would inject while the webhook is down, which internal/inprocess tests.
+	r := installChart(t, "dg-outage", "webhook.inProcessInjection=false")
 	webhook := r.runWebhook(r.webhookPort)
 	ns := cluster.NewTestNamespace(t)
 	waitAdmission(t, ns)

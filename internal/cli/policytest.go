@@ -54,7 +54,7 @@ the webhook. It fails on a failing test and on a directory without tests.`,
 		},
 	}
 	test.Flags().BoolVarP(&verbose, "verbose", "v", false, "list passing tests too")
-	cmd.AddCommand(test)
+	cmd.AddCommand(test, newPolicyExportCommand())
 	return cmd
 }
 

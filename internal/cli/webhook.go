@@ -57,6 +57,7 @@ func newWebhookCommand() *cobra.Command {
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (default: in-cluster config, then $KUBECONFIG)")
 	f.StringVar(&opts.Namespace, "namespace", "", "daemonguard's own namespace (always exempt; policy ConfigMaps live here)")
 	f.StringSliceVar(&opts.ExemptNamespaces, "exempt-namespace", nil, "further namespaces the webhooks never act on (kube-system always is)")
+	f.StringVar(&opts.InProcessInjectionPolicy, "in-process-injection-policy", "", "name of the MutatingAdmissionPolicy that injects instead of the DaemonSet mutating webhook (see `daemonguard policy export`); the webhook reports in /policy-status whether it follows the policy set")
 	f.StringVar(&opts.Host, "host", "", "address to serve webhooks on (default all)")
 	f.IntVar(&opts.Port, "port", 9443, "port to serve webhooks on")
 	f.StringVar(&opts.CertDir, "cert-dir", "/tls", "folder with tls.crt and tls.key; reloaded on change")

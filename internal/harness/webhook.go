@@ -38,6 +38,9 @@ type Options struct {
 	AuditInterval time.Duration
 	// OpenReports makes the audit write OpenReports Reports.
 	OpenReports bool
+	// InProcessInjection registers no DaemonSet mutating webhook: the caller has registered the
+	// in-process injection policy (internal/inprocess) before, which the start waits on instead.
+	InProcessInjection bool
 }
 
 // Webhook is a running webhook server registered with a cluster.
@@ -45,8 +48,11 @@ type Webhook struct {
 	URL     string
 	LogPath string
 	cluster *localcluster.Cluster
-	stop    context.CancelFunc
-	done    chan error
+	// inProcess: the caller's in-process injection policy mutates DaemonSets, so whether the
+	// API server still calls the webhook cannot be told by a DaemonSet's mutation.
+	inProcess bool
+	stop      context.CancelFunc
+	done      chan error
 }
 
 // Stop takes the webhook configurations out of the cluster, waits until the API server no longer
@@ -56,7 +62,7 @@ func (w *Webhook) Stop() {
 	if w.cluster != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := unregister(ctx, w.cluster); err != nil {
+		if err := unregister(ctx, w.cluster, !w.inProcess); err != nil {
 			fmt.Fprintf(os.Stderr, "harness: %v\n", err)
 		}
 	}
@@ -64,14 +70,17 @@ func (w *Webhook) Stop() {
 	<-w.done
 }
 
-// unregister deletes the webhook configurations and waits until they are out of force.
-func unregister(ctx context.Context, c *localcluster.Cluster) error {
+// unregister deletes the webhook configurations and, when wait, waits until they are out of force.
+func unregister(ctx context.Context, c *localcluster.Cluster, wait bool) error {
 	adm := c.Client.AdmissionregistrationV1()
 	if err := adm.MutatingWebhookConfigurations().Delete(ctx, configurationName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("unregister mutating webhook: %w", err)
 	}
 	if err := adm.ValidatingWebhookConfigurations().Delete(ctx, configurationName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("unregister validating webhook: %w", err)
+	}
+	if !wait {
+		return nil
 	}
 	return waitMutated(ctx, c, false)
 }
@@ -101,7 +110,7 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 	}
 
 	runCtx, cancel := context.WithCancel(context.Background())
-	w := &Webhook{URL: "https://127.0.0.1:" + strconv.Itoa(port), LogPath: logPath, stop: cancel, done: make(chan error, 1)}
+	w := &Webhook{URL: "https://127.0.0.1:" + strconv.Itoa(port), LogPath: logPath, inProcess: opts.InProcessInjection, stop: cancel, done: make(chan error, 1)}
 	log := zap.New(zap.WriteTo(logFile))
 	ctrl.SetLogger(log) // controller-runtime's global logger; the webhook is this process's only user
 	go func() {
@@ -121,9 +130,10 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 
 	mutating, validating := webhook.Configurations(webhook.ConfigurationOptions{
 		Name: configurationName, URL: w.URL, CABundle: caBundle, Namespace: WebhookNamespace,
+		InProcessInjection: opts.InProcessInjection,
 	})
 	// Configurations left by a run that died before its Stop point at a server that is gone.
-	if err := unregister(ctx, c); err != nil {
+	if err := unregister(ctx, c, !opts.InProcessInjection); err != nil {
 		w.Stop()
 		return nil, err
 	}

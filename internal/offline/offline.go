@@ -250,9 +250,18 @@ func decode(raw []byte) (map[string]any, error) {
 // LoadPolicySet compiles the built-in policies, overlaid with the .rego files and parameters.yaml
 // found in dirs (same replacement rules as ConfigMaps: a module with a built-in's package replaces it).
 func LoadPolicySet(ctx context.Context, dirs []string) (*policy.Set, error) {
-	builtin, params, err := policy.Builtin()
+	modules, params, err := LoadPolicies(dirs)
 	if err != nil {
 		return nil, err
+	}
+	return policy.Compile(ctx, modules, params)
+}
+
+// LoadPolicies returns the modules and parameters LoadPolicySet compiles.
+func LoadPolicies(dirs []string) ([]policy.Module, map[string]any, error) {
+	builtin, params, err := policy.Builtin()
+	if err != nil {
+		return nil, nil, err
 	}
 	var sources []policy.Source
 	for _, dir := range dirs {
@@ -272,13 +281,9 @@ func LoadPolicySet(ctx context.Context, dirs []string) (*policy.Set, error) {
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("read policies from %s: %w", dir, err)
+			return nil, nil, fmt.Errorf("read policies from %s: %w", dir, err)
 		}
 		sources = append(sources, src)
 	}
-	modules, params, err := policy.Overlay(builtin, params, sources)
-	if err != nil {
-		return nil, err
-	}
-	return policy.Compile(ctx, modules, params)
+	return policy.Overlay(builtin, params, sources)
 }

@@ -66,7 +66,12 @@ type Options struct {
 	// SelfManagedTLS, when set, makes the webhook keep its own CA and serving certificate in a
 	// Secret and write them to CertDir; when nil, CertDir is a mounted Secret (cert-manager).
 	SelfManagedTLS *selftls.Options
-	Log            logr.Logger
+	// InProcessInjectionPolicy names the MutatingAdmissionPolicy that injects in place of the
+	// DaemonSet mutating webhook (internal/inprocess); "" when the webhook injects. The webhook
+	// then reports in /policy-status, and with an Event, whether that policy still does what the
+	// policy set in force decides.
+	InProcessInjectionPolicy string
+	Log                      logr.Logger
 }
 
 // Run serves the admission webhooks until ctx ends. The policy set starts as the built-ins and
@@ -165,6 +170,15 @@ func Run(ctx context.Context, opts Options) error {
 		recorder: eventClient.NewRecorder("daemonguard-webhook"), log: log.WithName("policies"),
 	}
 	reloader.status.Store(PolicyStatus{Healthy: true, Modules: initial.Modules(), LoadedAt: time.Now()})
+	if opts.InProcessInjectionPolicy != "" {
+		reloader.inProcess = &inProcessCheck{policy: opts.InProcessInjectionPolicy, reader: mgr.GetAPIReader(),
+			modules: builtin, params: builtinParams}
+		// Checked after every reload, and every inProcessRecheck besides: the policy itself can
+		// change or go away without a ConfigMap changing.
+		if err := mgr.Add(everyReplica(reloader.recheckInProcess)); err != nil {
+			return err
+		}
+	}
 	// SkipNameValidation lets a process run the server again after stopping it (the tests'
 	// harness does, on a shared cluster); two live servers never share a process.
 	if err := ctrl.NewControllerManagedBy(mgr).Named("policy-configmaps").For(&corev1.ConfigMap{}).
@@ -225,6 +239,8 @@ type PolicyStatus struct {
 	LastError string    `json:"lastError,omitempty"`
 	Modules   []string  `json:"modules"`
 	LoadedAt  time.Time `json:"loadedAt"`
+	// InProcessInjection is set when a MutatingAdmissionPolicy injects instead of the webhook.
+	InProcessInjection *InProcessInjectionStatus `json:"inProcessInjection,omitempty"`
 }
 
 var (
@@ -255,6 +271,7 @@ type policyReloader struct {
 	log           logr.Logger
 	mu            sync.Mutex // one reload at a time
 	status        atomicStatus
+	inProcess     *inProcessCheck // nil when the webhook injects
 }
 
 type atomicStatus struct {
@@ -300,7 +317,10 @@ func (r *policyReloader) Reconcile(ctx context.Context, _ reconcile.Request) (re
 	r.engine.Swap(set)
 	policyReloads.WithLabelValues("success").Inc()
 	policySetHealthy.Set(1)
-	r.status.Store(PolicyStatus{Healthy: true, Modules: set.Modules(), LoadedAt: time.Now()})
+	r.status.Store(PolicyStatus{Healthy: true, Modules: set.Modules(), LoadedAt: time.Now(), InProcessInjection: r.status.Load().InProcessInjection})
+	if r.inProcess != nil {
+		r.checkInProcess(ctx, modules, params, list.Items)
+	}
 	r.log.Info("Policy set loaded", "modules", len(set.Modules()), "configMaps", len(list.Items))
 	return reconcile.Result{}, nil
 }

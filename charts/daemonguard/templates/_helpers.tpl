@@ -270,6 +270,13 @@ that a broken daemonguard can never block its own recovery or the cluster's syst
 {{- define "daemonguard.webhook.common" -}}
 sideEffects: None
 admissionReviewVersions: [v1]
+{{ include "daemonguard.webhook.namespaceSelector" . }}
+{{- end }}
+
+{{/*
+The namespaceSelector of all three webhooks and of the in-process injection policy's binding.
+*/}}
+{{- define "daemonguard.webhook.namespaceSelector" -}}
 namespaceSelector:
   matchExpressions:
     - key: kubernetes.io/metadata.name
@@ -279,6 +286,41 @@ namespaceSelector:
     {{- with .Values.webhook.namespaceSelector.matchExpressions }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+{{- end }}
+
+{{/*
+"true" when the API server injects with the MutatingAdmissionPolicy <fullname>-inject instead of
+the DaemonSet mutating webhook (webhook.inProcessInjection), else "".
+*/}}
+{{- define "daemonguard.webhook.inProcessInjection" -}}
+{{- $mode := toString .Values.webhook.inProcessInjection -}}
+{{- $touched := include "daemonguard.policies.changeInjection" . -}}
+{{- if eq $mode "true" -}}
+{{- if $touched -}}
+{{- fail (printf "webhook.inProcessInjection is true, but policies.configMaps %s changes injection: the generated MutatingAdmissionPolicy cannot follow it; set webhook.inProcessInjection to false (or auto)" $touched) -}}
+{{- end -}}
+true
+{{- else if and (eq $mode "auto") (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") (not $touched) -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+The first policies.configMaps entry/key that changes what is injected ("" when none does): Rego in
+the packages the inject decision reads, or inject/namespaceClasses in a parameters.yaml.
+*/}}
+{{- define "daemonguard.policies.changeInjection" -}}
+{{- $found := "" -}}
+{{- range $name, $cm := .Values.policies.configMaps -}}
+{{- range $key, $content := $cm.files -}}
+{{- if and (not $found) (hasSuffix ".rego" $key) (not (hasSuffix "_test.rego" $key)) (regexMatch "(?m)^\\s*package\\s+daemonguard(\\.(inject|lib|parameters)([.\\[\\s]|$)|\\s|$)" $content) -}}
+{{- $found = printf "%s/%s" $name $key -}}
+{{- else if and (not $found) (eq $key "parameters.yaml") (regexMatch "(?m)^(inject|namespaceClasses)\\s*:" $content) -}}
+{{- $found = printf "%s/%s" $name $key -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $found -}}
 {{- end }}
 
 {{/*
