@@ -32,6 +32,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/selftls"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
 var cluster *localcluster.Cluster
@@ -489,8 +490,12 @@ func TestSelfManagedTLS(t *testing.T) {
 			if len(w.ClientConfig.CABundle) == 0 {
 				t.Errorf("webhook %s lost its caBundle in the upgrade", w.Name)
 			}
-			if w.TimeoutSeconds == nil || *w.TimeoutSeconds != 7 {
-				t.Errorf("webhook %s timeoutSeconds = %v after upgrade, want 7", w.Name, w.TimeoutSeconds)
+			want := int32(7)
+			if w.Name == "pods.mutate.daemonguard.io" {
+				want = webhook.PodPinTimeoutSeconds // fixed: webhook.timeoutSeconds is the DaemonSet webhooks'
+			}
+			if w.TimeoutSeconds == nil || *w.TimeoutSeconds != want {
+				t.Errorf("webhook %s timeoutSeconds = %v after upgrade, want %d", w.Name, w.TimeoutSeconds, want)
 			}
 		}
 		waitAdmission(t, ns)

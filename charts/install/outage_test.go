@@ -29,7 +29,7 @@ func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
 	// The webhook path: with in-process injection (auto on Kubernetes 1.36) the API server itself
 	// would inject while the webhook is down, which internal/inprocess tests.
 	r := installChart(t, "dg-outage", "webhook.inProcessInjection=false")
-	webhook := r.runWebhook(r.webhookPort)
+	replica := r.runWebhook(r.webhookPort)
 	ns := cluster.NewTestNamespace(t)
 	waitAdmission(t, ns)
 	root, err := localcluster.RepoRoot()
@@ -53,7 +53,7 @@ func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	webhook.proc.Stop()
+	replica.proc.Stop()
 	cluster.WaitFor(t, time.Minute, "the API server fails to reach the stopped webhook", func(ctx context.Context) (bool, string) {
 		_, err := dryRunDaemonSet(ctx, cluster.Client, ns, "probe")
 		return err != nil && strings.Contains(err.Error(), "failed calling webhook"), fmt.Sprint(err)
