@@ -194,7 +194,17 @@ func (g *gitops) record(step string, a *application) {
 	if msg == "" {
 		msg = "-"
 	}
-	g.view = append(g.view, fmt.Sprintf("| %s | %s | %s | %s: %s |", step, a.Status.Sync.Status, a.Status.Health.Status, h.Status, msg))
+	sync := a.Status.Sync.Status
+	var drifted []string
+	for _, r := range a.Status.Resources {
+		if r.Status == "OutOfSync" {
+			drifted = append(drifted, r.Kind+" "+r.Name)
+		}
+	}
+	if len(drifted) > 0 {
+		sync += " (" + strings.Join(drifted, ", ") + ")"
+	}
+	g.view = append(g.view, fmt.Sprintf("| %s | %s | %s | %s: %s |", step, sync, a.Status.Health.Status, h.Status, msg))
 }
 
 // commit commits the repository's changes and hard-refreshes the Application, so Argo CD reads
@@ -291,9 +301,14 @@ func (g *gitops) testNoDrift(t *testing.T) {
 func (g *gitops) observeRollout(t *testing.T, sha string, timeout time.Duration, what string, done func(a *application, h healthStatus) bool) []healthStatus {
 	t.Helper()
 	var seen []healthStatus
+	syncs := map[string]bool{}
+	defer func() { t.Logf("Argo CD ran %d sync operations for %s", len(syncs), what) }()
 	waitApp(t, g.argo, g.app, timeout, what, func(a *application) (bool, string) {
 		if !slices.Contains(a.Status.Sync.Revisions, sha) {
 			return false, "not yet at " + sha
+		}
+		if op := a.Status.OperationState; op != nil {
+			syncs[op.StartedAt] = true
 		}
 		_, h := a.resource("DaemonSet", agentsNS, "node-agent")
 		if len(seen) == 0 || seen[len(seen)-1] != h {
