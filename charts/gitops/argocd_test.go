@@ -103,11 +103,6 @@ func setUp(t *testing.T) *gitops {
 	if _, err := apps.Create(ctx, app, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Registered after the components' cleanups, so it runs before them: Argo CD deletes what it
-	// synced (the Application's resources finalizer), the webhook configurations included, while
-	// the webhook still answers.
-	t.Cleanup(func() { g.deleteApplication(t, apps) })
-
 	// daemonguard's pods exist only as kwok's fakes; the real binaries run on the host with what
 	// Argo CD applied: the Deployments' arguments, their ServiceAccounts' RBAC, the Secret
 	// cert-manager issued for the Certificate in the chart.
@@ -115,6 +110,12 @@ func setUp(t *testing.T) *gitops {
 	mountSecret(t, g.releaseNS, "daemonguard-webhook-tls", certDir)
 	g.webhook = runComponent(t, g.releaseNS, "webhook", "--host=127.0.0.1", "--port="+strconv.Itoa(webhookPort), "--cert-dir="+certDir)
 	runComponent(t, g.releaseNS, "controller")
+	// Registered after the components' cleanups, so it runs before them: Argo CD deletes what it
+	// synced (the Application's resources finalizer) while the webhook still answers. Deleting
+	// a DaemonSet in the foreground ends with an update (the garbage collector removes the
+	// finalizer) that the webhook admits; Argo CD deletes wave 1 before the webhook
+	// configurations of wave 0.
+	t.Cleanup(func() { g.deleteApplication(t, apps) })
 
 	start := time.Now()
 	a := waitApp(t, argo, g.app, 4*time.Minute, "the Application syncs and is Healthy", func(a *application) (bool, string) {
@@ -301,14 +302,19 @@ func (g *gitops) testNoDrift(t *testing.T) {
 func (g *gitops) observeRollout(t *testing.T, sha string, timeout time.Duration, what string, done func(a *application, h healthStatus) bool) []healthStatus {
 	t.Helper()
 	var seen []healthStatus
-	syncs := map[string]bool{}
-	defer func() { t.Logf("Argo CD ran %d sync operations for %s", len(syncs), what) }()
+	syncs := map[string]bool{} // operations by start time
+	synced, drifted := false, 0
 	waitApp(t, g.argo, g.app, timeout, what, func(a *application) (bool, string) {
 		if !slices.Contains(a.Status.Sync.Revisions, sha) {
 			return false, "not yet at " + sha
 		}
 		if op := a.Status.OperationState; op != nil {
 			syncs[op.StartedAt] = true
+		}
+		if a.syncedAt(sha) {
+			synced = true
+		} else if synced && a.Status.Sync.Status == "OutOfSync" {
+			drifted++
 		}
 		_, h := a.resource("DaemonSet", agentsNS, "node-agent")
 		if len(seen) == 0 || seen[len(seen)-1] != h {
@@ -318,6 +324,11 @@ func (g *gitops) observeRollout(t *testing.T, sha string, timeout time.Duration,
 		}
 		return done(a, h), fmt.Sprintf("node-agent %s: %s", h.Status, h.Message)
 	})
+	// The sync of the commit counts too when it started before the first poll at sha.
+	t.Logf("Argo CD ran %d sync operation(s) for %q", len(syncs), what)
+	if drifted > 0 || len(syncs) > 1 {
+		t.Errorf("after syncing %s Argo CD saw the DaemonSet drift %d time(s) and ran %d sync operations: daemonguard's writes look like drift", sha, drifted, len(syncs))
+	}
 	return seen
 }
 
