@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 )
 
@@ -91,7 +92,7 @@ func setUp(t *testing.T) *gitops {
 
 	repo, first := newGitRepo(t)
 	g := &gitops{argo: argo, repo: repo}
-	webhookPort := freePort(t)
+	webhookPort := harness.FreePort(t)
 	app := applicationFor(t, repo.url(), argo.Server, webhookPort)
 	g.app = app.GetName()
 	g.releaseNS, _, _ = unstructured.NestedString(app.Object, "spec", "destination", "namespace")
@@ -107,7 +108,7 @@ func setUp(t *testing.T) *gitops {
 	// Argo CD applied: the Deployments' arguments, their ServiceAccounts' RBAC, the Secret
 	// cert-manager issued for the Certificate in the chart.
 	certDir := t.TempDir()
-	mountSecret(t, g.releaseNS, "daemonguard-webhook-tls", certDir)
+	harness.MountSecret(t, cluster, g.releaseNS, "daemonguard-webhook-tls", certDir)
 	g.webhook = runComponent(t, g.releaseNS, "webhook", "--host=127.0.0.1", "--port="+strconv.Itoa(webhookPort), "--cert-dir="+certDir)
 	runComponent(t, g.releaseNS, "controller")
 	// Registered after the components' cleanups, so it runs before them: Argo CD deletes what it
@@ -298,8 +299,8 @@ func (g *gitops) testNoDrift(t *testing.T) {
 }
 
 // observeRollout polls the Application until done holds, recording every distinct health Argo CD
-// reported for node-agent on the way.
-func (g *gitops) observeRollout(t *testing.T, sha string, timeout time.Duration, what string, done func(a *application, h healthStatus) bool) []healthStatus {
+// reported for node-agent on the way; generation is node-agent's before the commit of sha.
+func (g *gitops) observeRollout(t *testing.T, sha string, generation int64, timeout time.Duration, what string, done func(a *application, h healthStatus) bool) []healthStatus {
 	t.Helper()
 	var seen []healthStatus
 	syncs := map[string]bool{} // operations by start time
@@ -324,10 +325,14 @@ func (g *gitops) observeRollout(t *testing.T, sha string, timeout time.Duration,
 		}
 		return done(a, h), fmt.Sprintf("node-agent %s: %s", h.Status, h.Message)
 	})
-	// The sync of the commit counts too when it started before the first poll at sha.
-	t.Logf("Argo CD ran %d sync operation(s) for %q", len(syncs), what)
-	if drifted > 0 || len(syncs) > 1 {
-		t.Errorf("after syncing %s Argo CD saw the DaemonSet drift %d time(s) and ran %d sync operations: daemonguard's writes look like drift", sha, drifted, len(syncs))
+	// Mid-rollout Argo CD 3.3's Server-Side Diff can report the DaemonSet OutOfSync for a moment:
+	// it compares a dry run on the current object with its cached copy, and while the object
+	// changes they differ in metadata.resourceVersion alone (measured: that is the whole diff).
+	// Self-heal then re-applies git, which must change nothing: exactly one new generation, the
+	// commit's.
+	t.Logf("%s: Argo CD ran %d sync operation(s); OutOfSync in %d polls after the commit's sync", what, len(syncs), drifted)
+	if got := g.daemonSet(t, "node-agent").Generation; got != generation+1 {
+		t.Errorf("node-agent went from generation %d to %d for one commit: a sync changed the template", generation, got)
 	}
 	return seen
 }
@@ -346,10 +351,11 @@ func (g *gitops) testRolloutHealth(t *testing.T) {
 		}
 	}
 
+	gen := g.daemonSet(t, "node-agent").Generation
 	g.repo.edit(agentFile, "image: nginx:1.25.5", "image: nginx:1.27.0")
 	sha := g.commit(t, "node-agent: nginx 1.27.0")
 	row := len(g.view)
-	seen := g.observeRollout(t, sha, 3*time.Minute, "node-agent rolls out nginx:1.27.0 and is Healthy", rolledOut("nginx:1.27.0"))
+	seen := g.observeRollout(t, sha, gen, 3*time.Minute, "node-agent rolls out nginx:1.27.0 and is Healthy", rolledOut("nginx:1.27.0"))
 	g.label(row, "commit image nginx:1.27.0")
 	if !slices.ContainsFunc(seen, func(h healthStatus) bool { return h.Status == "Progressing" }) {
 		t.Errorf("Argo CD never reported node-agent Progressing during daemonguard's rollout; it reported %v", seen)
@@ -358,10 +364,11 @@ func (g *gitops) testRolloutHealth(t *testing.T) {
 		t.Errorf("node-agent ends %v, want Healthy", last)
 	}
 
+	gen = g.daemonSet(t, "node-agent").Generation
 	g.repo.edit(agentFile, "image: nginx:1.27.0", "image: nginx:1.91")
 	sha = g.commit(t, "node-agent: nginx 1.91, an image no node can pull")
 	row = len(g.view)
-	seen = g.observeRollout(t, sha, 3*time.Minute, "node-agent is Degraded with daemonguard's message", func(a *application, h healthStatus) bool {
+	seen = g.observeRollout(t, sha, gen, 3*time.Minute, "node-agent is Degraded with daemonguard's message", func(a *application, h healthStatus) bool {
 		return h.Status == "Degraded"
 	})
 	g.label(row, "commit image nginx:1.91")
@@ -378,10 +385,11 @@ func (g *gitops) testRolloutHealth(t *testing.T) {
 	}
 
 	// daemonguard halts a failed rollout until the template changes: roll forward in git.
+	gen = g.daemonSet(t, "node-agent").Generation
 	g.repo.edit(agentFile, "image: nginx:1.91", "image: nginx:1.27.1")
 	sha = g.commit(t, "node-agent: roll forward to nginx 1.27.1")
 	row = len(g.view)
-	seen = g.observeRollout(t, sha, 3*time.Minute, "node-agent rolls forward to nginx:1.27.1 and is Healthy", rolledOut("nginx:1.27.1"))
+	seen = g.observeRollout(t, sha, gen, 3*time.Minute, "node-agent rolls forward to nginx:1.27.1 and is Healthy", rolledOut("nginx:1.27.1"))
 	g.label(row, "commit image nginx:1.27.1")
 	if last := seen[len(seen)-1]; last.Status != "Healthy" {
 		t.Errorf("node-agent ends %v after the roll forward, want Healthy", last)

@@ -1,29 +1,23 @@
 package gitops
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 )
 
@@ -235,38 +229,10 @@ func waitApp(t *testing.T, argo *localcluster.ArgoCD, name string, timeout time.
 	return last
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// buildDaemonguard builds cmd/daemonguard once per test run: the components run as the real
-// binary, parsing the very arguments the chart renders.
-var buildDaemonguard = sync.OnceValues(func() (string, error) {
-	root, err := localcluster.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(cluster.Dir, "daemonguard")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/daemonguard")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", errors.New("go build ./cmd/daemonguard: " + err.Error() + "\n" + string(out))
-	}
-	return bin, nil
-})
-
-// runComponent runs the daemonguard binary on the host with the arguments and ServiceAccount of
-// the Deployment named *-<suffix> in ns, as Argo CD synced it from the chart, overriding only what
-// a host process must (addresses, cert dir, credentials), and waits until it is ready.
+// runComponent runs daemonguard on the host as the Deployment named *-<suffix> in ns, as Argo CD
+// synced it from the chart (see harness.RunComponent), once Argo CD has created it.
 func runComponent(t *testing.T, ns, suffix string, overrides ...string) *localcluster.HostProcess {
 	t.Helper()
-	ctx := context.Background()
 	var dep *appsv1.Deployment
 	cluster.WaitFor(t, 2*time.Minute, "Argo CD creates the "+suffix+" Deployment", func(ctx context.Context) (bool, string) {
 		list, err := cluster.Client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
@@ -281,91 +247,7 @@ func runComponent(t *testing.T, ns, suffix string, overrides ...string) *localcl
 		}
 		return false, fmt.Sprintf("%d Deployments, none named *-%s", len(list.Items), suffix)
 	})
-	ctr := dep.Spec.Template.Spec.Containers[0]
-	args := append(append([]string{}, ctr.Command...), ctr.Args...)
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") && args[0] != "webhook" && args[0] != "controller" {
-		args = args[1:] // the image's binary path
-	}
-	for i, a := range args {
-		args[i] = strings.ReplaceAll(a, "$(POD_NAMESPACE)", ns)
-	}
-	kubeconfig, err := cluster.ServiceAccountKubeconfig(ctx, ns, dep.Spec.Template.Spec.ServiceAccountName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	health := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	args = append(args, "--kubeconfig="+kubeconfig, "--health-probe-bind-address="+health,
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(freePort(t)))
-	args = append(args, overrides...)
-	bin, err := buildDaemonguard()
-	if err != nil {
-		t.Fatal(err)
-	}
-	proc, err := cluster.StartHostProcess(fmt.Sprintf("daemonguard-%s", suffix), bin, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proc.Stop)
-	t.Logf("started %s: daemonguard %s (log %s)", suffix, strings.Join(args, " "), proc.LogPath())
-	cluster.WaitFor(t, 2*time.Minute, suffix+" ready", func(ctx context.Context) (bool, string) {
-		if err := proc.Exited(); err != nil {
-			t.Fatalf("%s exited: %v", suffix, err)
-		}
-		resp, err := http.Get("http://" + health + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
-	return proc
-}
-
-// mountSecret plays the kubelet's Secret volume for a component on the host: it writes tls.crt
-// and tls.key of the Secret to dir once it exists, and again whenever it changes, until the test
-// ends.
-func mountSecret(t *testing.T, ns, name, dir string) {
-	t.Helper()
-	sync := func(ctx context.Context) (bool, string) {
-		s, err := cluster.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		if len(s.Data[corev1.TLSCertKey]) == 0 || len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
-			return false, "secret has no certificate yet"
-		}
-		for _, key := range []string{corev1.TLSPrivateKeyKey, corev1.TLSCertKey} {
-			path := filepath.Join(dir, key)
-			if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, s.Data[key]) {
-				continue
-			}
-			tmp := path + ".tmp"
-			if err := os.WriteFile(tmp, s.Data[key], 0o600); err != nil {
-				return false, err.Error()
-			}
-			if err := os.Rename(tmp, path); err != nil {
-				return false, err.Error()
-			}
-		}
-		return true, ""
-	}
-	cluster.WaitFor(t, 2*time.Minute, "cert-manager issues the serving certificate "+name, sync)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				sync(ctx)
-			}
-		}
-	}()
+	return harness.RunComponent(t, cluster, dep, overrides...).Proc
 }
 
 // dryRunCreate sends a DaemonSet create through the API server (and so through the webhooks)
