@@ -299,8 +299,10 @@ func (g *gitops) testNoDrift(t *testing.T) {
 }
 
 // observeRollout polls the Application until done holds, recording every distinct health Argo CD
-// reported for node-agent on the way; generation is node-agent's before the commit of sha.
-func (g *gitops) observeRollout(t *testing.T, sha string, generation int64, timeout time.Duration, what string, done func(a *application, h healthStatus) bool) []healthStatus {
+// reported for node-agent on the way (the first row named step); generation is node-agent's
+// before the commit of sha.
+func (g *gitops) observeRollout(t *testing.T, step, sha string, generation int64, timeout time.Duration, what string,
+	done func(a *application, h healthStatus) bool) []healthStatus {
 	t.Helper()
 	var seen []healthStatus
 	syncs := map[string]bool{} // operations by start time
@@ -321,7 +323,8 @@ func (g *gitops) observeRollout(t *testing.T, sha string, generation int64, time
 		if len(seen) == 0 || seen[len(seen)-1] != h {
 			seen = append(seen, h)
 			t.Logf("Argo CD: DaemonSet node-agent %s: %s", h.Status, h.Message)
-			g.record("", a)
+			g.record(step, a)
+			step = "&nbsp;"
 		}
 		return done(a, h), fmt.Sprintf("node-agent %s: %s", h.Status, h.Message)
 	})
@@ -354,9 +357,7 @@ func (g *gitops) testRolloutHealth(t *testing.T) {
 	gen := g.daemonSet(t, "node-agent").Generation
 	g.repo.edit(agentFile, "image: nginx:1.25.5", "image: nginx:1.27.0")
 	sha := g.commit(t, "node-agent: nginx 1.27.0")
-	row := len(g.view)
-	seen := g.observeRollout(t, sha, gen, 3*time.Minute, "node-agent rolls out nginx:1.27.0 and is Healthy", rolledOut("nginx:1.27.0"))
-	g.label(row, "commit image nginx:1.27.0")
+	seen := g.observeRollout(t, "commit image nginx:1.27.0", sha, gen, 3*time.Minute, "node-agent rolls out nginx:1.27.0 and is Healthy", rolledOut("nginx:1.27.0"))
 	if !slices.ContainsFunc(seen, func(h healthStatus) bool { return h.Status == "Progressing" }) {
 		t.Errorf("Argo CD never reported node-agent Progressing during daemonguard's rollout; it reported %v", seen)
 	}
@@ -367,11 +368,9 @@ func (g *gitops) testRolloutHealth(t *testing.T) {
 	gen = g.daemonSet(t, "node-agent").Generation
 	g.repo.edit(agentFile, "image: nginx:1.27.0", "image: nginx:1.91")
 	sha = g.commit(t, "node-agent: nginx 1.91, an image no node can pull")
-	row = len(g.view)
-	seen = g.observeRollout(t, sha, gen, 3*time.Minute, "node-agent is Degraded with daemonguard's message", func(a *application, h healthStatus) bool {
+	seen = g.observeRollout(t, "commit image nginx:1.91", sha, gen, 3*time.Minute, "node-agent is Degraded with daemonguard's message", func(a *application, h healthStatus) bool {
 		return h.Status == "Degraded"
 	})
-	g.label(row, "commit image nginx:1.91")
 	last := seen[len(seen)-1]
 	if !strings.HasPrefix(last.Message, "PodFailure: new pods fail:") || !strings.Contains(last.Message, "ImagePullBackOff") {
 		t.Errorf("Degraded message %q, want daemonguard's PodFailure naming ImagePullBackOff", last.Message)
@@ -388,24 +387,9 @@ func (g *gitops) testRolloutHealth(t *testing.T) {
 	gen = g.daemonSet(t, "node-agent").Generation
 	g.repo.edit(agentFile, "image: nginx:1.91", "image: nginx:1.27.1")
 	sha = g.commit(t, "node-agent: roll forward to nginx 1.27.1")
-	row = len(g.view)
-	seen = g.observeRollout(t, sha, gen, 3*time.Minute, "node-agent rolls forward to nginx:1.27.1 and is Healthy", rolledOut("nginx:1.27.1"))
-	g.label(row, "commit image nginx:1.27.1")
+	seen = g.observeRollout(t, "commit image nginx:1.27.1", sha, gen, 3*time.Minute, "node-agent rolls forward to nginx:1.27.1 and is Healthy", rolledOut("nginx:1.27.1"))
 	if last := seen[len(seen)-1]; last.Status != "Healthy" {
 		t.Errorf("node-agent ends %v after the roll forward, want Healthy", last)
-	}
-}
-
-// label names the step of the first row recorded since row.
-func (g *gitops) label(row int, step string) {
-	for i := row; i < len(g.view); i++ {
-		if strings.HasPrefix(g.view[i], "|  |") {
-			name := "&nbsp;"
-			if i == row {
-				name = step
-			}
-			g.view[i] = "| " + name + " |" + strings.TrimPrefix(g.view[i], "|  |")
-		}
 	}
 }
 
