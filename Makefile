@@ -41,8 +41,22 @@ lint: vet ## Check formatting and vet (fails on unformatted files).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: testbin
-testbin: ## Build (or reuse cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, ko and cert-manager.
+testbin: testdeps ## Build (or reuse cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, ko, cert-manager and Argo CD.
 	$(GO) run ./cmd/localcluster build
+
+# Argo CD's application controller and repo server need a Redis; the e2e tests run Debian's
+# redis-server on a free port and skip, naming the package, when it is missing. RUNLEVEL=1 keeps
+# the package's init script from starting a system-wide redis on port 6379.
+.PHONY: testdeps
+testdeps: ## Install Debian's redis-server (for the Argo CD e2e tests) when missing and running as root.
+	@if ! command -v redis-server >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing Debian's redis-server for the Argo CD e2e tests"; \
+	    apt-get update -qq && RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; \
+	  else \
+	    echo "redis-server is missing and this is not root with apt-get: the Argo CD e2e tests will skip (install Debian's redis-server package)"; \
+	  fi; \
+	fi
 
 ##@ Run
 

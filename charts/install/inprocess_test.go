@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 )
 
@@ -46,7 +47,7 @@ func TestInProcessInjection(t *testing.T) {
 			fmt.Sprintf("priorityClassName %q, tolerations %v", got.Spec.Template.Spec.PriorityClassName, got.Spec.Template.Spec.Tolerations)
 	})
 
-	metricsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
 	r.runWebhook(r.webhookPort, "--metrics-bind-address="+metricsAddr)
 	status := func(ctx context.Context) (inSync bool, reason string, err error) {
 		resp, err := http.Get("http://" + metricsAddr + "/policy-status")

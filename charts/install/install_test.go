@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/webhook"
@@ -67,7 +67,7 @@ func installChart(t *testing.T, name string, sets ...string) *release {
 	}
 	t.Cleanup(func() { _ = cluster.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
 	home := t.TempDir()
-	r := &release{t: t, name: name, namespace: ns, webhookPort: freePort(t), helmEnv: append(cluster.Env(),
+	r := &release{t: t, name: name, namespace: ns, webhookPort: harness.FreePort(t), helmEnv: append(cluster.Env(),
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
 		"HELM_DATA_HOME="+filepath.Join(home, "data"))}
 	args := []string{"install", name, chartDir(t), "--namespace", ns, "--wait", "--timeout", "3m",
@@ -143,60 +143,20 @@ func (r *release) webhookConfigurationName() string {
 	return r.object("MutatingWebhookConfiguration", "").GetName()
 }
 
-// component is a chart component run on the host.
-type component struct {
-	proc       *localcluster.HostProcess
-	healthAddr string
-}
-
-// runComponent runs the daemonguard binary with the arguments and the ServiceAccount the chart
-// gives the Deployment named *-<suffix>, overriding only what a host process must (addresses,
-// cert dir, credentials). Running with the chart's ServiceAccount token proves its RBAC is enough.
-func (r *release) runComponent(suffix string, overrides ...string) *component {
+// runComponent runs the daemonguard binary as the release's Deployment named *-<suffix> (see
+// harness.RunComponent): with its arguments and ServiceAccount, so the chart's RBAC is proven.
+func (r *release) runComponent(suffix string, overrides ...string) *harness.Component {
 	r.t.Helper()
 	var dep appsv1.Deployment
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.object("Deployment", suffix).Object, &dep); err != nil {
 		r.t.Fatal(err)
 	}
-	ctr := dep.Spec.Template.Spec.Containers[0]
-	args := append(append([]string{}, ctr.Command...), ctr.Args...)
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") && args[0] != "webhook" && args[0] != "controller" {
-		args = args[1:] // the image's binary path
-	}
-	for i, a := range args {
-		args[i] = strings.ReplaceAll(a, "$(POD_NAMESPACE)", r.namespace)
-	}
-	kubeconfig, err := cluster.ServiceAccountKubeconfig(context.Background(), r.namespace, dep.Spec.Template.Spec.ServiceAccountName)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	c := &component{healthAddr: "127.0.0.1:" + strconv.Itoa(freePort(r.t))}
-	args = append(args, "--kubeconfig="+kubeconfig, "--health-probe-bind-address="+c.healthAddr,
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(freePort(r.t)))
-	args = append(args, overrides...)
-	name := fmt.Sprintf("%s-%s-%d", r.name, suffix, time.Now().UnixNano())
-	c.proc, err = cluster.StartHostProcess(name, daemonguardBinary(r.t), args...)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(c.proc.Stop)
-	r.t.Logf("started %s: daemonguard %s (log %s)", suffix, strings.Join(args, " "), c.proc.LogPath())
-	cluster.WaitFor(r.t, 2*time.Minute, suffix+" ready", func(ctx context.Context) (bool, string) {
-		if err := c.proc.Exited(); err != nil {
-			r.t.Fatalf("%s exited: %v", suffix, err)
-		}
-		resp, err := http.Get("http://" + c.healthAddr + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
-	return c
+	dep.Namespace = r.namespace
+	return harness.RunComponent(r.t, cluster, &dep, overrides...)
 }
 
 // runWebhook runs a webhook replica serving on port with its own cert dir.
-func (r *release) runWebhook(port int, extra ...string) *component {
+func (r *release) runWebhook(port int, extra ...string) *harness.Component {
 	return r.runComponent("webhook", append([]string{"--host=127.0.0.1", "--port=" + strconv.Itoa(port),
 		"--cert-dir=" + r.t.TempDir()}, extra...)...)
 }
@@ -401,7 +361,7 @@ func TestSelfManagedTLS(t *testing.T) {
 
 	// Self-managed mode is the chart's default; the propagation grace is shortened for the test.
 	grace := "--tls-propagation-grace=3s"
-	altPort := freePort(t)
+	altPort := harness.FreePort(t)
 	r.runWebhook(r.webhookPort, grace)
 	r.runWebhook(altPort, grace)
 	ns := cluster.NewTestNamespace(t)
@@ -506,7 +466,7 @@ func TestSelfManagedTLS(t *testing.T) {
 		if out, stderr, err := cluster.Kubectl(ctx, "", "-n", ns, "set", "image", "ds/node-agent", "agent=registry.example/node-agent:2.0"); err != nil {
 			t.Fatalf("set image: %v\n%s%s", err, out, stderr)
 		}
-		status := exec.Command(daemonguardBinary(t), "rollout", "status", "ds/node-agent", "-n", ns, "--timeout", "3m")
+		status := exec.Command(harness.Binary(t, cluster), "rollout", "status", "ds/node-agent", "-n", ns, "--timeout", "3m")
 		status.Env = cluster.Env()
 		out, err := status.CombinedOutput()
 		if err != nil {
@@ -554,53 +514,6 @@ func TestSelfManagedTLS(t *testing.T) {
 	})
 }
 
-// mountSecret plays the kubelet's Secret volume for a component on the host: it writes tls.crt
-// and tls.key of the Secret to dir now and again whenever the Secret changes, until the test ends.
-func mountSecret(t *testing.T, ns, name, dir string) {
-	t.Helper()
-	sync := func(ctx context.Context) (bool, string) {
-		s, err := cluster.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		if len(s.Data[corev1.TLSCertKey]) == 0 || len(s.Data[corev1.TLSPrivateKeyKey]) == 0 {
-			return false, "secret has no certificate yet"
-		}
-		for _, key := range []string{corev1.TLSPrivateKeyKey, corev1.TLSCertKey} {
-			path := filepath.Join(dir, key)
-			if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, s.Data[key]) {
-				continue
-			}
-			tmp := path + ".tmp"
-			if err := os.WriteFile(tmp, s.Data[key], 0o600); err != nil {
-				return false, err.Error()
-			}
-			if err := os.Rename(tmp, path); err != nil {
-				return false, err.Error()
-			}
-		}
-		return true, ""
-	}
-	cluster.WaitFor(t, 2*time.Minute, "cert-manager issues the serving certificate", sync)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		// The kubelet refreshes Secret volumes periodically; a short period keeps the test quick.
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				sync(ctx)
-			}
-		}
-	}()
-}
-
 // TestCertManagerTLS installs the chart with certManager.enabled=true next to cert-manager's own
 // issuing controllers and cainjector: the chart's Issuers issue the serving certificate, the
 // cainjector puts the CA into the chart's webhook configurations, and the API server calls the
@@ -616,7 +529,7 @@ func TestCertManagerTLS(t *testing.T) {
 	certName := r.object("Certificate", "webhook-tls").GetName()
 	configName := r.webhookConfigurationName()
 	certDir := t.TempDir()
-	mountSecret(t, r.namespace, certName, certDir)
+	harness.MountSecret(t, cluster, r.namespace, certName, certDir)
 
 	cluster.WaitFor(t, 2*time.Minute, "the cainjector injects the CA", func(ctx context.Context) (bool, string) {
 		s, err := cluster.Client.CoreV1().Secrets(r.namespace).Get(ctx, certName, metav1.GetOptions{})
@@ -673,7 +586,7 @@ func TestCertManagerTLS(t *testing.T) {
 			return !now.Equal(before), "still the certificate served before the renewal"
 		})
 		load.finish(t, "the renewal")
-		if err := web.proc.Exited(); err != nil {
+		if err := web.Proc.Exited(); err != nil {
 			t.Errorf("the webhook restarted or died during the renewal: %v", err)
 		}
 	})

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 )
 
@@ -53,7 +54,7 @@ func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	replica.proc.Stop()
+	replica.Proc.Stop()
 	cluster.WaitFor(t, time.Minute, "the API server fails to reach the stopped webhook", func(ctx context.Context) (bool, string) {
 		_, err := dryRunDaemonSet(ctx, cluster.Client, ns, "probe")
 		return err != nil && strings.Contains(err.Error(), "failed calling webhook"), fmt.Sprint(err)
@@ -72,7 +73,7 @@ func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
 			if st := ds.Status; st.UpdatedNumberScheduled >= st.DesiredNumberScheduled {
 				t.Fatalf("the rollout was complete before the webhook stopped (%+v); the test proves nothing", st)
 			}
-			status := exec.Command(daemonguardBinary(t), "rollout", "status", "ds/node-agent", "-n", ns, "--timeout", "3m")
+			status := exec.Command(harness.Binary(t, cluster), "rollout", "status", "ds/node-agent", "-n", ns, "--timeout", "3m")
 			status.Env = cluster.Env()
 			if out, err := status.CombinedOutput(); err != nil {
 				t.Fatalf("daemonguard rollout status: %v\n%s", err, out)

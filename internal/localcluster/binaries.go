@@ -83,7 +83,22 @@ var toolModules = []toolModule{
 		ownCode: true,
 		files:   map[string]moduleFolder{CertManagerCRDs: {module: "github.com/cert-manager/cert-manager", dir: "deploy/crds"}},
 	},
+	{
+		// Argo CD's application controller and repo server in one binary (see tools/argocd), and
+		// the CRDs of exactly that version.
+		dir:     "argocd",
+		ldflags: "-s -w",
+		outputs: map[string]string{ArgoCDBinary: "github.com/daemonguard/daemonguard/tools/argocd/cmd/argocd"},
+		ownCode: true,
+		files:   map[string]moduleFolder{ArgoCDCRDs: {module: "github.com/argoproj/argo-cd/v3", dir: "manifests/crds"}},
+	},
 }
+
+// ArgoCDBinary names the binary of Argo CD's application controller and repo server.
+const ArgoCDBinary = "argocd"
+
+// ArgoCDCRDs names the folder of Argo CD's CRDs built with the argocd binary.
+const ArgoCDCRDs = "argocd-crds"
 
 // CertManagerCRDs names the folder of cert-manager's CRDs built with the cert-manager binary;
 // Binaries.Path(CertManagerCRDs) locates it.

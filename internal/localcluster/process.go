@@ -28,12 +28,18 @@ type process struct {
 // dies without cleaning up (a test binary killed by -timeout, a SIGKILLed demo), which is what keeps
 // stray apiservers from outliving a crashed test.
 func startProcess(name, bin string, args []string, logDir string) (*process, error) {
+	return startProcessEnv(name, bin, args, nil, logDir)
+}
+
+// startProcessEnv is startProcess with env as the environment (nil: this process's).
+func startProcessEnv(name, bin string, args, env []string, logDir string) (*process, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open log for %s: %w", name, err)
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = env
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

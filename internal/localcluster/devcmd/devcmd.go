@@ -34,7 +34,7 @@ func New() *cobra.Command {
 func newBuildCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "build [BINARY...]",
-		Short: "Build (or find cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, ko and cert-manager",
+		Short: "Build (or find cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, ko, cert-manager and Argo CD",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := localcluster.EnsureBinaries(cmd.Context(), cmd.ErrOrStderr(), args...); err != nil {
 				return err
