@@ -17,6 +17,7 @@ import (
 // Setups compared by a run.
 const (
 	NoDaemonguard = "none"
+	NullWebhook   = "null"
 	Daemonguard   = "daemonguard"
 )
 
@@ -79,21 +80,23 @@ func (r *Report) find(setup string, rate int, op string) *Step {
 }
 
 // WriteMarkdown writes the comparison table: per rate and operation, client-side p50 and p99
-// without and with daemonguard, what daemonguard adds, and what the API server measured of each
-// webhook.
+// without webhooks, with the null webhook and with daemonguard, what daemonguard adds to no
+// webhook and to the null webhook, and what the API server measured of each of daemonguard's
+// webhooks.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Open loop through kube-apiserver on the local control plane (%d nodes), %v per step, creates and updates alternating, every object new to the webhook.\n\n", r.Nodes, r.Duration)
-	b.WriteString("| writes/s | op | sent | errors (none / dg) | p50 none | p50 daemonguard | added p50 | p99 none | p99 daemonguard | added p99 | API server: webhook mean (p99 bucket) |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| writes/s | op | sent | errors (none / null / dg) | p50 none / null / daemonguard | added p50 vs none / vs null | p99 none / null / daemonguard | added p99 vs none / vs null | API server: daemonguard webhook mean (p99 bucket) |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, rate := range r.Rates {
 		for _, op := range []string{"CREATE", "UPDATE"} {
-			none, dg := r.find(NoDaemonguard, rate, op), r.find(Daemonguard, rate, op)
-			if none == nil || dg == nil {
+			none, null, dg := r.find(NoDaemonguard, rate, op), r.find(NullWebhook, rate, op), r.find(Daemonguard, rate, op)
+			if none == nil || null == nil || dg == nil {
 				continue
 			}
-			fmt.Fprintf(&b, "| %d | %s | %d | %d / %d | %s | %s | %s | %s | %s | %s | %s |\n", rate, op, dg.Sent, none.Errors, dg.Errors,
-				ms(none.P50), ms(dg.P50), ms(dg.P50-none.P50), ms(none.P99), ms(dg.P99), ms(dg.P99-none.P99), webhookCell(dg.Webhooks))
+			fmt.Fprintf(&b, "| %d | %s | %d | %d / %d / %d | %s / %s / %s | %s / %s | %s / %s / %s | %s / %s | %s |\n", rate, op, dg.Sent, none.Errors, null.Errors, dg.Errors,
+				ms(none.P50), ms(null.P50), ms(dg.P50), ms(dg.P50-none.P50), ms(dg.P50-null.P50),
+				ms(none.P99), ms(null.P99), ms(dg.P99), ms(dg.P99-none.P99), ms(dg.P99-null.P99), webhookCell(dg.Webhooks))
 		}
 	}
 	for _, s := range r.Steps {
@@ -120,5 +123,5 @@ func webhookCell(hooks map[string]WebhookLatency) string {
 }
 
 func ms(d time.Duration) string {
-	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
 }

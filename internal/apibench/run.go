@@ -30,9 +30,10 @@ type Config struct {
 // namespace holds every DaemonSet a run writes.
 const namespace = "apibench"
 
-// Run starts a local control plane, measures every rate without daemonguard, then registers
-// daemonguard's webhooks (the webhook server in this process, called over TLS on loopback, as
-// the demo and the integration tests run it) and measures every rate again.
+// Run starts a local control plane and measures every rate three times: without webhooks, with a
+// null webhook registered as daemonguard's webhooks are, and with daemonguard's webhooks (the
+// webhook server in this process, called over TLS on loopback, as the demo and the integration
+// tests run it).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if len(cfg.Rates) == 0 || cfg.Duration <= 0 {
 		return nil, fmt.Errorf("apibench: no rates or no duration")
@@ -57,13 +58,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Rates: cfg.Rates, Duration: cfg.Duration, Nodes: len(localcluster.DefaultNodes())}
-	for _, setup := range []string{NoDaemonguard, Daemonguard} {
-		if setup == Daemonguard {
+	for _, setup := range []string{NoDaemonguard, NullWebhook, Daemonguard} {
+		stop := func() error { return nil }
+		switch setup {
+		case NullWebhook:
+			if stop, err = startNullWebhook(ctx, c, client); err != nil {
+				return nil, err
+			}
+		case Daemonguard:
 			w, err := harness.StartWebhook(ctx, c, harness.Options{})
 			if err != nil {
 				return nil, err
 			}
-			defer w.Stop()
+			stop = func() error { w.Stop(); return nil }
 		}
 		// Unmeasured: informers and connections start on first use, in the API server and in
 		// the webhook alike.
@@ -78,6 +85,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				return nil, err
 			}
 			rep.Steps = append(rep.Steps, steps...)
+		}
+		if err := stop(); err != nil {
+			return nil, err
 		}
 	}
 	return rep, nil

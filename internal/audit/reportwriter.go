@@ -75,7 +75,7 @@ func (w *ReportWriter) Write(ctx context.Context, findings []Finding, set *polic
 	var errs []error
 	for i := range changes.Create {
 		if err := w.Client.Create(ctx, &changes.Create[i]); err != nil {
-			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			if namespaceGone(err) {
 				continue // the namespace goes, and its DaemonSets with it: nothing to report
 			}
 			errs = append(errs, describeReportError("create Report "+key(&changes.Create[i]), err))
@@ -85,6 +85,9 @@ func (w *ReportWriter) Write(ctx context.Context, findings []Finding, set *polic
 	}
 	for i := range changes.Update {
 		if err := w.Client.Update(ctx, &changes.Update[i]); err != nil {
+			if namespaceGone(err) {
+				continue
+			}
 			errs = append(errs, describeReportError("update Report "+key(&changes.Update[i]), err))
 			continue
 		}
@@ -98,6 +101,12 @@ func (w *ReportWriter) Write(ctx context.Context, findings []Finding, set *polic
 		reportWrites.WithLabelValues("delete").Inc()
 	}
 	return changes, errors.Join(errs...)
+}
+
+// namespaceGone tells a write refused because the Report's namespace is being deleted or is gone
+// (the audit listed its DaemonSets a moment before).
+func namespaceGone(err error) bool {
+	return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) || apierrors.IsNotFound(err)
 }
 
 func key(r *openreports.Report) string { return r.Namespace + "/" + r.Name }
