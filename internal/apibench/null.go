@@ -81,7 +81,7 @@ func waitCalled(ctx context.Context, client kubernetes.Interface, called bool) e
 		if err != nil {
 			return false, err
 		}
-		if _, err := client.AppsV1().DaemonSets(namespace).Create(ctx, agent("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		if _, err := client.AppsV1().DaemonSets(metav1.NamespaceDefault).Create(ctx, agent("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 			return false, nil
 		}
 		after, err := scrape(ctx, client)

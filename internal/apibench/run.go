@@ -10,9 +10,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -27,13 +29,11 @@ type Config struct {
 	Progress io.Writer     // progress lines for a person; nil discards them
 }
 
-// namespace holds every DaemonSet a run writes.
-const namespace = "apibench"
-
-// Run starts a local control plane and measures every rate three times: without webhooks, with a
-// null webhook registered as daemonguard's webhooks are, and with daemonguard's webhooks (the
-// webhook server in this process, called over TLS on loopback, as the demo and the integration
-// tests run it).
+// Run starts a local control plane and measures every rate three times, one setup after the
+// other: without webhooks, with a null webhook registered as daemonguard's webhooks are, and with
+// daemonguard's webhooks (the webhook server in this process, called over TLS on loopback, as the
+// demo and the integration tests run it). Every step writes into a namespace of its own, deleted
+// (and waited for) before the next step starts, so no step pays for the objects of another.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if len(cfg.Rates) == 0 || cfg.Duration <= 0 {
 		return nil, fmt.Errorf("apibench: no rates or no duration")
@@ -54,53 +54,71 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.CreateNamespace(ctx, namespace); err != nil {
-		return nil, err
-	}
 	rep := &Report{Rates: cfg.Rates, Duration: cfg.Duration, Nodes: len(localcluster.DefaultNodes())}
-	for _, setup := range []string{NoDaemonguard, NullWebhook, Daemonguard} {
-		stop := func() error { return nil }
-		switch setup {
-		case NullWebhook:
-			if stop, err = startNullWebhook(ctx, c, client); err != nil {
+	for _, rate := range cfg.Rates {
+		for _, setup := range []string{NoDaemonguard, NullWebhook, Daemonguard} {
+			stop := func() error { return nil }
+			switch setup {
+			case NullWebhook:
+				if stop, err = startNullWebhook(ctx, c, client); err != nil {
+					return nil, err
+				}
+			case Daemonguard:
+				w, err := harness.StartWebhook(ctx, c, harness.Options{})
+				if err != nil {
+					return nil, err
+				}
+				stop = func() error { w.Stop(); return nil }
+			}
+			ns := fmt.Sprintf("apibench-%s-%d", setup, rate)
+			if err := c.CreateNamespace(ctx, ns); err != nil {
 				return nil, err
 			}
-		case Daemonguard:
-			w, err := harness.StartWebhook(ctx, c, harness.Options{})
-			if err != nil {
-				return nil, err
-			}
-			stop = func() error { w.Stop(); return nil }
-		}
-		// Unmeasured: informers and connections start on first use, in the API server and in
-		// the webhook alike.
-		fmt.Fprintf(progress, "%s: warm-up\n", setup)
-		if _, err := runStep(ctx, client, setup+"-warmup", min(cfg.Rates[0], 50), 2*time.Second); err != nil {
-			return nil, err
-		}
-		for _, rate := range cfg.Rates {
 			fmt.Fprintf(progress, "%s: %d writes/s for %v\n", setup, rate, cfg.Duration)
-			steps, err := runStep(ctx, client, setup, rate, cfg.Duration)
+			// Unmeasured: informers and connections start on first use, in the API server and
+			// in the webhook alike.
+			if _, err := runStep(ctx, client, ns, setup+"-warmup", min(rate, 50), time.Second); err != nil {
+				return nil, err
+			}
+			steps, err := runStep(ctx, client, ns, setup, rate, cfg.Duration)
 			if err != nil {
 				return nil, err
 			}
 			rep.Steps = append(rep.Steps, steps...)
-		}
-		if err := stop(); err != nil {
-			return nil, err
+			if err := stop(); err != nil {
+				return nil, err
+			}
+			if err := deleteNamespace(ctx, client, ns); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return rep, nil
+}
+
+// deleteNamespace deletes ns and waits until it and its DaemonSets are gone.
+func deleteNamespace(ctx context.Context, client kubernetes.Interface, ns string) error {
+	if err := client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete namespace %s: %w", ns, err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for namespace %s to go: %w", ns, err)
+	}
+	return nil
 }
 
 // runStep pre-creates the DaemonSets the step will update (not measured), then sends rate writes
 // per second for d, open loop: each write starts at its scheduled time whether or not earlier
 // ones have returned, alternately a CREATE of a new DaemonSet and an UPDATE (new image) of a
 // pre-created one (a patch). Latency counts from the scheduled time.
-func runStep(ctx context.Context, client kubernetes.Interface, setup string, rate int, d time.Duration) ([]Step, error) {
+func runStep(ctx context.Context, client kubernetes.Interface, namespace, setup string, rate int, d time.Duration) ([]Step, error) {
 	total := int(d.Seconds() * float64(rate))
 	prefix := fmt.Sprintf("%s-%d", setup, rate)
-	stored, err := preCreate(ctx, client, prefix+"-u", total/2)
+	stored, err := preCreate(ctx, client, namespace, prefix+"-u", total/2)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +180,7 @@ var newImage = []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"agent
 
 // preCreate creates n DaemonSets named prefix-N with a few writers in parallel and returns their
 // names.
-func preCreate(ctx context.Context, client kubernetes.Interface, prefix string, n int) ([]string, error) {
+func preCreate(ctx context.Context, client kubernetes.Interface, namespace, prefix string, n int) ([]string, error) {
 	out := make([]string, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
