@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
@@ -42,6 +44,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
+	// The null webhook's server logs through controller-runtime's global logger, which the
+	// harness points at the webhook's log file when daemonguard's setup starts.
+	ctrl.SetLogger(logr.Discard())
 	c, err := localcluster.Start(ctx, localcluster.Config{Log: progress})
 	if err != nil {
 		return nil, err
