@@ -3,8 +3,6 @@ package apibench
 import (
 	"context"
 	"fmt"
-	"net"
-	"path/filepath"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,17 +26,10 @@ const nullConfiguration = "apibench-null"
 // webhook, daemonguard's own work left out. stop unregisters it and waits until the API server no
 // longer calls it.
 func startNullWebhook(ctx context.Context, c *localcluster.Cluster, client kubernetes.Interface) (stop func() error, err error) {
-	certDir := filepath.Join(c.Dir, "null-webhook-tls")
-	caBundle, err := c.WriteServingCert(certDir)
+	certDir, caBundle, port, err := harness.ServingEndpoint(c, "null-webhook-tls")
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	srv := crwebhook.NewServer(crwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir, CertName: "tls.crt", KeyName: "tls.key"})
 	null := &admission.Webhook{Handler: loadgen.NullHandler}
 	for _, path := range []string{webhook.MutateDaemonSetPath, webhook.ValidateDaemonSetPath, webhook.MutatePodPath} {

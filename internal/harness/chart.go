@@ -164,10 +164,30 @@ func MountSecret(t testing.TB, c *localcluster.Cluster, ns, name, dir string) {
 // FreePort returns a loopback port free right now.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return port
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ServingEndpoint prepares a webhook server on loopback: a serving certificate for 127.0.0.1
+// from the cluster's CA, written as tls.crt and tls.key to <cluster dir>/<name>, the CA bundle
+// that trusts it, and a port free right now.
+func ServingEndpoint(c *localcluster.Cluster, name string) (certDir string, caBundle []byte, port int, err error) {
+	certDir = filepath.Join(c.Dir, name)
+	if caBundle, err = c.WriteServingCert(certDir); err != nil {
+		return "", nil, 0, err
+	}
+	port, err = freePort()
+	return certDir, caBundle, port, err
 }

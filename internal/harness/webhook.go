@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -92,17 +91,10 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 	if err := c.CreateNamespace(ctx, WebhookNamespace); err != nil {
 		return nil, err
 	}
-	certDir := filepath.Join(c.Dir, "webhook-tls")
-	caBundle, err := c.WriteServingCert(certDir)
+	certDir, caBundle, port, err := ServingEndpoint(c, "webhook-tls")
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	logPath := filepath.Join(c.Dir, "logs", "daemonguard-webhook.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
