@@ -12,7 +12,10 @@ package daemonguard.inject
 import data.daemonguard.lib
 
 # settings are parameters.inject with parameters.inject.namespaceClasses[<class>] merged over it.
-base_settings := lib.as_object(lib.get(lib.parameters, "inject", {}))
+base_settings := s if {
+	s := lib.parameters.inject
+	is_object(s)
+} else := {}
 
 class_settings := s if {
 	s := base_settings.namespaceClasses[lib.namespace_class]
@@ -28,11 +31,22 @@ priority_class_name := n if {
 	is_string(n)
 } else := ""
 
-tolerations := [t | some t in lib.as_array(lib.get(settings, "tolerations", [])); is_object(t)]
+tolerations := [t |
+	list := settings.tolerations
+	is_array(list)
+	some t in list
+	is_object(t)
+]
 
-excluded_namespaces := lib.as_array(lib.get(settings, "excludedNamespaces", []))
+excluded_namespaces := n if {
+	n := settings.excludedNamespaces
+	is_array(n)
+} else := []
 
-excluded_labels := lib.as_object(lib.get(settings, "excludedLabels", {}))
+excluded_labels := l if {
+	l := settings.excludedLabels
+	is_object(l)
+} else := {}
 
 opt_out_annotation := "daemonguard.io/inject"
 

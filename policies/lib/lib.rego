@@ -123,6 +123,11 @@ is_qualified_name_part(n) if {
 }
 
 # --- the DaemonSet ------------------------------------------------------------------------------
+#
+# The accessors below read fields by reference and fall back with `else`, rather than through
+# as_object/get: OPA caches a function's result keyed by its arguments, so calling a function with
+# the DaemonSet (or its pod template) hashes the whole object on every call, and reading a field by
+# reference converts only that field of the input. Benchmarks: docs/performance.md.
 
 # daemonset is input.object, or {} when absent.
 daemonset := o if {
@@ -130,15 +135,30 @@ daemonset := o if {
 	is_object(o)
 } else := {}
 
-metadata := as_object(get(daemonset, "metadata", {}))
+metadata := m if {
+	m := daemonset.metadata
+	is_object(m)
+} else := {}
 
-annotations := as_object(get(metadata, "annotations", {}))
+annotations := a if {
+	a := metadata.annotations
+	is_object(a)
+} else := {}
 
-labels := as_object(get(metadata, "labels", {}))
+labels := l if {
+	l := metadata.labels
+	is_object(l)
+} else := {}
 
-spec := as_object(get(daemonset, "spec", {}))
+spec := s if {
+	s := daemonset.spec
+	is_object(s)
+} else := {}
 
-update_strategy := as_object(get(spec, "updateStrategy", {}))
+update_strategy := u if {
+	u := spec.updateStrategy
+	is_object(u)
+} else := {}
 
 # strategy_type is spec.updateStrategy.type, "RollingUpdate" (the Kubernetes default) when absent.
 strategy_type := t if {
@@ -150,21 +170,32 @@ strategy_type := t if {
 strategy_type_defaulted if not has_value(update_strategy, "type")
 
 # rolling_update is spec.updateStrategy.rollingUpdate, or {} when absent.
-rolling_update := as_object(get(update_strategy, "rollingUpdate", {}))
+rolling_update := r if {
+	r := update_strategy.rollingUpdate
+	is_object(r)
+} else := {}
 
-pod_template := as_object(get(spec, "template", {}))
+pod_template := t if {
+	t := spec.template
+	is_object(t)
+} else := {}
 
-pod_spec := as_object(get(pod_template, "spec", {}))
+pod_spec := s if {
+	s := pod_template.spec
+	is_object(s)
+} else := {}
 
 # containers lists the pod template's init and regular containers, in order, each as
 # {"field": "spec.template.spec.containers[0]", "name": "nginx", "container": {...}}.
 containers := [entry |
 	some kind in ["initContainers", "containers"]
-	some i, c in as_array(get(pod_spec, kind, []))
+	list := pod_spec[kind]
+	is_array(list)
+	some i, c in list
 	is_object(c)
 	entry := {
 		"field": sprintf("spec.template.spec.%s[%d]", [kind, i]),
-		"name": get(c, "name", ""),
+		"name": object.get(c, "name", ""),
 		"container": c,
 	}
 ]
@@ -209,12 +240,14 @@ namespace_labels := l if {
 # class_matches(class) holds when a namespaceClasses entry matches the input's namespace: its name
 # is in `namespaces`, or its labels include every pair of a non-empty `matchLabels`.
 class_matches(class) if {
-	some n in as_array(get(class, "namespaces", []))
-	n == namespace_name
+	names := class.namespaces
+	is_array(names)
+	namespace_name in names
 }
 
 class_matches(class) if {
-	selector := as_object(get(class, "matchLabels", {}))
+	selector := class.matchLabels
+	is_object(selector)
 	count(selector) > 0
 	every k, v in selector {
 		namespace_labels[k] == v
@@ -222,7 +255,9 @@ class_matches(class) if {
 }
 
 matching_classes := [name |
-	some class in as_array(get(parameters, "namespaceClasses", []))
+	classes := parameters.namespaceClasses
+	is_array(classes)
+	some class in classes
 	is_object(class)
 	name := class.name
 	is_string(name)

@@ -89,7 +89,9 @@ surge_default_note := " (the default)" if {
 # defaults hostPort to containerPort).
 host_ports := [sprintf("container %s hostPort %v", [lib.quote(c.name), port]) |
 	some c in lib.containers
-	some p in lib.as_array(lib.get(c.container, "ports", []))
+	ports := c.container.ports
+	is_array(ports)
+	some p in ports
 	port := host_port(p)
 ]
 
