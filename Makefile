@@ -64,6 +64,10 @@ testdeps: ## Install Debian's redis-server (for the Argo CD e2e tests) when miss
 demo: testbin ## Start the local control plane, apply testdata/demo and show the result; Ctrl-C stops it.
 	$(GO) run ./cmd/localcluster demo
 
+.PHONY: run
+run: ## Run the webhook and rollout controller from this checkout against the current kubeconfig (e.g. `make cluster`) until Ctrl-C.
+	$(GO) run ./cmd/localcluster run $(RUN_FLAGS)
+
 .PHONY: demo-down
 demo-down: ## Stop local clusters left by `make demo` or `make cluster` (also after a killed terminal).
 	$(GO) run ./cmd/localcluster down
@@ -91,6 +95,10 @@ test: testbin lint ## Run every test, including the integration tests on the loc
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no cluster.
 	$(GO) test $(TEST_FLAGS) -short ./...
+
+.PHONY: policy-test
+policy-test: ## Run the Rego tests of the built-in policies with OPA's test runner (daemonguard policy test policies).
+	$(GO) run ./cmd/daemonguard policy test policies
 
 .PHONY: helm-lint
 helm-lint: testbin ## Lint the chart (helm lint --strict) and compare `helm template` with the goldens (UPDATE_GOLDEN=1 rewrites them).

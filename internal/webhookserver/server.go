@@ -113,7 +113,9 @@ func Run(ctx context.Context, opts Options) error {
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "daemonguard-webhook",
 		LeaderElectionNamespace: opts.Namespace,
-		HealthProbeBindAddress:  opts.HealthAddr,
+		// A replica that stops hands the audit to the next one at once, not after the lease expires.
+		LeaderElectionReleaseOnCancel: true,
+		HealthProbeBindAddress:        opts.HealthAddr,
 		WebhookServer: crwebhook.NewServer(crwebhook.Options{
 			Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir, CertName: "tls.crt", KeyName: "tls.key",
 		}),

@@ -1,6 +1,7 @@
 // Package devcmd holds the commands of the localcluster developer tool: build the test binaries,
-// run a local control plane until interrupted, run the demo, measure admission latency through the
-// API server, and clean up after a killed demo.
+// run a local control plane until interrupted, run the demo, run daemonguard from the checkout
+// against the current kubeconfig, measure admission latency through the API server, and clean up
+// after a killed demo.
 package devcmd
 
 import (
@@ -27,7 +28,7 @@ func New() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newBuildCommand(), newUpCommand(), newDemoCommand(), newDownCommand(), newBenchAdmissionCommand())
+	root.AddCommand(newBuildCommand(), newUpCommand(), newDemoCommand(), newDownCommand(), newRunCommand(), newBenchAdmissionCommand())
 	return root
 }
 
