@@ -241,9 +241,9 @@ func applyRawPatch(t *testing.T, raw, patch []byte) []byte {
 	return out
 }
 
-// diffPatch is how DaemonSetPatch used to compute its patch, kept as the reference: decode, add
-// what is missing to the generic object (creating spec, template and spec as needed), re-encode
-// and diff the whole object with jsonpatch.CreatePatch.
+// diffPatch is the reference DaemonSetPatch is held to, simple enough to be obviously right:
+// decode, add what is missing to the generic object (creating spec, template and spec as needed),
+// re-encode and diff the whole object with jsonpatch.CreatePatch.
 func diffPatch(t *testing.T, raw []byte, d policy.InjectDecision) []jsonpatch.Operation {
 	t.Helper()
 	obj, err := decodeObject(raw)
@@ -365,8 +365,9 @@ func TestDaemonSetPatchMatchesTheDiff(t *testing.T) {
 	}
 }
 
-// onlyCreatesEmptyObjects tells a diff whose only effect is to create an empty spec.template.spec
-// (the old code did that when a decision had nothing to add); the written patch leaves it out.
+// onlyCreatesEmptyObjects tells a reference diff whose only effect is to create an empty
+// spec.template.spec (diffPatch does that when a decision has nothing to add); the written patch
+// leaves it out, which is the one difference allowed.
 func onlyCreatesEmptyObjects(t *testing.T, raw []byte, ops []jsonpatch.Operation) bool {
 	t.Helper()
 	out, err := decodeObject(applyPatch(t, raw, ops))

@@ -185,7 +185,7 @@ func TestPodPinPatchMatchesTheDiff(t *testing.T) {
 		if err != nil || len(res.Patch) == 0 {
 			continue // no rewrite (or a malformed affinity): nothing to compare
 		}
-		// The old rewrite: set the required terms on the decoded pod, drop nodeName, diff.
+		// The reference rewrite: set the required terms on the decoded pod, drop nodeName, diff.
 		aff, _ := decodedSpec["affinity"].(map[string]any)
 		if aff == nil {
 			aff = map[string]any{}
