@@ -5,9 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/daemonguard/daemonguard/internal/nodes"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // revisionLabel is the label the DaemonSet controller puts on pods and ControllerRevisions.
@@ -51,11 +51,6 @@ type Reconciler struct {
 	reported map[types.NamespacedName]time.Time // last progress report per DaemonSet
 }
 
-// IsManaged tells DaemonSets that opted in to daemonguard's rollouts.
-func IsManaged(ds *appsv1.DaemonSet) bool {
-	return ds.Annotations[AnnotationRollout] == RolloutManaged && ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
-}
-
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := r.Log.WithValues("daemonset", req.NamespacedName)
@@ -63,20 +58,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, &ds); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !IsManaged(&ds) || ds.DeletionTimestamp != nil {
+	if !rolloutapi.IsManaged(&ds) || ds.DeletionTimestamp != nil {
 		return reconcile.Result{}, nil
 	}
 	now := r.Clock.Now()
 	settings, err := ParseSettings(ds.Annotations)
 	if err != nil {
 		// Admitted while the webhook was bypassed: report, do nothing until it is fixed.
-		return reconcile.Result{}, r.setCondition(ctx, &ds, PhaseFailed, "InvalidSettings", err.Error(), now)
+		return reconcile.Result{}, r.setCondition(ctx, &ds, rolloutapi.PhaseFailed, rolloutapi.ReasonInvalidSettings, err.Error(), now)
 	}
 	if ds.Status.ObservedGeneration < ds.Generation {
 		// The DaemonSet controller has not yet created the revision for the new template.
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
-	in, err := r.gather(ctx, &ds, settings, now)
+	in, err := r.gather(ctx, log, &ds, settings, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -94,7 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	switch {
 	case plan.RequeueAfter > 0:
 		return reconcile.Result{RequeueAfter: plan.RequeueAfter}, nil
-	case plan.Phase == PhaseProgressing && ds.Spec.MinReadySeconds > 0:
+	case plan.Phase == rolloutapi.PhaseProgressing && ds.Spec.MinReadySeconds > 0:
 		return reconcile.Result{RequeueAfter: time.Duration(ds.Spec.MinReadySeconds) * time.Second}, nil
 	}
 	return reconcile.Result{}, nil
@@ -111,7 +106,7 @@ type Store interface {
 }
 
 // gather reads the DaemonSet's revisions, nodes and pods into the planner's input.
-func (r *Reconciler) gather(ctx context.Context, ds *appsv1.DaemonSet, settings Settings, now time.Time) (*Input, error) {
+func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet, settings Settings, now time.Time) (*Input, error) {
 	target, err := r.currentRevision(ctx, ds)
 	if err != nil {
 		return nil, err
@@ -131,12 +126,16 @@ func (r *Reconciler) gather(ctx context.Context, ds *appsv1.DaemonSet, settings 
 		}
 	}
 
+	state, err := readState(ds.Annotations)
+	if err != nil {
+		log.Info("Ignored malformed status annotations", "err", err)
+	}
 	matcher := nodes.NewMatcher(&ds.Spec.Template.Spec)
 	in := &Input{
 		TargetRevision:  target,
 		Settings:        settings,
 		MinReadySeconds: ds.Spec.MinReadySeconds,
-		State:           readState(ds.Annotations),
+		State:           state,
 		Now:             now,
 	}
 	for _, n := range nodeList {
@@ -152,24 +151,18 @@ func (r *Reconciler) gather(ctx context.Context, ds *appsv1.DaemonSet, settings 
 	return in, nil
 }
 
-// currentRevision is the controller-revision-hash of the DaemonSet's newest ControllerRevision,
-// which after the DaemonSet controller has observed the generation is the current template's.
+// currentRevision is the controller-revision-hash of the DaemonSet's current template, "" while
+// unknown.
 func (r *Reconciler) currentRevision(ctx context.Context, ds *appsv1.DaemonSet) (string, error) {
 	var list appsv1.ControllerRevisionList
 	if err := r.Client.List(ctx, &list, client.InNamespace(ds.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return "", fmt.Errorf("list controller revisions: %w", err)
 	}
-	var newest *appsv1.ControllerRevision
+	revs := make([]*appsv1.ControllerRevision, len(list.Items))
 	for i := range list.Items {
-		cr := &list.Items[i]
-		if metav1.IsControlledBy(cr, ds) && (newest == nil || cr.Revision > newest.Revision) {
-			newest = cr
-		}
+		revs[i] = &list.Items[i]
 	}
-	if newest == nil {
-		return "", nil
-	}
-	return newest.Labels[revisionLabel], nil
+	return rolloutapi.CurrentRevisionHash(ds, revs), nil
 }
 
 func (r *Reconciler) podState(p *corev1.Pod) PodState {
@@ -271,7 +264,7 @@ func (r *Reconciler) apply(ctx context.Context, log logr.Logger, ds *appsv1.Daem
 
 	previous := activeCondition(ds)
 	transition := previous == nil || string(previous.Type) != string(plan.Phase) || previous.Reason != plan.Reason ||
-		ds.Annotations[StatusStep] != plan.Step || ds.Annotations[StatusRevision] != plan.State.Revision
+		ds.Annotations[rolloutapi.StatusStep] != plan.Step.String() || ds.Annotations[rolloutapi.StatusRevision] != plan.State.Revision
 	if !transition && !r.reportDue(ds, now) {
 		// Only counts moved: on a 1,000-node rollout every pod event would otherwise cost two
 		// writes to the API server the rollout itself is waiting on. Report at most once per
@@ -373,76 +366,48 @@ func (r *Reconciler) forgetSettled() {
 
 func (r *Reconciler) event(ds *appsv1.DaemonSet, plan Plan) {
 	switch plan.Phase {
-	case PhaseFailed:
+	case rolloutapi.PhaseFailed:
 		rolloutFailures.WithLabelValues(ds.Namespace, ds.Name, plan.Reason).Inc()
 		r.Recorder.Eventf(ds, nil, corev1.EventTypeWarning, "RolloutFailed", "Rollout", "%s: %s", plan.Reason, plan.Message)
-	case PhaseComplete:
+	case rolloutapi.PhaseComplete:
 		r.Recorder.Eventf(ds, nil, corev1.EventTypeNormal, "RolloutComplete", "Rollout", "%s", plan.Message)
-	case PhasePaused:
+	case rolloutapi.PhasePaused:
 		r.Recorder.Eventf(ds, nil, corev1.EventTypeNormal, "RolloutPaused", "Rollout", "%s", plan.Message)
 	default:
 		r.Recorder.Eventf(ds, nil, corev1.EventTypeNormal, "RolloutProgressing", "Rollout", "%s", plan.Message)
 	}
 }
 
-// readState recovers the controller's memory from the status annotations.
-func readState(a map[string]string) RolloutState {
-	s := RolloutState{Revision: a[StatusRevision], PauseToken: a[StatusPauseToken], FailedRevision: a[StatusFailedRevision]}
-	if step := a[StatusStep]; step != "" {
-		if i, err := strconv.Atoi(strings.SplitN(step, "/", 2)[0]); err == nil && i > 0 {
-			s.StepIndex = i - 1
-		}
-		if strings.HasSuffix(step, ": done") {
-			s.StepIndex++
-		}
-	}
-	s.StepStarted, _ = time.Parse(time.RFC3339, a[StatusStepStarted])
-	if updated, at, ok := strings.Cut(a[StatusProgress], "@"); ok {
-		s.ProgressUpdated, _ = strconv.Atoi(updated)
-		s.Progress, _ = time.Parse(time.RFC3339, at)
-	}
-	return s
+// readState recovers the controller's memory from the status annotations. A malformed value
+// (status annotations are not admission-checked) is forgotten: the rollout then resumes as if it
+// had not been written, which the planner treats as a fresh start of that part of its state.
+func readState(a map[string]string) (RolloutState, error) {
+	st, err := rolloutapi.DecodeStatus(a)
+	return RolloutState{
+		Revision: st.Revision, StepIndex: st.Step.Index, StepStarted: st.StepStarted, PauseToken: st.PauseToken,
+		FailedRevision: st.FailedRevision, Progress: st.Progress, ProgressUpdated: st.ProgressUpdated,
+	}, err
 }
 
-// stateAnnotations renders the plan's state and report; nil values remove an annotation.
-func stateAnnotations(plan Plan) map[string]*string {
-	str := func(s string) *string {
-		if s == "" {
-			return nil
-		}
-		return &s
-	}
-	next := ""
-	if len(plan.NextNodes) > 0 {
-		next = strings.Join(plan.NextNodes, ",") + " (" + plan.NextReason + ")"
-	}
+// reportedStatus is the plan's state and report as the status annotations hold them.
+func reportedStatus(plan Plan) rolloutapi.Status {
 	st := plan.State
-	return map[string]*string{
-		StatusRevision:       str(st.Revision),
-		StatusStep:           str(plan.Step),
-		StatusStepStarted:    str(st.StepStarted.UTC().Format(time.RFC3339)),
-		StatusPauseToken:     str(st.PauseToken),
-		StatusProgress:       str(fmt.Sprintf("%d@%s", st.ProgressUpdated, st.Progress.UTC().Format(time.RFC3339))),
-		StatusUpdated:        str(fmt.Sprintf("%d/%d", plan.Updated, plan.Desired)),
-		StatusNextNodes:      str(next),
-		StatusFailedRevision: str(st.FailedRevision),
+	s := rolloutapi.Status{
+		Revision: st.Revision, Step: plan.Step, StepStarted: st.StepStarted, PauseToken: st.PauseToken,
+		Counts:    &rolloutapi.Counts{Updated: plan.Updated, Desired: plan.Desired},
+		NextNodes: plan.NextNodes, FailedRevision: st.FailedRevision,
+		Progress: st.Progress, ProgressUpdated: st.ProgressUpdated,
 	}
+	if len(plan.NextNodes) > 0 {
+		s.NextReason = plan.NextReason
+	}
+	return s
 }
 
 // writeState patches the status annotations when they changed. The patch touches only
 // status.daemonguard.io/ keys, which the admission webhook lets through without re-evaluating.
 func (r *Reconciler) writeState(ctx context.Context, ds *appsv1.DaemonSet, plan Plan) error {
-	want := stateAnnotations(plan)
-	changes := map[string]*string{}
-	for k, v := range want {
-		cur, ok := ds.Annotations[k]
-		switch {
-		case v == nil && ok:
-			changes[k] = nil
-		case v != nil && (!ok || cur != *v):
-			changes[k] = v
-		}
-	}
+	changes := rolloutapi.StatusChanges(ds.Annotations, reportedStatus(plan))
 	if len(changes) == 0 {
 		return nil
 	}
@@ -467,16 +432,15 @@ func activeCondition(ds *appsv1.DaemonSet) *appsv1.DaemonSetCondition {
 }
 
 func isRolloutCondition(t appsv1.DaemonSetConditionType) bool {
-	return t == ConditionProgressing || t == ConditionPaused || t == ConditionFailed || t == ConditionComplete
+	return slices.Contains(rolloutapi.RolloutConditions, t)
 }
 
 // setCondition makes the phase's condition the one True rollout condition, keeping conditions
 // of other owners, and writes the status only when something changed.
-func (r *Reconciler) setCondition(ctx context.Context, ds *appsv1.DaemonSet, phase Phase, reason, message string, now time.Time) error {
-	want := []appsv1.DaemonSetConditionType{ConditionProgressing, ConditionPaused, ConditionFailed, ConditionComplete}
+func (r *Reconciler) setCondition(ctx context.Context, ds *appsv1.DaemonSet, phase rolloutapi.Phase, reason, message string, now time.Time) error {
 	conds := append([]appsv1.DaemonSetCondition(nil), ds.Status.Conditions...)
 	changed := false
-	for _, t := range want {
+	for _, t := range rolloutapi.RolloutConditions {
 		status, r1, m1 := corev1.ConditionFalse, "", ""
 		if string(t) == string(phase) {
 			status, r1, m1 = corev1.ConditionTrue, reason, message

@@ -14,9 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/daemonguard/daemonguard/controller"
 	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // Webhook paths served by daemonguard.
@@ -316,7 +316,7 @@ func onlyStatusAnnotationsChanged(oldObj, newObj map[string]any) bool {
 				}
 				kept := make(map[string]any, len(ann))
 				for a, x := range ann {
-					if strings.HasPrefix(a, controller.StatusPrefix) {
+					if strings.HasPrefix(a, rolloutapi.StatusPrefix) {
 						changed = true
 						continue
 					}
