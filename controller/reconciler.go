@@ -32,7 +32,7 @@ var failureReasons = map[string]bool{
 	"CrashLoopBackOff": true, "CreateContainerConfigError": true, "CreateContainerError": true,
 }
 
-// Reconciler rolls out one managed DaemonSet per call: gather, plan (pure), apply.
+// Reconciler rolls out one managed DaemonSet per call: gather, decide (pure), apply.
 type Reconciler struct {
 	Client   client.Client // reads from the cache, writes to the API server
 	Store    Store         // pods and nodes, read from the cache without copies

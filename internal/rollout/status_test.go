@@ -194,6 +194,12 @@ func TestEvaluate(t *testing.T) {
 			msg:    []string{"is paused: TimedPause: step 2/3: pause:5m: waiting 4m more"},
 			notMsg: []string{"resume with", "at step"},
 		},
+		"managed, malformed status annotations: left out, with a warning": {
+			ds: fixture(managed, annotate(rolloutapi.StatusUpdated, "9 of 20", rolloutapi.StatusStep, "3/5: 25%"),
+				cond(rolloutapi.ConditionProgressing, "RolloutProgressing", "")),
+			want: Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 4, Available: 4, Desired: 4, Step: "3/5", StepSpec: "25%"},
+			msg:  []string{"4 of 4 pods updated"},
+		},
 		"managed, no condition yet: waiting for the controller": {
 			ds:   fixture(managed, annotate(rolloutapi.StatusRevision, "")),
 			want: Status{Managed: true, Phase: rolloutapi.PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
