@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/daemonguard/daemonguard/controller"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // fiveNodeDS is a DaemonSet on worker-0 to worker-4 only, with the built-in RollingUpdate
@@ -145,8 +145,8 @@ func TestBuiltinRollingUpdateWaitsSilentlyWhereManagedRolloutFails(t *testing.T)
 			return ok, state
 		})
 	}
-	managedFailed := waitPhaseOf(t, ns, "managed", controller.PhaseFailed, time.Minute)
-	if c := condition(managedFailed, controller.PhaseFailed); c.Reason != "PodFailure" || !strings.Contains(c.Message, "worker-0: ImagePullBackOff") {
+	managedFailed := waitPhaseOf(t, ns, "managed", rolloutapi.PhaseFailed, time.Minute)
+	if c := condition(managedFailed, rolloutapi.PhaseFailed); c.Reason != "PodFailure" || !strings.Contains(c.Message, "worker-0: ImagePullBackOff") {
 		t.Errorf("managed Failed condition %s: %q, want PodFailure naming worker-0: ImagePullBackOff", c.Reason, c.Message)
 	}
 

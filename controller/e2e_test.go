@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/daemonguard/daemonguard/controller"
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // 20 nodes: one tainted control-plane node and 19 workers over three zones.
@@ -77,7 +77,7 @@ func getDS(ctx context.Context, ns string) (*appsv1.DaemonSet, error) {
 	return cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, "nginx-ds", metav1.GetOptions{})
 }
 
-func condition(ds *appsv1.DaemonSet, t controller.Phase) *appsv1.DaemonSetCondition {
+func condition(ds *appsv1.DaemonSet, t rolloutapi.Phase) *appsv1.DaemonSetCondition {
 	for i := range ds.Status.Conditions {
 		if string(ds.Status.Conditions[i].Type) == string(t) && ds.Status.Conditions[i].Status == corev1.ConditionTrue {
 			return &ds.Status.Conditions[i]
@@ -87,13 +87,13 @@ func condition(ds *appsv1.DaemonSet, t controller.Phase) *appsv1.DaemonSetCondit
 }
 
 // waitPhase waits until the given rollout condition of nginx-ds is True.
-func waitPhase(t *testing.T, ns string, phase controller.Phase, timeout time.Duration) *appsv1.DaemonSet {
+func waitPhase(t *testing.T, ns string, phase rolloutapi.Phase, timeout time.Duration) *appsv1.DaemonSet {
 	t.Helper()
 	return waitPhaseOf(t, ns, "nginx-ds", phase, timeout)
 }
 
 // waitPhaseOf waits until the given rollout condition of the named DaemonSet is True.
-func waitPhaseOf(t *testing.T, ns, name string, phase controller.Phase, timeout time.Duration) *appsv1.DaemonSet {
+func waitPhaseOf(t *testing.T, ns, name string, phase rolloutapi.Phase, timeout time.Duration) *appsv1.DaemonSet {
 	t.Helper()
 	var ds *appsv1.DaemonSet
 	cluster.WaitFor(t, timeout, name+" rollout condition "+string(phase), func(ctx context.Context) (bool, string) {
@@ -291,15 +291,15 @@ func startPausedRollout(t *testing.T, ns string, nodes int, settings map[string]
 	t.Helper()
 	kubectl(t, managedDS("nginx:1.7.9", settings), "apply", "-n", ns, "-f", "-")
 	waitSettled(t, ns, "nginx:1.7.9", nodes)
-	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
 	s := startSampler(t, ns, "nginx:1.24.0")
 	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
-	ds := waitPhase(t, ns, controller.PhasePaused, time.Minute)
-	if got := ds.Annotations[controller.StatusStep]; !strings.HasPrefix(got, "2/3") {
+	ds := waitPhase(t, ns, rolloutapi.PhasePaused, time.Minute)
+	if got := ds.Annotations[rolloutapi.StatusStep]; !strings.HasPrefix(got, "2/3") {
 		t.Fatalf("paused at step %q, want 2/3", got)
 	}
-	if got, want := ds.Annotations[controller.StatusUpdated], fmt.Sprintf("%d/", canary); !strings.HasPrefix(got, want) {
-		t.Fatalf("paused with %s = %q, want %d nodes updated", controller.StatusUpdated, got, canary)
+	if got, want := ds.Annotations[rolloutapi.StatusUpdated], fmt.Sprintf("%d/", canary); !strings.HasPrefix(got, want) {
+		t.Fatalf("paused with %s = %q, want %d nodes updated", rolloutapi.StatusUpdated, got, canary)
 	}
 	return s
 }
@@ -309,14 +309,14 @@ func TestManagedRolloutStaysWithinBudgetAtEveryInstant(t *testing.T) {
 	ctl := startController(t)
 	defer ctl.Stop()
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, managedDS("nginx:1.7.9", map[string]string{controller.AnnotationMaxUnavailable: "2"}), "apply", "-n", ns, "-f", "-")
+	kubectl(t, managedDS("nginx:1.7.9", map[string]string{rolloutapi.AnnotationMaxUnavailable: "2"}), "apply", "-n", ns, "-f", "-")
 	waitSettled(t, ns, "nginx:1.7.9", nodeCount)
-	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
 
 	s := startSampler(t, ns, "nginx:1.24.0")
 	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
 	waitSettled(t, ns, "nginx:1.24.0", nodeCount)
-	ds := waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+	ds := waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
 
 	maxUnavailable, _, samples := s.result()
 	t.Logf("max unavailable %d over %d samples", maxUnavailable, samples)
@@ -326,8 +326,8 @@ func TestManagedRolloutStaysWithinBudgetAtEveryInstant(t *testing.T) {
 	if maxUnavailable == 0 || samples < nodeCount {
 		t.Errorf("sampler saw no rollout (max unavailable %d, %d samples)", maxUnavailable, samples)
 	}
-	if got := ds.Annotations[controller.StatusUpdated]; got != "20/20" {
-		t.Errorf("status %s = %q, want 20/20", controller.StatusUpdated, got)
+	if got := ds.Annotations[rolloutapi.StatusUpdated]; got != "20/20" {
+		t.Errorf("status %s = %q, want 20/20", rolloutapi.StatusUpdated, got)
 	}
 }
 
@@ -338,12 +338,12 @@ func TestFailingImageHaltsAfterFirstStepAndRollForwardCompletes(t *testing.T) {
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, managedDS("nginx:1.7.9", nil), "apply", "-n", ns, "-f", "-")
 	waitSettled(t, ns, "nginx:1.7.9", nodeCount)
-	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
 
 	s := startSampler(t, ns, "nginx:1.91")
 	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.91")
-	ds := waitPhase(t, ns, controller.PhaseFailed, 2*time.Minute)
-	failed := condition(ds, controller.PhaseFailed)
+	ds := waitPhase(t, ns, rolloutapi.PhaseFailed, 2*time.Minute)
+	failed := condition(ds, rolloutapi.PhaseFailed)
 	if failed.Reason != "PodFailure" || !strings.Contains(failed.Message, "ImagePullBackOff") {
 		t.Errorf("Failed condition %s: %s, want PodFailure naming ImagePullBackOff", failed.Reason, failed.Message)
 	}
@@ -363,7 +363,7 @@ func TestFailingImageHaltsAfterFirstStepAndRollForwardCompletes(t *testing.T) {
 	// Roll forward with a good image: the failure belongs to the old revision.
 	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.25.5")
 	waitSettled(t, ns, "nginx:1.25.5", nodeCount)
-	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
 	_, touched, _ := s.result()
 	if touched > 1 {
 		t.Errorf("%d nodes ran the broken image at once; the budget is 1", touched)
@@ -379,7 +379,7 @@ func TestRestartMidRolloutResumesWithoutOvershoot(t *testing.T) {
 	ns := cluster.NewTestNamespace(t)
 	// Stop the controller while the canary step's timed pause runs: mid-rollout.
 	s := startPausedRollout(t, ns, nodeCount, map[string]string{
-		controller.AnnotationMaxUnavailable: "3", controller.AnnotationSteps: "3,pause:4s,100%",
+		rolloutapi.AnnotationMaxUnavailable: "3", rolloutapi.AnnotationSteps: "3,pause:4s,100%",
 	}, 3)
 	if err := ctl.Stop(); err != nil {
 		t.Fatalf("controller stopped with %v", err)
@@ -387,7 +387,7 @@ func TestRestartMidRolloutResumesWithoutOvershoot(t *testing.T) {
 	ctl = startController(t)
 	defer ctl.Stop()
 	waitSettled(t, ns, "nginx:1.24.0", nodeCount)
-	waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
 	maxUnavailable, _, _ := s.result()
 	if maxUnavailable > 3 || maxUnavailable == 0 {
 		t.Errorf("max unavailable %d across the restart, want 1..3", maxUnavailable)

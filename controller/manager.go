@@ -27,6 +27,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 var (
@@ -58,7 +60,7 @@ func observe(ds *appsv1.DaemonSet, plan Plan) {
 	rolloutUpdated.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Updated))
 	rolloutDesired.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Desired))
 	rolloutUnavailable.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Unavailable))
-	for _, p := range []Phase{PhaseProgressing, PhasePaused, PhaseFailed, PhaseComplete} {
+	for _, p := range []rolloutapi.Phase{rolloutapi.PhaseProgressing, rolloutapi.PhasePaused, rolloutapi.PhaseFailed, rolloutapi.PhaseComplete} {
 		v := 0.0
 		if p == plan.Phase {
 			v = 1
@@ -131,7 +133,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		ds, ok := o.(*appsv1.DaemonSet)
-		return ok && IsManaged(ds)
+		return ok && rolloutapi.IsManaged(ds)
 	})
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named("daemonset-rollout").
@@ -166,7 +168,7 @@ func allManaged(c client.Client) handler.MapFunc {
 		}
 		var reqs []reconcile.Request
 		for i := range list.Items {
-			if IsManaged(&list.Items[i]) {
+			if rolloutapi.IsManaged(&list.Items[i]) {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 			}
 		}

@@ -9,9 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/daemonguard/daemonguard/controller"
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // A controller started with --watch-namespace rolls out the managed DaemonSets of its namespace
@@ -35,16 +35,16 @@ func TestWatchNamespaceRollsOnlyItsNamespace(t *testing.T) {
 	defer ctl.Stop()
 
 	for _, ns := range []string{watched, other} {
-		kubectl(t, managedDS("nginx:1.7.9", map[string]string{controller.AnnotationMaxUnavailable: "5"}), "apply", "-n", ns, "-f", "-")
+		kubectl(t, managedDS("nginx:1.7.9", map[string]string{rolloutapi.AnnotationMaxUnavailable: "5"}), "apply", "-n", ns, "-f", "-")
 		waitSettled(t, ns, "nginx:1.7.9", nodeCount)
 	}
-	waitPhase(t, watched, controller.PhaseComplete, time.Minute)
+	waitPhase(t, watched, rolloutapi.PhaseComplete, time.Minute)
 
 	for _, ns := range []string{watched, other} {
 		kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
 	}
 	waitSettled(t, watched, "nginx:1.24.0", nodeCount)
-	waitPhase(t, watched, controller.PhaseComplete, time.Minute)
+	waitPhase(t, watched, rolloutapi.PhaseComplete, time.Minute)
 
 	// By now the controller has had every chance to act on the other namespace too.
 	ds, err := getDS(ctx, other)
@@ -52,7 +52,7 @@ func TestWatchNamespaceRollsOnlyItsNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := range ds.Annotations {
-		if strings.HasPrefix(k, controller.StatusPrefix) {
+		if strings.HasPrefix(k, rolloutapi.StatusPrefix) {
 			t.Errorf("the DaemonSet in %s, outside the watched namespace, got the status annotation %s", other, k)
 		}
 	}

@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/daemonguard/daemonguard/controller"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // Node churn in the middle of a managed rollout, on the real DaemonSet controller, scheduler and
@@ -23,7 +23,7 @@ import (
 // canarySteps updates two nodes and pauses until resumed. Nodes named worker-1-* sort right
 // after worker-1, so they are the first ones replaced after the pause; worker-9-* are the last
 // workers.
-var canarySteps = map[string]string{controller.AnnotationMaxUnavailable: "2", controller.AnnotationSteps: "2,pause,100%"}
+var canarySteps = map[string]string{rolloutapi.AnnotationMaxUnavailable: "2", rolloutapi.AnnotationSteps: "2,pause,100%"}
 
 // extraNodes adds worker nodes for one test and deletes them when it ends, so every test of the
 // package starts on the same 20 nodes.
@@ -45,7 +45,7 @@ func extraNodes(t *testing.T, names ...string) {
 
 func resume(t *testing.T, ns string) {
 	t.Helper()
-	kubectl(t, "", "annotate", "--overwrite", "-n", ns, "ds/nginx-ds", controller.AnnotationResume+"=1")
+	kubectl(t, "", "annotate", "--overwrite", "-n", ns, "ds/nginx-ds", rolloutapi.AnnotationResume+"=1")
 }
 
 // checkBudget fails the test if the sampler saw more than budget reachable nodes without an
@@ -83,10 +83,10 @@ func TestNodeAddedMidRolloutGetsNewRevisionAndRolloutCompletes(t *testing.T) {
 	extraNodes(t, added)
 	resume(t, ns)
 	waitSettled(t, ns, "nginx:1.24.0", nodeCount+1)
-	ds := waitPhase(t, ns, controller.PhaseComplete, time.Minute)
+	ds := waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
 
-	if got, want := ds.Annotations[controller.StatusUpdated], fmt.Sprintf("%d/%d", nodeCount+1, nodeCount+1); got != want {
-		t.Errorf("status %s = %q, want %q", controller.StatusUpdated, got, want)
+	if got, want := ds.Annotations[rolloutapi.StatusUpdated], fmt.Sprintf("%d/%d", nodeCount+1, nodeCount+1); got != want {
+		t.Errorf("status %s = %q, want %q", rolloutapi.StatusUpdated, got, want)
 	}
 	if images := s.imagesSeenOn(added); !slices.Equal(images, []string{"nginx:1.24.0"}) {
 		t.Errorf("the added node ran %v, want only the new revision's nginx:1.24.0", images)
@@ -110,9 +110,9 @@ func TestNodeDeletedMidRolloutDoesNotStickTheRollout(t *testing.T) {
 	// The deleted node's pod stays until the pod garbage collector's quarantine ends; neither the
 	// DaemonSet controller nor the rollout waits for it.
 	waitSettled(t, ns, "nginx:1.24.0", nodeCount)
-	ds := waitPhase(t, ns, controller.PhaseComplete, time.Minute)
-	if got, want := ds.Annotations[controller.StatusUpdated], fmt.Sprintf("%d/%d", nodeCount, nodeCount); got != want {
-		t.Errorf("status %s = %q, want %q", controller.StatusUpdated, got, want)
+	ds := waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
+	if got, want := ds.Annotations[rolloutapi.StatusUpdated], fmt.Sprintf("%d/%d", nodeCount, nodeCount); got != want {
+		t.Errorf("status %s = %q, want %q", rolloutapi.StatusUpdated, got, want)
 	}
 	if images := s.imagesSeenOn(gone); slices.Contains(images, "nginx:1.24.0") {
 		t.Errorf("the deleted node ran %v; it was deleted before its turn", images)
@@ -174,14 +174,14 @@ func TestUnreachableNodesAndStuckPodsDoNotBlockTheRollout(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		got := ds.Annotations[controller.StatusUpdated]
-		return got == want, fmt.Sprintf("%s = %q, want %q", controller.StatusUpdated, got, want)
+		got := ds.Annotations[rolloutapi.StatusUpdated]
+		return got == want, fmt.Sprintf("%s = %q, want %q", rolloutapi.StatusUpdated, got, want)
 	})
 	pods, err := podsOn(ctx, ns, stuck)
 	if err != nil || len(pods) != 1 || pods[0].Name != stuckPod || pods[0].DeletionTimestamp == nil {
 		t.Fatalf("pods on %s: %d, %v; want only %s, terminating", stuck, len(pods), err, stuckPod)
 	}
-	if ds, _ := getDS(ctx, ns); condition(ds, controller.PhaseProgressing) == nil {
+	if ds, _ := getDS(ctx, ns); condition(ds, rolloutapi.PhaseProgressing) == nil {
 		t.Errorf("while a pod is stuck terminating the rollout is not Progressing: %+v", ds.Status.Conditions)
 	}
 
@@ -192,11 +192,11 @@ func TestUnreachableNodesAndStuckPodsDoNotBlockTheRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSettled(t, ns, "nginx:1.24.0", nodeCount)
-	ds := waitPhase(t, ns, controller.PhaseComplete, time.Minute)
-	if got, want := ds.Annotations[controller.StatusUpdated], fmt.Sprintf("%d/%d", nodeCount, nodeCount); got != want {
-		t.Errorf("status %s = %q, want %q", controller.StatusUpdated, got, want)
+	ds := waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
+	if got, want := ds.Annotations[rolloutapi.StatusUpdated], fmt.Sprintf("%d/%d", nodeCount, nodeCount); got != want {
+		t.Errorf("status %s = %q, want %q", rolloutapi.StatusUpdated, got, want)
 	}
-	msg := condition(ds, controller.PhaseComplete).Message
+	msg := condition(ds, rolloutapi.PhaseComplete).Message
 	for _, want := range []string{"2 nodes left out", stuck + ": node not ready or unreachable", lost + ": node not ready or unreachable"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("Complete condition %q does not say %q", msg, want)

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // PodState is what the planner knows of one pod of the DaemonSet.
@@ -34,7 +36,7 @@ type RolloutState struct {
 	Revision       string    // target revision the state belongs to
 	StepIndex      int       // 0-based index of the current step; len(steps) when done
 	StepStarted    time.Time // when the current step began
-	PauseToken     string    // AnnotationResume when the current indefinite pause began
+	PauseToken     string    // rolloutapi.AnnotationResume when the current indefinite pause began
 	FailedRevision string    // revision whose rollout failed
 	// Progress is when the number of updated nodes last grew (or the step began); the progress
 	// deadline runs from it, so a long step that keeps moving never times out.
@@ -52,17 +54,6 @@ type Input struct {
 	Now             time.Time
 }
 
-// Phase is the one rollout condition that is True.
-type Phase string
-
-// Phases, matching the condition types.
-const (
-	PhaseProgressing Phase = Phase(ConditionProgressing)
-	PhasePaused      Phase = Phase(ConditionPaused)
-	PhaseFailed      Phase = Phase(ConditionFailed)
-	PhaseComplete    Phase = Phase(ConditionComplete)
-)
-
 // PodRef names a pod to delete; the UID is used as a precondition so a pod recreated under the
 // same name is never deleted by mistake.
 type PodRef struct {
@@ -72,7 +63,7 @@ type PodRef struct {
 // Plan is the planner's decision for one reconcile.
 type Plan struct {
 	Delete       []PodRef
-	Phase        Phase
+	Phase        rolloutapi.Phase
 	Reason       string
 	Message      string
 	State        RolloutState
@@ -82,10 +73,10 @@ type Plan struct {
 	Budget       int
 	NextNodes    []string
 	NextReason   string
-	Failures     []string      // "node: reason" for new-revision pods that fail
-	Skipped      []string      // nodes left out: unreachable, or pods stuck terminating
-	RequeueAfter time.Duration // when the plan would change without any event (pauses, deadlines)
-	Step         string        // "3/5: 25%"
+	Failures     []string                // "node: reason" for new-revision pods that fail
+	Skipped      []string                // nodes left out: unreachable, or pods stuck terminating
+	RequeueAfter time.Duration           // when the plan would change without any event (pauses, deadlines)
+	Step         rolloutapi.StepPosition // the current step, "3/5: 25%"
 }
 
 // stuckTerminatingAfter is how long a pod may take to terminate before its node is treated like
@@ -202,15 +193,16 @@ func BuildPlan(in Input) Plan {
 	state.ProgressUpdated = plan.Updated
 
 	steps := s.Steps
-	stepText := func(i int) string {
+	position := func(i int) rolloutapi.StepPosition {
 		if i >= len(steps) {
-			return fmt.Sprintf("%d/%d: done", len(steps), len(steps))
+			return rolloutapi.StepPosition{Index: len(steps), Count: len(steps)}
 		}
-		return fmt.Sprintf("%d/%d: %s", i+1, len(steps), steps[i].Text)
+		return rolloutapi.StepPosition{Index: i, Count: len(steps), Spec: steps[i].Text}
 	}
-	finish := func(phase Phase, reason, msg string) Plan {
+	stepText := func(i int) string { return position(i).String() }
+	finish := func(phase rolloutapi.Phase, reason, msg string) Plan {
 		plan.Phase, plan.Reason, plan.Message, plan.State = phase, reason, msg, state
-		plan.Step = stepText(state.StepIndex)
+		plan.Step = position(state.StepIndex)
 		return plan
 	}
 
@@ -218,14 +210,14 @@ func BuildPlan(in Input) Plan {
 	if plan.Updated == plan.Desired {
 		state.StepIndex = len(steps)
 		state.FailedRevision = ""
-		return finish(PhaseComplete, "RolloutComplete", fmt.Sprintf("%d of %d nodes run revision %s", plan.Updated, plan.Desired, in.TargetRevision)+skippedNote(skipped))
+		return finish(rolloutapi.PhaseComplete, "RolloutComplete", fmt.Sprintf("%d of %d nodes run revision %s", plan.Updated, plan.Desired, in.TargetRevision)+skippedNote(skipped))
 	}
 	if len(plan.Failures) > 0 {
 		state.FailedRevision = in.TargetRevision
-		return finish(PhaseFailed, "PodFailure", "new pods fail: "+strings.Join(plan.Failures, ", ")+"; no further pods are replaced; change the template to roll forward")
+		return finish(rolloutapi.PhaseFailed, "PodFailure", "new pods fail: "+strings.Join(plan.Failures, ", ")+"; no further pods are replaced; change the template to roll forward")
 	}
 	if state.FailedRevision == in.TargetRevision {
-		return finish(PhaseFailed, "RolloutFailed", "the rollout of revision "+in.TargetRevision+" failed; change the template to roll forward")
+		return finish(rolloutapi.PhaseFailed, "RolloutFailed", "the rollout of revision "+in.TargetRevision+" failed; change the template to roll forward")
 	}
 
 	// Advance through completed steps and elapsed or resumed pauses.
@@ -233,9 +225,9 @@ func BuildPlan(in Input) Plan {
 		st := steps[state.StepIndex]
 		done := false
 		switch st.Kind {
-		case StepTimedPause:
+		case rolloutapi.StepTimedPause:
 			done = !in.Now.Before(state.StepStarted.Add(st.Duration))
-		case StepPause:
+		case rolloutapi.StepPause:
 			done = s.ResumeToken != state.PauseToken
 		default:
 			done = plan.Updated >= st.Target(plan.Desired)
@@ -257,17 +249,17 @@ func BuildPlan(in Input) Plan {
 
 	if s.Paused {
 		state.Progress = in.Now // time spent paused does not count against the deadline
-		return finish(PhasePaused, "PausedByAnnotation", fmt.Sprintf("paused by %s=true at step %s; %d of %d nodes updated", AnnotationPaused, stepText(state.StepIndex), plan.Updated, plan.Desired))
+		return finish(rolloutapi.PhasePaused, "PausedByAnnotation", fmt.Sprintf("paused by %s=true at step %s; %d of %d nodes updated", rolloutapi.AnnotationPaused, stepText(state.StepIndex), plan.Updated, plan.Desired))
 	}
 	switch st.Kind {
-	case StepTimedPause:
+	case rolloutapi.StepTimedPause:
 		state.Progress = in.Now
 		remaining := state.StepStarted.Add(st.Duration).Sub(in.Now)
 		plan.RequeueAfter = remaining
-		return finish(PhasePaused, "TimedPause", fmt.Sprintf("step %s: waiting %s more; %d of %d nodes updated", stepText(state.StepIndex), remaining.Round(time.Second), plan.Updated, plan.Desired))
-	case StepPause:
+		return finish(rolloutapi.PhasePaused, "TimedPause", fmt.Sprintf("step %s: waiting %s more; %d of %d nodes updated", stepText(state.StepIndex), remaining.Round(time.Second), plan.Updated, plan.Desired))
+	case rolloutapi.StepPause:
 		state.Progress = in.Now
-		return finish(PhasePaused, "PausedAtStep", fmt.Sprintf("step %s: paused until %s changes (daemonguard rollout resume); %d of %d nodes updated", stepText(state.StepIndex), AnnotationResume, plan.Updated, plan.Desired))
+		return finish(rolloutapi.PhasePaused, "PausedAtStep", fmt.Sprintf("step %s: paused until %s changes (daemonguard rollout resume); %d of %d nodes updated", stepText(state.StepIndex), rolloutapi.AnnotationResume, plan.Updated, plan.Desired))
 	}
 
 	if deadline := state.Progress.Add(s.ProgressDeadline); !in.Now.Before(deadline) {
@@ -278,7 +270,7 @@ func BuildPlan(in Input) Plan {
 				waiting = append(waiting, v.node.Name)
 			}
 		}
-		return finish(PhaseFailed, "ProgressDeadlineExceeded", fmt.Sprintf("step %s made no progress for %s; new pods not available on: %s", stepText(state.StepIndex), s.ProgressDeadline, orNone(waiting)))
+		return finish(rolloutapi.PhaseFailed, "ProgressDeadlineExceeded", fmt.Sprintf("step %s made no progress for %s; new pods not available on: %s", stepText(state.StepIndex), s.ProgressDeadline, orNone(waiting)))
 	} else {
 		plan.RequeueAfter = deadline.Sub(in.Now)
 	}
@@ -323,7 +315,7 @@ func BuildPlan(in Input) Plan {
 	if len(plan.Delete) > 0 {
 		msg += fmt.Sprintf("; replacing pods on %s", nodesOf(plan.Delete))
 	}
-	return finish(PhaseProgressing, "RolloutProgressing", msg+skippedNote(skipped))
+	return finish(rolloutapi.PhaseProgressing, "RolloutProgressing", msg+skippedNote(skipped))
 }
 
 // rolloutOrder is deterministic and explainable: workers before control-plane nodes, then by

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 var t0 = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
@@ -59,7 +61,7 @@ func olds(n int) []NodeState {
 }
 
 func settings(maxUnavailable string, steps string) Settings {
-	s, err := ParseSettings(map[string]string{AnnotationMaxUnavailable: maxUnavailable, AnnotationSteps: steps})
+	s, err := ParseSettings(map[string]string{rolloutapi.AnnotationMaxUnavailable: maxUnavailable, rolloutapi.AnnotationSteps: steps})
 	if err != nil {
 		panic(err)
 	}
@@ -81,35 +83,35 @@ func TestBuildPlan(t *testing.T) {
 		settings    Settings
 		state       RolloutState
 		wantDelete  []string // nodes whose pods are deleted, in order
-		wantPhase   Phase
+		wantPhase   rolloutapi.Phase
 		wantReason  string
 		wantInMsg   string
 		wantUpdated int
 	}{
 		"a fresh rollout deletes one pod under the default budget": {
 			nodes: olds(4), settings: settings("1", ""), state: RolloutState{},
-			wantDelete: []string{"w00"}, wantPhase: PhaseProgressing,
+			wantDelete: []string{"w00"}, wantPhase: rolloutapi.PhaseProgressing,
 		},
 		"a percent budget rounds up: 10% of 20 is 2": {
 			nodes: olds(20), settings: settings("10%", ""), state: running,
-			wantDelete: []string{"w00", "w01"}, wantPhase: PhaseProgressing,
+			wantDelete: []string{"w00", "w01"}, wantPhase: rolloutapi.PhaseProgressing,
 		},
 		"an unavailable new pod uses the budget": {
 			nodes:    append([]NodeState{node("a", pod(newRev, "notready"))}, olds(3)...),
 			settings: settings("1", ""), state: running,
-			wantPhase: PhaseProgressing, wantInMsg: "1 unavailable of budget 1",
+			wantPhase: rolloutapi.PhaseProgressing, wantInMsg: "1 unavailable of budget 1",
 		},
 		"old pods that are already unavailable are replaced without budget": {
 			nodes: []NodeState{
 				node("a", pod(newRev, "notready")), node("b", pod(oldRev, "notready")), node("c", pod(oldRev, "notready")), node("d", pod(oldRev, "ready")),
 			},
 			settings: settings("1", ""), state: running,
-			wantDelete: []string{"b", "c"}, wantPhase: PhaseProgressing,
+			wantDelete: []string{"b", "c"}, wantPhase: rolloutapi.PhaseProgressing,
 		},
 		"control-plane nodes go last": {
 			nodes:    []NodeState{node("a-cp", controlPlane, pod(oldRev, "ready")), node("z-worker", pod(oldRev, "ready"))},
 			settings: settings("1", ""), state: running,
-			wantDelete: []string{"z-worker"}, wantPhase: PhaseProgressing,
+			wantDelete: []string{"z-worker"}, wantPhase: rolloutapi.PhaseProgressing,
 		},
 		"one zone at a time: zone-b waits while zone-a has a pod starting": {
 			nodes: []NodeState{
@@ -117,7 +119,7 @@ func TestBuildPlan(t *testing.T) {
 				node("b1", zone("zone-b"), pod(oldRev, "ready")),
 			},
 			settings: func() Settings { s := settings("2", ""); s.TopologyKey = "zone"; return s }(), state: running,
-			wantDelete: []string{"a2"}, wantPhase: PhaseProgressing,
+			wantDelete: []string{"a2"}, wantPhase: rolloutapi.PhaseProgressing,
 		},
 		"unreachable nodes are left out and do not hold the budget": {
 			nodes: append([]NodeState{
@@ -125,73 +127,73 @@ func TestBuildPlan(t *testing.T) {
 				node("down-3", unreachable, pod(oldRev, "notready")),
 			}, olds(3)...),
 			settings: settings("1", ""), state: running,
-			wantDelete: []string{"w00"}, wantPhase: PhaseProgressing, wantInMsg: "3 nodes left out",
+			wantDelete: []string{"w00"}, wantPhase: rolloutapi.PhaseProgressing, wantInMsg: "3 nodes left out",
 		},
 		"a pod stuck terminating does not hold the budget forever": {
 			nodes:    append([]NodeState{node("s", pod(oldRev, "stuck"))}, olds(2)...),
 			settings: settings("1", ""), state: running,
-			wantDelete: []string{"w00"}, wantPhase: PhaseProgressing, wantInMsg: "pod stuck terminating",
+			wantDelete: []string{"w00"}, wantPhase: rolloutapi.PhaseProgressing, wantInMsg: "pod stuck terminating",
 		},
 		"a recently terminating pod counts once against the budget": {
 			nodes:    append([]NodeState{node("t", pod(oldRev, "terminating"), pod(newRev, "notready"))}, olds(2)...),
 			settings: settings("1", ""), state: running,
-			wantPhase: PhaseProgressing, wantInMsg: "1 unavailable of budget 1",
+			wantPhase: rolloutapi.PhaseProgressing, wantInMsg: "1 unavailable of budget 1",
 		},
 		"a failing new pod halts the rollout and names the node": {
 			nodes:    append([]NodeState{node("bad", pod(newRev, "failing"))}, olds(3)...),
 			settings: settings("2", ""), state: running,
-			wantPhase: PhaseFailed, wantReason: "PodFailure", wantInMsg: "bad: ImagePullBackOff",
+			wantPhase: rolloutapi.PhaseFailed, wantReason: "PodFailure", wantInMsg: "bad: ImagePullBackOff",
 		},
 		"a failed revision stays failed with no deletions": {
 			nodes:    append([]NodeState{node("a", pod(newRev, "notready"))}, olds(3)...),
 			settings: settings("2", ""), state: RolloutState{Revision: newRev, FailedRevision: newRev, StepStarted: t0, Progress: t0},
-			wantPhase: PhaseFailed, wantReason: "RolloutFailed",
+			wantPhase: rolloutapi.PhaseFailed, wantReason: "RolloutFailed",
 		},
 		"a new revision rolls forward from a failed one": {
 			nodes:    olds(3),
 			settings: settings("1", ""), state: RolloutState{Revision: "older", FailedRevision: "older", StepStarted: t0, Progress: t0},
-			wantDelete: []string{"w00"}, wantPhase: PhaseProgressing,
+			wantDelete: []string{"w00"}, wantPhase: rolloutapi.PhaseProgressing,
 		},
 		"no progress within the deadline fails the rollout": {
 			nodes:    append([]NodeState{node("slow", pod(newRev, "notready"))}, olds(3)...),
 			settings: settings("1", ""), state: RolloutState{Revision: newRev, StepStarted: t0.Add(-time.Hour), Progress: t0.Add(-time.Hour)},
-			wantPhase: PhaseFailed, wantReason: "ProgressDeadlineExceeded", wantInMsg: "slow",
+			wantPhase: rolloutapi.PhaseFailed, wantReason: "ProgressDeadlineExceeded", wantInMsg: "slow",
 		},
 		"the paused annotation stops all deletions": {
 			nodes:    olds(3),
 			settings: func() Settings { s := settings("1", ""); s.Paused = true; return s }(), state: running,
-			wantPhase: PhasePaused, wantReason: "PausedByAnnotation",
+			wantPhase: rolloutapi.PhasePaused, wantReason: "PausedByAnnotation",
 		},
 		"a canary step of 1 node stops at 1 even with budget left": {
 			nodes:    append([]NodeState{node("canary", pod(newRev, "notready"))}, olds(3)...),
 			settings: settings("3", "1,pause,100%"), state: running,
-			wantPhase: PhaseProgressing, wantInMsg: "0 of 4 nodes updated, 1 unavailable of budget 3",
+			wantPhase: rolloutapi.PhaseProgressing, wantInMsg: "0 of 4 nodes updated, 1 unavailable of budget 3",
 		},
 		"an indefinite pause holds after the canary is available": {
 			nodes:    append([]NodeState{node("canary", pod(newRev, "ready"))}, olds(3)...),
 			settings: settings("3", "1,pause,100%"), state: running,
-			wantPhase: PhasePaused, wantReason: "PausedAtStep", wantUpdated: 1,
+			wantPhase: rolloutapi.PhasePaused, wantReason: "PausedAtStep", wantUpdated: 1,
 		},
 		"changing the resume token continues past the pause": {
 			nodes:      append([]NodeState{node("canary", pod(newRev, "ready"))}, olds(3)...),
 			settings:   func() Settings { s := settings("3", "1,pause,100%"); s.ResumeToken = "go"; return s }(),
 			state:      RolloutState{Revision: newRev, StepIndex: 1, StepStarted: t0.Add(-time.Minute), Progress: t0, PauseToken: ""},
-			wantDelete: []string{"w00", "w01", "w02"}, wantPhase: PhaseProgressing, wantUpdated: 1,
+			wantDelete: []string{"w00", "w01", "w02"}, wantPhase: rolloutapi.PhaseProgressing, wantUpdated: 1,
 		},
 		"a timed pause waits out its duration": {
 			nodes:    append([]NodeState{node("canary", pod(newRev, "ready"))}, olds(3)...),
 			settings: settings("3", "1,pause:5m,100%"), state: RolloutState{Revision: newRev, StepIndex: 1, StepStarted: t0.Add(-time.Minute), Progress: t0},
-			wantPhase: PhasePaused, wantReason: "TimedPause", wantInMsg: "4m0s more", wantUpdated: 1,
+			wantPhase: rolloutapi.PhasePaused, wantReason: "TimedPause", wantInMsg: "4m0s more", wantUpdated: 1,
 		},
 		"every node updated is complete": {
 			nodes:    []NodeState{node("a", pod(newRev, "ready")), node("b", pod(newRev, "ready"))},
 			settings: settings("1", ""), state: running,
-			wantPhase: PhaseComplete, wantUpdated: 2,
+			wantPhase: rolloutapi.PhaseComplete, wantUpdated: 2,
 		},
 		"a node added after the last step is still rolled": {
 			nodes:    []NodeState{node("a", pod(newRev, "ready")), node("new-node")},
 			settings: settings("1", "1,100%"), state: RolloutState{Revision: newRev, StepIndex: 2, StepStarted: t0, Progress: t0},
-			wantPhase: PhaseProgressing, wantUpdated: 1,
+			wantPhase: rolloutapi.PhaseProgressing, wantUpdated: 1,
 		},
 	}
 	for name, tc := range tests {
@@ -279,7 +281,7 @@ func TestBuildPlanPropertiesHoldForRandomStates(t *testing.T) {
 				}{pd, nd}
 			}
 		}
-		if (s.Paused || p.Phase == PhaseFailed || p.Phase == PhasePaused) && len(p.Delete) > 0 {
+		if (s.Paused || p.Phase == rolloutapi.PhaseFailed || p.Phase == rolloutapi.PhasePaused) && len(p.Delete) > 0 {
 			t.Fatalf("case %d: %s plan deletes %v", i, p.Phase, deletedNodes(p))
 		}
 		availableNodes := map[string]bool{} // budget is per node: two pods on one node count once
@@ -313,12 +315,12 @@ func TestParseSettings(t *testing.T) {
 		"defaults": {annotations: map[string]string{}, check: func(s Settings) bool {
 			return s.MaxUnavailable == intstr.FromInt32(1) && len(s.Steps) == 1 && s.ProgressDeadline == DefaultProgressDeadline
 		}},
-		"percent budget":          {annotations: map[string]string{AnnotationMaxUnavailable: "10%"}, check: func(s Settings) bool { return ResolveMaxUnavailable(s.MaxUnavailable, 1000) == 100 }},
-		"steps":                   {annotations: map[string]string{AnnotationSteps: "1, pause:5m ,25%,pause,100%"}, check: func(s Settings) bool { return len(s.Steps) == 5 && s.Steps[1].Duration == 5*time.Minute }},
-		"zero budget":             {annotations: map[string]string{AnnotationMaxUnavailable: "0"}, wantErr: "at least 1"},
-		"steps not ending at 100": {annotations: map[string]string{AnnotationSteps: "1,50%"}, wantErr: "must be 100%"},
-		"bad deadline":            {annotations: map[string]string{AnnotationProgressDeadline: "soon"}, wantErr: "duration"},
-		"garbage percent":         {annotations: map[string]string{AnnotationMaxUnavailable: "x%"}, wantErr: "percent"},
+		"percent budget":          {annotations: map[string]string{rolloutapi.AnnotationMaxUnavailable: "10%"}, check: func(s Settings) bool { return ResolveMaxUnavailable(s.MaxUnavailable, 1000) == 100 }},
+		"steps":                   {annotations: map[string]string{rolloutapi.AnnotationSteps: "1, pause:5m ,25%,pause,100%"}, check: func(s Settings) bool { return len(s.Steps) == 5 && s.Steps[1].Duration == 5*time.Minute }},
+		"zero budget":             {annotations: map[string]string{rolloutapi.AnnotationMaxUnavailable: "0"}, wantErr: "at least 1"},
+		"steps not ending at 100": {annotations: map[string]string{rolloutapi.AnnotationSteps: "1,50%"}, wantErr: "must be 100%"},
+		"bad deadline":            {annotations: map[string]string{rolloutapi.AnnotationProgressDeadline: "soon"}, wantErr: "duration"},
+		"garbage percent":         {annotations: map[string]string{rolloutapi.AnnotationMaxUnavailable: "x%"}, wantErr: "percent"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/daemonguard/daemonguard/internal/nodes"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // revisionLabel is the label the DaemonSet controller puts on pods and ControllerRevisions.
@@ -34,7 +32,7 @@ var failureReasons = map[string]bool{
 	"CrashLoopBackOff": true, "CreateContainerConfigError": true, "CreateContainerError": true,
 }
 
-// Reconciler rolls out one managed DaemonSet per call: gather, plan (pure), apply.
+// Reconciler rolls out one managed DaemonSet per call: gather, decide (pure), apply.
 type Reconciler struct {
 	Client   client.Client // reads from the cache, writes to the API server
 	Store    Store         // pods and nodes, read from the cache without copies
@@ -51,53 +49,28 @@ type Reconciler struct {
 	reported map[types.NamespacedName]time.Time // last progress report per DaemonSet
 }
 
-// IsManaged tells DaemonSets that opted in to daemonguard's rollouts.
-func IsManaged(ds *appsv1.DaemonSet) bool {
-	return ds.Annotations[AnnotationRollout] == RolloutManaged && ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
-}
-
-// Reconcile implements reconcile.Reconciler.
+// Reconcile implements reconcile.Reconciler: gather the facts, decide (pure), apply the writes.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := r.Log.WithValues("daemonset", req.NamespacedName)
 	var ds appsv1.DaemonSet
 	if err := r.Client.Get(ctx, req.NamespacedName, &ds); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !IsManaged(&ds) || ds.DeletionTimestamp != nil {
+	if !rolloutapi.IsManaged(&ds) || ds.DeletionTimestamp != nil {
 		return reconcile.Result{}, nil
 	}
-	now := r.Clock.Now()
-	settings, err := ParseSettings(ds.Annotations)
-	if err != nil {
-		// Admitted while the webhook was bypassed: report, do nothing until it is fixed.
-		return reconcile.Result{}, r.setCondition(ctx, &ds, PhaseFailed, "InvalidSettings", err.Error(), now)
-	}
-	if ds.Status.ObservedGeneration < ds.Generation {
-		// The DaemonSet controller has not yet created the revision for the new template.
-		return reconcile.Result{RequeueAfter: time.Second}, nil
-	}
-	in, err := r.gather(ctx, &ds, settings, now)
+	facts, err := r.gather(ctx, log, &ds)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if in.TargetRevision == "" {
-		return reconcile.Result{RequeueAfter: time.Second}, nil
-	}
-	plan := BuildPlan(*in)
-	if err := r.apply(ctx, log, &ds, plan, now); errors.Is(err, errReportDeferred) {
-		observe(&ds, plan)
-		return reconcile.Result{RequeueAfter: reportInterval}, nil
-	} else if err != nil {
+	d := Decide(*facts)
+	if err := r.apply(ctx, log, &ds, d, facts.Now); err != nil {
 		return reconcile.Result{}, err
 	}
-	observe(&ds, plan)
-	switch {
-	case plan.RequeueAfter > 0:
-		return reconcile.Result{RequeueAfter: plan.RequeueAfter}, nil
-	case plan.Phase == PhaseProgressing && ds.Spec.MinReadySeconds > 0:
-		return reconcile.Result{RequeueAfter: time.Duration(ds.Spec.MinReadySeconds) * time.Second}, nil
+	if d.Plan != nil {
+		observe(&ds, *d.Plan)
 	}
-	return reconcile.Result{}, nil
+	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
 }
 
 // Store reads the informers' own objects, without copying them: on 1,000 nodes, copying every
@@ -110,11 +83,21 @@ type Store interface {
 	Nodes(ctx context.Context) ([]*corev1.Node, error)
 }
 
-// gather reads the DaemonSet's revisions, nodes and pods into the planner's input.
-func (r *Reconciler) gather(ctx context.Context, ds *appsv1.DaemonSet, settings Settings, now time.Time) (*Input, error) {
-	target, err := r.currentRevision(ctx, ds)
+// gather reads what one reconcile of ds needs, reading the clock once: the settings, the last
+// report, and, once the current template's revision is known, the revisions, nodes and pods the
+// planner takes. Settings that do not parse end the gathering.
+func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet) (*Facts, error) {
+	f := &Facts{Now: r.Clock.Now(), Annotations: ds.Annotations, Conditions: ds.Status.Conditions, LastReport: r.lastReport(ds)}
+	settings, err := ParseSettings(ds.Annotations)
 	if err != nil {
-		return nil, err
+		f.SettingsErr = err
+		return f, nil
+	}
+	target, err := r.currentRevision(ctx, ds)
+	if err != nil || target == "" {
+		// Unknown until the DaemonSet controller has observed the generation and created the
+		// revision of the new template.
+		return f, err
 	}
 	pods, err := r.Store.PodsOf(ctx, ds.Namespace, ds.UID)
 	if err != nil {
@@ -131,13 +114,17 @@ func (r *Reconciler) gather(ctx context.Context, ds *appsv1.DaemonSet, settings 
 		}
 	}
 
+	state, err := readState(ds.Annotations)
+	if err != nil {
+		log.Info("Ignored malformed status annotations", "err", err)
+	}
 	matcher := nodes.NewMatcher(&ds.Spec.Template.Spec)
 	in := &Input{
 		TargetRevision:  target,
 		Settings:        settings,
 		MinReadySeconds: ds.Spec.MinReadySeconds,
-		State:           readState(ds.Annotations),
-		Now:             now,
+		State:           state,
+		Now:             f.Now,
 	}
 	for _, n := range nodeList {
 		if !eligible(matcher, n) {
@@ -149,27 +136,22 @@ func (r *Reconciler) gather(ctx context.Context, ds *appsv1.DaemonSet, settings 
 			Domain: topologyDomain(n, settings.TopologyKey), Pods: podsByNode[n.Name],
 		})
 	}
-	return in, nil
+	f.Input = in
+	return f, nil
 }
 
-// currentRevision is the controller-revision-hash of the DaemonSet's newest ControllerRevision,
-// which after the DaemonSet controller has observed the generation is the current template's.
+// currentRevision is the controller-revision-hash of the DaemonSet's current template, "" while
+// unknown.
 func (r *Reconciler) currentRevision(ctx context.Context, ds *appsv1.DaemonSet) (string, error) {
 	var list appsv1.ControllerRevisionList
 	if err := r.Client.List(ctx, &list, client.InNamespace(ds.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return "", fmt.Errorf("list controller revisions: %w", err)
 	}
-	var newest *appsv1.ControllerRevision
+	revs := make([]*appsv1.ControllerRevision, len(list.Items))
 	for i := range list.Items {
-		cr := &list.Items[i]
-		if metav1.IsControlledBy(cr, ds) && (newest == nil || cr.Revision > newest.Revision) {
-			newest = cr
-		}
+		revs[i] = &list.Items[i]
 	}
-	if newest == nil {
-		return "", nil
-	}
-	return newest.Labels[revisionLabel], nil
+	return rolloutapi.CurrentRevisionHash(ds, revs), nil
 }
 
 func (r *Reconciler) podState(p *corev1.Pod) PodState {
@@ -261,31 +243,34 @@ func topologyDomain(n *corev1.Node, key string) string {
 	return n.Labels[key]
 }
 
-// apply performs every write of a plan: pod deletions, then status annotations, conditions and
-// Events.
-func (r *Reconciler) apply(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet, plan Plan, now time.Time) error {
-	if err := r.deletePods(ctx, log, ds, plan.Delete, now); err != nil {
+// apply performs every write of a decision, in order: pod deletions, status annotations,
+// conditions, the Event.
+func (r *Reconciler) apply(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet, d Decision, now time.Time) error {
+	if d.Plan != nil {
+		if err := r.deletePods(ctx, log, ds, d.Plan.Delete, now); err != nil {
+			return err
+		}
+	}
+	r.forgetSettled(now)
+	if err := r.writeAnnotations(ctx, ds, d.Annotations); err != nil {
 		return err
 	}
-	r.forgetSettled()
-
-	previous := activeCondition(ds)
-	transition := previous == nil || string(previous.Type) != string(plan.Phase) || previous.Reason != plan.Reason ||
-		ds.Annotations[StatusStep] != plan.Step || ds.Annotations[StatusRevision] != plan.State.Revision
-	if !transition && !r.reportDue(ds, now) {
-		// Only counts moved: on a 1,000-node rollout every pod event would otherwise cost two
-		// writes to the API server the rollout itself is waiting on. Report at most once per
-		// reportInterval; the caller requeues to flush.
-		return errReportDeferred
-	}
-	if err := r.writeState(ctx, ds, plan); err != nil {
+	if err := r.writeConditions(ctx, ds, d.Conditions); err != nil {
 		return err
 	}
-	if err := r.setCondition(ctx, ds, plan.Phase, plan.Reason, plan.Message, now); err != nil {
-		return err
+	if e := d.Event; e != nil {
+		if e.FailureReason != "" {
+			rolloutFailures.WithLabelValues(ds.Namespace, ds.Name, e.FailureReason).Inc()
+		}
+		r.Recorder.Eventf(ds, nil, e.Type, e.Reason, "Rollout", "%s", e.Note)
 	}
-	if transition {
-		r.event(ds, plan)
+	if d.Reported {
+		r.mu.Lock()
+		if r.reported == nil {
+			r.reported = map[types.NamespacedName]time.Time{}
+		}
+		r.reported[client.ObjectKeyFromObject(ds)] = now
+		r.mu.Unlock()
 	}
 	return nil
 }
@@ -339,31 +324,18 @@ func (r *Reconciler) deletePods(ctx context.Context, log logr.Logger, ds *appsv1
 	return errors.Join(errs...)
 }
 
-// reportInterval bounds how often progress counts are written while nothing else changes.
-const reportInterval = time.Second
-
-var errReportDeferred = errors.New("progress report deferred")
-
-// reportDue tells whether the DaemonSet's progress may be reported now, and if so records it.
-func (r *Reconciler) reportDue(ds *appsv1.DaemonSet, now time.Time) bool {
-	key := types.NamespacedName{Namespace: ds.Namespace, Name: ds.Name}
+// lastReport is when this process last reported ds's progress; zero if never.
+func (r *Reconciler) lastReport(ds *appsv1.DaemonSet) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.reported == nil {
-		r.reported = map[types.NamespacedName]time.Time{}
-	}
-	if now.Sub(r.reported[key]) < reportInterval {
-		return false
-	}
-	r.reported[key] = now
-	return true
+	return r.reported[client.ObjectKeyFromObject(ds)]
 }
 
 // forgetSettled drops deletions older than the cache could plausibly lag.
-func (r *Reconciler) forgetSettled() {
+func (r *Reconciler) forgetSettled(now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cutoff := r.Clock.Now().Add(-time.Minute)
+	cutoff := now.Add(-time.Minute)
 	for uid, at := range r.deleted {
 		if at.Before(cutoff) {
 			delete(r.deleted, uid)
@@ -371,78 +343,20 @@ func (r *Reconciler) forgetSettled() {
 	}
 }
 
-func (r *Reconciler) event(ds *appsv1.DaemonSet, plan Plan) {
-	switch plan.Phase {
-	case PhaseFailed:
-		rolloutFailures.WithLabelValues(ds.Namespace, ds.Name, plan.Reason).Inc()
-		r.Recorder.Eventf(ds, nil, corev1.EventTypeWarning, "RolloutFailed", "Rollout", "%s: %s", plan.Reason, plan.Message)
-	case PhaseComplete:
-		r.Recorder.Eventf(ds, nil, corev1.EventTypeNormal, "RolloutComplete", "Rollout", "%s", plan.Message)
-	case PhasePaused:
-		r.Recorder.Eventf(ds, nil, corev1.EventTypeNormal, "RolloutPaused", "Rollout", "%s", plan.Message)
-	default:
-		r.Recorder.Eventf(ds, nil, corev1.EventTypeNormal, "RolloutProgressing", "Rollout", "%s", plan.Message)
-	}
+// readState recovers the controller's memory from the status annotations. A malformed value
+// (status annotations are not admission-checked) is forgotten: the rollout then resumes as if it
+// had not been written, which the planner treats as a fresh start of that part of its state.
+func readState(a map[string]string) (RolloutState, error) {
+	st, err := rolloutapi.DecodeStatus(a)
+	return RolloutState{
+		Revision: st.Revision, StepIndex: st.Step.Index, StepStarted: st.StepStarted, PauseToken: st.PauseToken,
+		FailedRevision: st.FailedRevision, Progress: st.Progress, ProgressUpdated: st.ProgressUpdated,
+	}, err
 }
 
-// readState recovers the controller's memory from the status annotations.
-func readState(a map[string]string) RolloutState {
-	s := RolloutState{Revision: a[StatusRevision], PauseToken: a[StatusPauseToken], FailedRevision: a[StatusFailedRevision]}
-	if step := a[StatusStep]; step != "" {
-		if i, err := strconv.Atoi(strings.SplitN(step, "/", 2)[0]); err == nil && i > 0 {
-			s.StepIndex = i - 1
-		}
-		if strings.HasSuffix(step, ": done") {
-			s.StepIndex++
-		}
-	}
-	s.StepStarted, _ = time.Parse(time.RFC3339, a[StatusStepStarted])
-	if updated, at, ok := strings.Cut(a[StatusProgress], "@"); ok {
-		s.ProgressUpdated, _ = strconv.Atoi(updated)
-		s.Progress, _ = time.Parse(time.RFC3339, at)
-	}
-	return s
-}
-
-// stateAnnotations renders the plan's state and report; nil values remove an annotation.
-func stateAnnotations(plan Plan) map[string]*string {
-	str := func(s string) *string {
-		if s == "" {
-			return nil
-		}
-		return &s
-	}
-	next := ""
-	if len(plan.NextNodes) > 0 {
-		next = strings.Join(plan.NextNodes, ",") + " (" + plan.NextReason + ")"
-	}
-	st := plan.State
-	return map[string]*string{
-		StatusRevision:       str(st.Revision),
-		StatusStep:           str(plan.Step),
-		StatusStepStarted:    str(st.StepStarted.UTC().Format(time.RFC3339)),
-		StatusPauseToken:     str(st.PauseToken),
-		StatusProgress:       str(fmt.Sprintf("%d@%s", st.ProgressUpdated, st.Progress.UTC().Format(time.RFC3339))),
-		StatusUpdated:        str(fmt.Sprintf("%d/%d", plan.Updated, plan.Desired)),
-		StatusNextNodes:      str(next),
-		StatusFailedRevision: str(st.FailedRevision),
-	}
-}
-
-// writeState patches the status annotations when they changed. The patch touches only
+// writeAnnotations patches the status annotation changes, if any. The patch touches only
 // status.daemonguard.io/ keys, which the admission webhook lets through without re-evaluating.
-func (r *Reconciler) writeState(ctx context.Context, ds *appsv1.DaemonSet, plan Plan) error {
-	want := stateAnnotations(plan)
-	changes := map[string]*string{}
-	for k, v := range want {
-		cur, ok := ds.Annotations[k]
-		switch {
-		case v == nil && ok:
-			changes[k] = nil
-		case v != nil && (!ok || cur != *v):
-			changes[k] = v
-		}
-	}
+func (r *Reconciler) writeAnnotations(ctx context.Context, ds *appsv1.DaemonSet, changes map[string]*string) error {
 	if len(changes) == 0 {
 		return nil
 	}
@@ -456,56 +370,11 @@ func (r *Reconciler) writeState(ctx context.Context, ds *appsv1.DaemonSet, plan 
 	return nil
 }
 
-func activeCondition(ds *appsv1.DaemonSet) *appsv1.DaemonSetCondition {
-	for i := range ds.Status.Conditions {
-		c := &ds.Status.Conditions[i]
-		if isRolloutCondition(c.Type) && c.Status == corev1.ConditionTrue {
-			return c
-		}
-	}
-	return nil
-}
-
-func isRolloutCondition(t appsv1.DaemonSetConditionType) bool {
-	return t == ConditionProgressing || t == ConditionPaused || t == ConditionFailed || t == ConditionComplete
-}
-
-// setCondition makes the phase's condition the one True rollout condition, keeping conditions
-// of other owners, and writes the status only when something changed.
-func (r *Reconciler) setCondition(ctx context.Context, ds *appsv1.DaemonSet, phase Phase, reason, message string, now time.Time) error {
-	want := []appsv1.DaemonSetConditionType{ConditionProgressing, ConditionPaused, ConditionFailed, ConditionComplete}
-	conds := append([]appsv1.DaemonSetCondition(nil), ds.Status.Conditions...)
-	changed := false
-	for _, t := range want {
-		status, r1, m1 := corev1.ConditionFalse, "", ""
-		if string(t) == string(phase) {
-			status, r1, m1 = corev1.ConditionTrue, reason, message
-		}
-		idx := -1
-		for i := range conds {
-			if conds[i].Type == t {
-				idx = i
-			}
-		}
-		if idx < 0 {
-			conds = append(conds, appsv1.DaemonSetCondition{Type: t, Status: status, Reason: r1, Message: m1, LastTransitionTime: metav1.NewTime(now)})
-			changed = true
-			continue
-		}
-		c := &conds[idx]
-		if c.Status != status {
-			c.Status, c.LastTransitionTime = status, metav1.NewTime(now)
-			changed = true
-		}
-		if c.Reason != r1 || c.Message != m1 {
-			c.Reason, c.Message = r1, m1
-			changed = true
-		}
-	}
-	if !changed {
+// writeConditions replaces the DaemonSet's conditions, if there are new ones.
+func (r *Reconciler) writeConditions(ctx context.Context, ds *appsv1.DaemonSet, conds []appsv1.DaemonSetCondition) error {
+	if conds == nil {
 		return nil
 	}
-	sort.SliceStable(conds, func(i, j int) bool { return conds[i].Type < conds[j].Type })
 	updated := ds.DeepCopy()
 	updated.Status.Conditions = conds
 	// A merge patch of the conditions alone: the DaemonSet controller writes the counters of the

@@ -2,95 +2,19 @@ package controller
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
-
-// StepKind is what a canary step does.
-type StepKind int
-
-// Step kinds.
-const (
-	StepNodes      StepKind = iota // update until Value nodes run the new revision
-	StepPercent                    // update until Value percent of the desired nodes do (rounded up)
-	StepPause                      // wait until resumed (AnnotationResume changes)
-	StepTimedPause                 // wait for Duration
-)
-
-// Step is one canary step of AnnotationSteps.
-type Step struct {
-	Kind     StepKind
-	Value    int
-	Duration time.Duration
-	Text     string // as written, for status messages
-}
-
-// Target is how many updated nodes the step asks for out of desired; pauses ask for none.
-func (s Step) Target(desired int) int {
-	switch s.Kind {
-	case StepNodes:
-		return min(s.Value, desired)
-	case StepPercent:
-		return int(math.Ceil(float64(desired) * float64(s.Value) / 100))
-	}
-	return 0
-}
-
-// IsPause tells the two pause kinds.
-func (s Step) IsPause() bool { return s.Kind == StepPause || s.Kind == StepTimedPause }
-
-// ParseSteps reads AnnotationSteps. Empty means a single "100%" step. The last step that is not
-// a pause must update every node, or the rollout could never complete.
-func ParseSteps(v string) ([]Step, error) {
-	if strings.TrimSpace(v) == "" {
-		return []Step{{Kind: StepPercent, Value: 100, Text: "100%"}}, nil
-	}
-	var steps []Step
-	for _, raw := range strings.Split(v, ",") {
-		text := strings.TrimSpace(raw)
-		switch {
-		case text == "pause":
-			steps = append(steps, Step{Kind: StepPause, Text: text})
-		case strings.HasPrefix(text, "pause:"):
-			d, err := time.ParseDuration(strings.TrimPrefix(text, "pause:"))
-			if err != nil || d <= 0 {
-				return nil, fmt.Errorf("step %q: pause needs a positive Go duration such as pause:5m", text)
-			}
-			steps = append(steps, Step{Kind: StepTimedPause, Duration: d, Text: text})
-		case strings.HasSuffix(text, "%"):
-			n, err := strconv.Atoi(strings.TrimSuffix(text, "%"))
-			if err != nil || n < 1 || n > 100 {
-				return nil, fmt.Errorf("step %q: a percent step is 1%% to 100%%", text)
-			}
-			steps = append(steps, Step{Kind: StepPercent, Value: n, Text: text})
-		default:
-			n, err := strconv.Atoi(text)
-			if err != nil || n < 1 {
-				return nil, fmt.Errorf("step %q: expected a node count, a percent, pause or pause:<duration>", text)
-			}
-			steps = append(steps, Step{Kind: StepNodes, Value: n, Text: text})
-		}
-	}
-	for i := len(steps) - 1; i >= 0; i-- {
-		if steps[i].IsPause() {
-			continue
-		}
-		if steps[i].Kind != StepPercent || steps[i].Value != 100 {
-			return nil, fmt.Errorf("the last step that is not a pause must be 100%%, got %q", steps[i].Text)
-		}
-		return steps, nil
-	}
-	return nil, fmt.Errorf("steps %q update no node", v)
-}
 
 // Settings are the parsed setting annotations of a managed DaemonSet.
 type Settings struct {
 	MaxUnavailable   intstr.IntOrString
-	Steps            []Step
+	Steps            []rolloutapi.Step
 	Paused           bool
 	ResumeToken      string
 	ProgressDeadline time.Duration
@@ -108,33 +32,33 @@ const (
 func ParseSettings(annotations map[string]string) (Settings, error) {
 	s := Settings{
 		MaxUnavailable:   intstr.FromInt32(1),
-		Paused:           annotations[AnnotationPaused] == "true",
-		ResumeToken:      annotations[AnnotationResume],
+		Paused:           annotations[rolloutapi.AnnotationPaused] == "true",
+		ResumeToken:      annotations[rolloutapi.AnnotationResume],
 		ProgressDeadline: DefaultProgressDeadline,
-		TopologyKey:      annotations[AnnotationTopologyKey],
+		TopologyKey:      annotations[rolloutapi.AnnotationTopologyKey],
 	}
-	if v, ok := annotations[AnnotationMaxUnavailable]; ok {
+	if v, ok := annotations[rolloutapi.AnnotationMaxUnavailable]; ok {
 		mu := intstr.Parse(v)
 		if mu.Type == intstr.Int && mu.IntVal < 1 {
-			return s, fmt.Errorf("%s %q: must be at least 1", AnnotationMaxUnavailable, v)
+			return s, fmt.Errorf("%s %q: must be at least 1", rolloutapi.AnnotationMaxUnavailable, v)
 		}
 		if mu.Type == intstr.String {
 			p, err := strconv.Atoi(strings.TrimSuffix(v, "%"))
 			if !strings.HasSuffix(v, "%") || err != nil || p < 1 || p > 100 {
-				return s, fmt.Errorf("%s %q: must be an integer or a percent from 1%% to 100%%", AnnotationMaxUnavailable, v)
+				return s, fmt.Errorf("%s %q: must be an integer or a percent from 1%% to 100%%", rolloutapi.AnnotationMaxUnavailable, v)
 			}
 		}
 		s.MaxUnavailable = mu
 	}
-	steps, err := ParseSteps(annotations[AnnotationSteps])
+	steps, err := rolloutapi.ParseSteps(annotations[rolloutapi.AnnotationSteps])
 	if err != nil {
-		return s, fmt.Errorf("%s: %w", AnnotationSteps, err)
+		return s, fmt.Errorf("%s: %w", rolloutapi.AnnotationSteps, err)
 	}
 	s.Steps = steps
-	if v, ok := annotations[AnnotationProgressDeadline]; ok {
+	if v, ok := annotations[rolloutapi.AnnotationProgressDeadline]; ok {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			return s, fmt.Errorf("%s %q: must be a positive Go duration", AnnotationProgressDeadline, v)
+			return s, fmt.Errorf("%s %q: must be a positive Go duration", rolloutapi.AnnotationProgressDeadline, v)
 		}
 		s.ProgressDeadline = d
 	}

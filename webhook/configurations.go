@@ -6,7 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/daemonguard/daemonguard/controller"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // ConfigurationOptions say how the API server reaches daemonguard's webhooks.
@@ -86,10 +86,10 @@ var rolloutStatusOnly = admissionregistrationv1.MatchCondition{
 	Name: "not-rollout-status-only",
 	Expression: `!(request.operation == 'UPDATE' && object.spec == oldObject.spec` +
 		` && (has(object.metadata.labels) ? object.metadata.labels : {}) == (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})` +
-		` && (has(object.metadata.annotations) ? object.metadata.annotations : {}).all(k, k.startsWith('` + controller.StatusPrefix + `') || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))` +
-		` && (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).all(k, k.startsWith('` + controller.StatusPrefix + `') || (has(object.metadata.annotations) && k in object.metadata.annotations))` +
-		` && ((has(object.metadata.annotations) ? object.metadata.annotations : {}).exists(k, k.startsWith('` + controller.StatusPrefix + `') && !(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))` +
-		` || (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).exists(k, k.startsWith('` + controller.StatusPrefix + `') && !(has(object.metadata.annotations) && k in object.metadata.annotations))))`,
+		` && (has(object.metadata.annotations) ? object.metadata.annotations : {}).all(k, k.startsWith('` + rolloutapi.StatusPrefix + `') || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))` +
+		` && (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).all(k, k.startsWith('` + rolloutapi.StatusPrefix + `') || (has(object.metadata.annotations) && k in object.metadata.annotations))` +
+		` && ((has(object.metadata.annotations) ? object.metadata.annotations : {}).exists(k, k.startsWith('` + rolloutapi.StatusPrefix + `') && !(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))` +
+		` || (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).exists(k, k.startsWith('` + rolloutapi.StatusPrefix + `') && !(has(object.metadata.annotations) && k in object.metadata.annotations))))`,
 }
 
 var daemonSetRule = admissionregistrationv1.RuleWithOperations{

@@ -145,7 +145,6 @@ func BenchmarkPolicies(b *testing.B) {
 		if r.end != nil {
 			b.Fatalf("%s: early response %+v", name, r.end)
 		}
-		r.in.Cluster = templateFacts(r.in.Object, r.nodes)
 		set := h.Engine.Set()
 		b.Run("Inject/"+name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -1,8 +1,11 @@
 package webhook
 
 import (
+	"net/http"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 var (
@@ -22,4 +25,19 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(admissionTotal, violationsTotal, evaluationErrors)
+}
+
+// observe counts an admission response by webhook and result.
+func (h *Handlers) observe(webhook string, resp admission.Response) admission.Response {
+	result := "allowed"
+	switch {
+	case resp.Result != nil && resp.Result.Code >= 400 && resp.Result.Code != http.StatusForbidden:
+		result = "error"
+	case !resp.Allowed:
+		result = "denied"
+	case len(resp.Patches) > 0:
+		result = "patched"
+	}
+	admissionTotal.WithLabelValues(webhook, result).Inc()
+	return resp
 }

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/daemonguard/daemonguard/controller"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // readyDelay is how long kwok's fake kubelet takes to report a new pod Ready; both rollouts pay it
@@ -186,7 +186,7 @@ func waitRolledOut(b *testing.B, c *localcluster.Cluster, ns string, n int, imag
 		done := ds.Spec.Template.Spec.Containers[0].Image == image && s.ObservedGeneration == ds.Generation &&
 			s.DesiredNumberScheduled == int32(n) && s.UpdatedNumberScheduled == int32(n) && s.NumberAvailable == int32(n)
 		if done && managed {
-			done = hasTrue(ds, controller.ConditionComplete)
+			done = hasTrue(ds, rolloutapi.ConditionComplete)
 		}
 		return done, nil
 	})

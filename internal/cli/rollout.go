@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/daemonguard/daemonguard/controller"
 	"github.com/daemonguard/daemonguard/internal/rollout"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // kubeFlags are the kubectl-style connection flags shared by the rollout subcommands.
@@ -334,7 +334,7 @@ controller cannot pause, so unmanaged DaemonSets are refused.`,
 			} else {
 				fmt.Fprintf(cmd.OutOrStdout(), "daemonset.apps/%s paused\n", ds.Name)
 			}
-			gitOpsHint(cmd.ErrOrStderr(), ds, fmt.Sprintf("%s: \"true\"", controller.AnnotationPaused))
+			gitOpsHint(cmd.ErrOrStderr(), ds, fmt.Sprintf("%s: \"true\"", rolloutapi.AnnotationPaused))
 			return nil
 		},
 	}
@@ -357,8 +357,8 @@ managed by daemonguard's rollout controller: the first undoes pause, the second 
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "daemonset.apps/%s resumed (%s: %s)\n", ds.Name, controller.AnnotationResume, res.Token)
-			gitOpsHint(cmd.ErrOrStderr(), ds, fmt.Sprintf("%s: \"false\" and a new %s value", controller.AnnotationPaused, controller.AnnotationResume))
+			fmt.Fprintf(cmd.OutOrStdout(), "daemonset.apps/%s resumed (%s: %s)\n", ds.Name, rolloutapi.AnnotationResume, res.Token)
+			gitOpsHint(cmd.ErrOrStderr(), ds, fmt.Sprintf("%s: \"false\" and a new %s value", rolloutapi.AnnotationPaused, rolloutapi.AnnotationResume))
 			return nil
 		},
 	}
@@ -385,10 +385,10 @@ func gitOpsHint(w io.Writer, ds *appsv1.DaemonSet, what string) {
 // noteAfterTemplateChange says what happens next when nothing, or nothing yet, rolls the new template out.
 func noteAfterTemplateChange(w io.Writer, ds *appsv1.DaemonSet) {
 	switch {
-	case rollout.IsManaged(ds) && ds.Annotations[controller.AnnotationPaused] == "true":
+	case rolloutapi.IsManaged(ds) && ds.Annotations[rolloutapi.AnnotationPaused] == "true":
 		fmt.Fprintf(w, "note: the rollout of daemon set %q is paused; run daemonguard rollout resume ds/%s -n %s to roll out the change\n", ds.Name, ds.Name, ds.Namespace)
-	case ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType && !rollout.IsManaged(ds):
-		fmt.Fprintf(w, "note: daemon set %q uses updateStrategy OnDelete without %s: %q, so nothing replaces its pods until they are deleted\n", ds.Name, controller.AnnotationRollout, controller.RolloutManaged)
+	case ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType && !rolloutapi.IsManaged(ds):
+		fmt.Fprintf(w, "note: daemon set %q uses updateStrategy OnDelete without %s: %q, so nothing replaces its pods until they are deleted\n", ds.Name, rolloutapi.AnnotationRollout, rolloutapi.RolloutManaged)
 	}
 }
 

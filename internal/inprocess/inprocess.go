@@ -32,8 +32,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/daemonguard/daemonguard/controller"
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -428,7 +428,7 @@ func build(c *classes, o Options) *Objects {
 
 // variables are the policy's CEL variables.
 func variables(c *classes) []admissionregistrationv1.Variable {
-	p := q(controller.StatusPrefix)
+	p := q(rolloutapi.StatusPrefix)
 	statusOnly := strings.Join([]string{
 		`request.operation == "UPDATE" && oldObject != null`,
 		`(variables.annotations.exists(k, k.startsWith(` + p + `)) || variables.oldAnnotations.exists(k, k.startsWith(` + p + `)))`,

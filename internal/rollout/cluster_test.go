@@ -26,11 +26,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/daemonguard/daemonguard/controller"
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/rollout"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 var cluster *localcluster.Cluster
@@ -258,7 +258,7 @@ func TestUnmanagedRollingUpdateDaemonSet(t *testing.T) {
 			t.Errorf("%s of an unmanaged DaemonSet: %v", verb, err)
 		}
 	}
-	if a := getDS(t, ns, "nginx-ds").Annotations; a[controller.AnnotationPaused] != "" || a[controller.AnnotationResume] != "" {
+	if a := getDS(t, ns, "nginx-ds").Annotations; a[rolloutapi.AnnotationPaused] != "" || a[rolloutapi.AnnotationResume] != "" {
 		t.Errorf("refused pause/resume wrote annotations: %v", a)
 	}
 }
@@ -349,8 +349,8 @@ func TestPauseResumeManaged(t *testing.T) {
 	if out != "daemonset.apps/agent paused\n" || !strings.Contains(errOut, "commit daemonguard.io/paused: \"true\"") {
 		t.Errorf("pause printed:\n%s%s", out, errOut)
 	}
-	if got := getDS(t, ns, "agent").Annotations[controller.AnnotationPaused]; got != "true" {
-		t.Errorf("after pause %s = %q", controller.AnnotationPaused, got)
+	if got := getDS(t, ns, "agent").Annotations[rolloutapi.AnnotationPaused]; got != "true" {
+		t.Errorf("after pause %s = %q", rolloutapi.AnnotationPaused, got)
 	}
 	if out, _ = mustRun(t, "pause", "agent", "-n", ns); out != "daemonset.apps/agent already paused\n" {
 		t.Errorf("second pause printed %q", out)
@@ -360,8 +360,8 @@ func TestPauseResumeManaged(t *testing.T) {
 	for range 2 {
 		out, _ = mustRun(t, "resume", "ds/agent", "-n", ns)
 		a := getDS(t, ns, "agent").Annotations
-		token := a[controller.AnnotationResume]
-		if a[controller.AnnotationPaused] != "false" || token == "" || !strings.Contains(out, token) {
+		token := a[rolloutapi.AnnotationResume]
+		if a[rolloutapi.AnnotationPaused] != "false" || token == "" || !strings.Contains(out, token) {
 			t.Fatalf("after resume: annotations %v, output %q", a, out)
 		}
 		if _, err := time.Parse(time.RFC3339Nano, token); err != nil {
@@ -373,7 +373,7 @@ func TestPauseResumeManaged(t *testing.T) {
 		t.Errorf("resume did not change the token: %v", tokens)
 	}
 	// The settings written by the user are untouched.
-	if got := getDS(t, ns, "agent").Annotations[controller.AnnotationSteps]; got != "1,pause,100%" {
+	if got := getDS(t, ns, "agent").Annotations[rolloutapi.AnnotationSteps]; got != "1,pause,100%" {
 		t.Errorf("steps annotation = %q", got)
 	}
 
@@ -458,7 +458,7 @@ func report(t *testing.T, ns, name string, annotations map[string]string, phase 
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		ds := getDS(t, ns, name)
 		ds.Status.Conditions = nil
-		for _, ct := range []appsv1.DaemonSetConditionType{controller.ConditionComplete, controller.ConditionFailed, controller.ConditionPaused, controller.ConditionProgressing} {
+		for _, ct := range []appsv1.DaemonSetConditionType{rolloutapi.ConditionComplete, rolloutapi.ConditionFailed, rolloutapi.ConditionPaused, rolloutapi.ConditionProgressing} {
 			c := appsv1.DaemonSetCondition{Type: ct, Status: corev1.ConditionFalse, LastTransitionTime: metav1.Now()}
 			if ct == phase {
 				c.Status, c.Reason, c.Message = corev1.ConditionTrue, reason, message
@@ -523,14 +523,14 @@ func TestStatusFollowsTheRolloutController(t *testing.T) {
 		})
 	}
 	waitOutput("Waiting for daemonguard's rollout controller")
-	report(t, ns, "agent", map[string]string{controller.StatusRevision: hash, controller.StatusStep: "1/3: 1", controller.StatusUpdated: "0/4",
-		controller.StatusNextNodes: "worker-0 (workers before control-plane nodes, then by name)"}, controller.ConditionProgressing, "Progressing", "")
+	report(t, ns, "agent", map[string]string{rolloutapi.StatusRevision: hash, rolloutapi.StatusStep: "1/3: 1", rolloutapi.StatusUpdated: "0/4",
+		rolloutapi.StatusNextNodes: "worker-0 (workers before control-plane nodes, then by name)"}, rolloutapi.ConditionProgressing, "Progressing", "")
 	waitOutput("at step 1/3 (1): 0 of 4 pods updated; next: worker-0...")
-	report(t, ns, "agent", map[string]string{controller.StatusStep: "2/3: pause", controller.StatusUpdated: "1/4", controller.StatusNextNodes: ""},
-		controller.ConditionPaused, "PausedAtStep", "step 2/3: pause: paused until daemonguard.io/resume changes")
+	report(t, ns, "agent", map[string]string{rolloutapi.StatusStep: "2/3: pause", rolloutapi.StatusUpdated: "1/4", rolloutapi.StatusNextNodes: ""},
+		rolloutapi.ConditionPaused, "PausedAtStep", "step 2/3: pause: paused until daemonguard.io/resume changes")
 	waitOutput("is paused: PausedAtStep")
-	report(t, ns, "agent", map[string]string{controller.StatusStep: "3/3: done", controller.StatusUpdated: "4/4"},
-		controller.ConditionComplete, "RolloutComplete", "4 of 4 nodes run revision "+hash)
+	report(t, ns, "agent", map[string]string{rolloutapi.StatusStep: "3/3: done", rolloutapi.StatusUpdated: "4/4"},
+		rolloutapi.ConditionComplete, "RolloutComplete", "4 of 4 nodes run revision "+hash)
 	select {
 	case err := <-done:
 		if err != nil || !strings.HasSuffix(out.String(), "successfully rolled out (4 of 4 nodes run revision "+hash+")\n") {
@@ -541,7 +541,7 @@ func TestStatusFollowsTheRolloutController(t *testing.T) {
 	}
 
 	// A failure of the current revision: exit 1 with the controller's reason and message.
-	report(t, ns, "agent", map[string]string{controller.StatusFailedRevision: hash}, controller.ConditionFailed, "PodFailure", "new pods fail: agent-x on worker-0: ImagePullBackOff")
+	report(t, ns, "agent", map[string]string{rolloutapi.StatusFailedRevision: hash}, rolloutapi.ConditionFailed, "PodFailure", "new pods fail: agent-x on worker-0: ImagePullBackOff")
 	_, _, err := run(t, "status", "ds/agent", "-n", ns, "--timeout=1m")
 	var failed *rollout.FailedError
 	if !errors.As(err, &failed) || !strings.Contains(err.Error(), "PodFailure: new pods fail: agent-x on worker-0: ImagePullBackOff") {

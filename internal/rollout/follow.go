@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // Update is one observation of the followed DaemonSet, or the error that ended the observation.
@@ -117,7 +119,7 @@ type printer struct {
 	drawn   bool // a progress line is on screen without its newline
 	message string
 	warning string
-	phase   Phase
+	phase   rolloutapi.Phase
 }
 
 func (p *printer) show(s Status) {
@@ -133,7 +135,7 @@ func (p *printer) show(s Status) {
 		return
 	}
 	switch {
-	case s.Phase == PhaseNotRolling:
+	case s.Phase == rolloutapi.PhaseNotRolling:
 		p.println(s.Message)
 	case s.Failed:
 		p.draw(s)
@@ -143,7 +145,7 @@ func (p *printer) show(s Status) {
 		p.newline()
 		p.println(s.Message)
 	default:
-		if s.Phase != p.phase && (s.Phase == PhasePaused || s.Phase == PhaseWaiting) {
+		if s.Phase != p.phase && (s.Phase == rolloutapi.PhasePaused || s.Phase == rolloutapi.PhaseWaiting) {
 			p.newline()
 			p.println(s.Message)
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 func feed(updates ...Update) <-chan Update {
@@ -20,14 +22,14 @@ func feed(updates ...Update) <-chan Update {
 }
 
 func progress(updated, desired int32) Update {
-	return Update{Status: Status{Name: "agent", Phase: PhaseProgressing, Updated: updated, Available: updated, Desired: desired,
+	return Update{Status: Status{Name: "agent", Phase: rolloutapi.PhaseProgressing, Updated: updated, Available: updated, Desired: desired,
 		Message: "Waiting: " + string(rune('0'+updated)) + " updated"}}
 }
 
 var (
-	doneUpdate   = Update{Status: Status{Name: "agent", Phase: PhaseComplete, Done: true, Updated: 4, Available: 4, Desired: 4, Message: `daemon set "agent" successfully rolled out`}}
-	failedUpdate = Update{Status: Status{Name: "agent", Managed: true, Phase: PhaseFailed, Failed: true, Updated: 1, Desired: 4, Message: "rollout failed: PodFailure"}}
-	pausedUpdate = Update{Status: Status{Name: "agent", Managed: true, Phase: PhasePaused, Paused: true, Updated: 2, Desired: 4, Step: "2/3", StepSpec: "pause", Message: "rollout is paused: PausedAtStep"}}
+	doneUpdate   = Update{Status: Status{Name: "agent", Phase: rolloutapi.PhaseComplete, Done: true, Updated: 4, Available: 4, Desired: 4, Message: `daemon set "agent" successfully rolled out`}}
+	failedUpdate = Update{Status: Status{Name: "agent", Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 1, Desired: 4, Message: "rollout failed: PodFailure"}}
+	pausedUpdate = Update{Status: Status{Name: "agent", Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 2, Desired: 4, Step: "2/3", StepSpec: "pause", Message: "rollout is paused: PausedAtStep"}}
 )
 
 func TestFollow(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/daemonguard/daemonguard/controller"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // RestartedAtAnnotation is the pod template annotation `kubectl rollout restart` sets.
@@ -27,18 +27,18 @@ type ErrNotManaged struct {
 }
 
 func (e *ErrNotManaged) Error() string {
-	why := fmt.Sprintf("it lacks the annotation %s: %q", controller.AnnotationRollout, controller.RolloutManaged)
+	why := fmt.Sprintf("it lacks the annotation %s: %q", rolloutapi.AnnotationRollout, rolloutapi.RolloutManaged)
 	if e.Annotated {
 		why = fmt.Sprintf("its updateStrategy is %s, and daemonguard manages only OnDelete DaemonSets", e.Strategy)
 	}
 	return fmt.Sprintf("cannot %s daemon set %q: it is not managed by daemonguard's rollout controller (%s), and the built-in DaemonSet controller cannot pause a rollout. "+
 		"To opt in, set updateStrategy.type: OnDelete and the annotation %s: %q in its manifest",
-		e.Verb, e.Name, why, controller.AnnotationRollout, controller.RolloutManaged)
+		e.Verb, e.Name, why, rolloutapi.AnnotationRollout, rolloutapi.RolloutManaged)
 }
 
 // checkManaged returns *ErrNotManaged unless daemonguard's rollout controller rolls ds out.
 func checkManaged(ds *appsv1.DaemonSet, verb string) error {
-	if IsManaged(ds) {
+	if rolloutapi.IsManaged(ds) {
 		return nil
 	}
 	strategy := ds.Spec.UpdateStrategy.Type
@@ -46,7 +46,7 @@ func checkManaged(ds *appsv1.DaemonSet, verb string) error {
 		strategy = appsv1.RollingUpdateDaemonSetStrategyType
 	}
 	return &ErrNotManaged{Name: ds.Name, Verb: verb, Strategy: strategy,
-		Annotated: ds.Annotations[controller.AnnotationRollout] == controller.RolloutManaged}
+		Annotated: ds.Annotations[rolloutapi.AnnotationRollout] == rolloutapi.RolloutManaged}
 }
 
 // AnnotationsPatch is a JSON merge patch setting metadata.annotations.
@@ -84,10 +84,10 @@ func Pause(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, dr
 	if err := checkManaged(ds, "pause"); err != nil {
 		return PauseResult{}, err
 	}
-	if ds.Annotations[controller.AnnotationPaused] == "true" {
+	if ds.Annotations[rolloutapi.AnnotationPaused] == "true" {
 		return PauseResult{Unchanged: true}, nil
 	}
-	return PauseResult{}, patchAnnotations(ctx, c, ds, map[string]string{controller.AnnotationPaused: "true"}, dryRun)
+	return PauseResult{}, patchAnnotations(ctx, c, ds, map[string]string{rolloutapi.AnnotationPaused: "true"}, dryRun)
 }
 
 // Resume sets daemonguard.io/paused: "false" and a new daemonguard.io/resume token, which also
@@ -96,10 +96,10 @@ func Resume(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, n
 	if err := checkManaged(ds, "resume"); err != nil {
 		return PauseResult{}, err
 	}
-	token := ResumeToken(now, ds.Annotations[controller.AnnotationResume])
+	token := ResumeToken(now, ds.Annotations[rolloutapi.AnnotationResume])
 	return PauseResult{Token: token}, patchAnnotations(ctx, c, ds, map[string]string{
-		controller.AnnotationPaused: "false",
-		controller.AnnotationResume: token,
+		rolloutapi.AnnotationPaused: "false",
+		rolloutapi.AnnotationResume: token,
 	}, dryRun)
 }
 

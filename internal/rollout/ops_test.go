@@ -7,7 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/daemonguard/daemonguard/controller"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 func TestDetectGitOps(t *testing.T) {
@@ -71,7 +71,7 @@ func TestPatches(t *testing.T) {
 	if err != nil || string(restart) != `{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-05-01T10:00:00Z"}}}}}` {
 		t.Errorf("RestartPatch = %s, %v", restart, err)
 	}
-	pause, err := AnnotationsPatch(map[string]string{controller.AnnotationPaused: "true"})
+	pause, err := AnnotationsPatch(map[string]string{rolloutapi.AnnotationPaused: "true"})
 	if err != nil || string(pause) != `{"metadata":{"annotations":{"daemonguard.io/paused":"true"}}}` {
 		t.Errorf("AnnotationsPatch = %s, %v", pause, err)
 	}
@@ -86,7 +86,7 @@ func TestNotManagedError(t *testing.T) {
 		}
 	}
 	annotated := dsWithImage("a:1")
-	annotated.Annotations = map[string]string{controller.AnnotationRollout: controller.RolloutManaged}
+	annotated.Annotations = map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged}
 	if err := checkManaged(annotated, "resume"); err == nil || !strings.Contains(err.Error(), "its updateStrategy is RollingUpdate") {
 		t.Errorf("managed annotation on RollingUpdate: %v", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // Bar renders done out of total as a bar of width cells between brackets, e.g. "[#####-----]".
@@ -31,7 +33,7 @@ func ProgressLine(s Status, width int) string {
 	var b strings.Builder
 	b.WriteString(Bar(s.Updated, s.Desired, barWidth))
 	fmt.Fprintf(&b, " %d/%d updated", s.Updated, s.Desired)
-	if !s.Managed || s.Phase == PhaseComplete {
+	if !s.Managed || s.Phase == rolloutapi.PhaseComplete {
 		fmt.Fprintf(&b, ", %d available", s.Available)
 	}
 	if s.Step != "" {
@@ -41,11 +43,11 @@ func ProgressLine(s Status, width int) string {
 		}
 	}
 	switch s.Phase {
-	case PhasePaused:
+	case rolloutapi.PhasePaused:
 		b.WriteString(", paused")
-	case PhaseFailed:
+	case rolloutapi.PhaseFailed:
 		b.WriteString(", failed")
-	case PhaseWaiting:
+	case rolloutapi.PhaseWaiting:
 		b.WriteString(", waiting")
 	}
 	if s.Next != "" && !s.Done {

@@ -2,38 +2,19 @@ package rollout
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/daemonguard/daemonguard/controller"
-)
-
-// Phase classifies a rollout's state.
-type Phase string
-
-const (
-	// PhaseWaiting: a controller has not yet acted on the current spec (or reported on it).
-	PhaseWaiting Phase = "Waiting"
-	// PhaseProgressing: pods are being replaced.
-	PhaseProgressing Phase = "Progressing"
-	// PhasePaused: daemonguard's rollout controller holds the rollout (paused annotation or a pause step).
-	PhasePaused Phase = "Paused"
-	// PhaseFailed: daemonguard's rollout controller gave up (progress deadline exceeded, ...).
-	PhaseFailed Phase = "Failed"
-	// PhaseComplete: every desired pod runs the current template and is available.
-	PhaseComplete Phase = "Complete"
-	// PhaseNotRolling: an unmanaged OnDelete DaemonSet; nothing rolls it out.
-	PhaseNotRolling Phase = "NotRolling"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // Status is what `rollout status` reports about one DaemonSet at one moment.
 type Status struct {
 	Name    string
-	Managed bool   // daemonguard's rollout controller rolls it out
-	Phase   Phase  //
+	Managed bool // daemonguard's rollout controller rolls it out
+	Phase   rolloutapi.Phase
 	Done    bool   // nothing left to wait for: complete, or an unmanaged OnDelete DaemonSet
 	Failed  bool   // the rollout failed (managed only)
 	Paused  bool   // the rollout is paused (managed only)
@@ -50,14 +31,6 @@ type Status struct {
 	Next, NextReason string
 }
 
-// IsManaged tells whether daemonguard's rollout controller rolls the DaemonSet out: it opts in
-// with the annotation and uses the OnDelete strategy (with RollingUpdate the built-in controller
-// rolls the pods itself).
-func IsManaged(ds *appsv1.DaemonSet) bool {
-	return ds.Annotations[controller.AnnotationRollout] == controller.RolloutManaged &&
-		ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
-}
-
 // Evaluate reports the rollout state of ds. currentRevision is the controller-revision-hash of
 // the DaemonSet's current template (see CurrentRevisionHash) or "" when unknown; for a managed
 // DaemonSet it tells a report about an older revision (a Failed condition from before the fix was
@@ -69,21 +42,21 @@ func Evaluate(ds *appsv1.DaemonSet, currentRevision string) Status {
 		Available: ds.Status.NumberAvailable,
 		Desired:   ds.Status.DesiredNumberScheduled,
 	}
-	managedAnnotation := ds.Annotations[controller.AnnotationRollout] == controller.RolloutManaged
+	managedAnnotation := ds.Annotations[rolloutapi.AnnotationRollout] == rolloutapi.RolloutManaged
 	switch {
-	case IsManaged(ds):
+	case rolloutapi.IsManaged(ds):
 		s.Managed = true
 		evaluateManaged(ds, currentRevision, &s)
 	case ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType:
-		s.Phase, s.Done = PhaseNotRolling, true
+		s.Phase, s.Done = rolloutapi.PhaseNotRolling, true
 		s.Message = fmt.Sprintf("daemon set %q uses updateStrategy OnDelete and is not managed by daemonguard: nothing rolls its pods out, "+
 			"each pod is replaced only when someone deletes it (%d of %d pods run the current template). "+
 			"Add the annotation %s: %q to let daemonguard's rollout controller roll it out progressively",
-			ds.Name, s.Updated, s.Desired, controller.AnnotationRollout, controller.RolloutManaged)
+			ds.Name, s.Updated, s.Desired, rolloutapi.AnnotationRollout, rolloutapi.RolloutManaged)
 	default:
 		if managedAnnotation {
 			s.Warning = fmt.Sprintf("the annotation %s: %q has no effect with updateStrategy %s: the built-in DaemonSet controller rolls the pods out; set updateStrategy.type OnDelete for daemonguard to manage the rollout",
-				controller.AnnotationRollout, controller.RolloutManaged, strategyName(ds))
+				rolloutapi.AnnotationRollout, rolloutapi.RolloutManaged, strategyName(ds))
 		}
 		evaluateRollingUpdate(ds, &s)
 	}
@@ -102,49 +75,53 @@ func evaluateRollingUpdate(ds *appsv1.DaemonSet, s *Status) {
 	st := ds.Status
 	switch {
 	case ds.Generation > st.ObservedGeneration:
-		s.Phase = PhaseWaiting
+		s.Phase = rolloutapi.PhaseWaiting
 		s.Message = "Waiting for daemon set spec update to be observed..."
 	case st.UpdatedNumberScheduled < st.DesiredNumberScheduled:
-		s.Phase = PhaseProgressing
+		s.Phase = rolloutapi.PhaseProgressing
 		s.Message = fmt.Sprintf("Waiting for daemon set %q rollout to finish: %d out of %d new pods have been updated...", ds.Name, st.UpdatedNumberScheduled, st.DesiredNumberScheduled)
 	case st.NumberAvailable < st.DesiredNumberScheduled:
-		s.Phase = PhaseProgressing
+		s.Phase = rolloutapi.PhaseProgressing
 		s.Message = fmt.Sprintf("Waiting for daemon set %q rollout to finish: %d of %d updated pods are available...", ds.Name, st.NumberAvailable, st.DesiredNumberScheduled)
 	default:
-		s.Phase, s.Done = PhaseComplete, true
+		s.Phase, s.Done = rolloutapi.PhaseComplete, true
 		s.Message = fmt.Sprintf("daemon set %q successfully rolled out", ds.Name)
 	}
 }
 
 func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
 	a := ds.Annotations
-	if u, d, ok := parseFraction(a[controller.StatusUpdated]); ok {
-		s.Updated, s.Desired = u, d
+	reported, err := rolloutapi.DecodeStatus(a)
+	if err != nil {
+		s.Warning = "malformed rollout status annotations left out: " + err.Error()
 	}
-	s.Step, s.StepSpec = ParseStep(a[controller.StatusStep])
-	s.Next, s.NextReason = ParseNextNodes(a[controller.StatusNextNodes])
+	if c := reported.Counts; c != nil {
+		s.Updated, s.Desired = int32(c.Updated), int32(c.Desired)
+	}
+	s.Step, s.StepSpec = reported.Step.Position(), reported.Step.Label()
+	s.Next, s.NextReason = strings.Join(reported.NextNodes, ", "), reported.NextReason
 
 	st := ds.Status
-	failed := condition(ds, controller.ConditionFailed)
-	paused := condition(ds, controller.ConditionPaused)
-	complete := condition(ds, controller.ConditionComplete)
-	progressing := condition(ds, controller.ConditionProgressing)
-	if failed != nil && failed.Reason == reasonInvalidSettings {
+	failed := condition(ds, rolloutapi.ConditionFailed)
+	paused := condition(ds, rolloutapi.ConditionPaused)
+	complete := condition(ds, rolloutapi.ConditionComplete)
+	progressing := condition(ds, rolloutapi.ConditionProgressing)
+	if failed != nil && failed.Reason == rolloutapi.ReasonInvalidSettings {
 		// Not about a revision: no new template clears it, only fixed settings.
-		s.Phase, s.Failed = PhaseFailed, true
+		s.Phase, s.Failed = rolloutapi.PhaseFailed, true
 		s.Message = fmt.Sprintf("rollout of daemon set %q failed%s", ds.Name, reasonSuffix(failed))
 		return
 	}
 	if ds.Generation > st.ObservedGeneration {
-		s.Phase = PhaseWaiting
+		s.Phase = rolloutapi.PhaseWaiting
 		s.Message = "Waiting for daemon set spec update to be observed..."
 		return
 	}
-	target := a[controller.StatusRevision]
+	target := reported.Revision
 	if currentRevision != "" && target != "" && !sameRevision(target, currentRevision, ds.Name) {
 		// The conditions describe the previous revision (e.g. its failure) until the controller
 		// has seen the new one.
-		s.Phase = PhaseWaiting
+		s.Phase = rolloutapi.PhaseWaiting
 		s.Message = fmt.Sprintf("Waiting for daemonguard's rollout controller to start rolling out revision %s of daemon set %q (it still reports on revision %s)", currentRevision, ds.Name, target)
 		return
 	}
@@ -158,7 +135,7 @@ func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
 		if ref == "" {
 			ref = target
 		}
-		if fr := a[controller.StatusFailedRevision]; fr == "" || ref != "" && !sameRevision(fr, ref, ds.Name) {
+		if fr := reported.FailedRevision; fr == "" || ref != "" && !sameRevision(fr, ref, ds.Name) {
 			failed, staleFailure = nil, fr
 			if staleFailure == "" {
 				staleFailure = "an earlier revision"
@@ -167,28 +144,28 @@ func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
 	}
 	switch {
 	case staleFailure != "":
-		s.Phase = PhaseWaiting
+		s.Phase = rolloutapi.PhaseWaiting
 		s.Message = fmt.Sprintf("Waiting for daemonguard's rollout controller to report on the current revision of daemon set %q (its Failed condition is about %s)", ds.Name, staleFailure)
 	case failed != nil:
-		s.Phase, s.Failed = PhaseFailed, true
+		s.Phase, s.Failed = rolloutapi.PhaseFailed, true
 		s.Message = fmt.Sprintf("rollout of daemon set %q failed%s%s", ds.Name, stepSuffix(s, failed), reasonSuffix(failed))
 	case paused != nil:
-		s.Phase, s.Paused = PhasePaused, true
+		s.Phase, s.Paused = rolloutapi.PhasePaused, true
 		s.Message = fmt.Sprintf("rollout of daemon set %q is paused%s%s", ds.Name, stepSuffix(s, paused), reasonSuffix(paused))
-		if a[controller.AnnotationPaused] == "true" || s.StepSpec == "pause" {
+		if a[rolloutapi.AnnotationPaused] == "true" || s.StepSpec == "pause" {
 			s.Message += fmt.Sprintf("; resume with: daemonguard rollout resume ds/%s -n %s", ds.Name, ds.Namespace)
 		}
 	case complete != nil && st.UpdatedNumberScheduled >= st.DesiredNumberScheduled && st.NumberAvailable >= st.DesiredNumberScheduled:
 		// The controller's verdict plus the built-in controller's counts: a node that joined after
 		// the controller said Complete may still be starting its pod.
-		s.Phase, s.Done = PhaseComplete, true
+		s.Phase, s.Done = rolloutapi.PhaseComplete, true
 		s.Updated, s.Available, s.Desired = st.UpdatedNumberScheduled, st.NumberAvailable, st.DesiredNumberScheduled
 		s.Message = fmt.Sprintf("daemon set %q successfully rolled out", ds.Name)
 		if complete.Message != "" {
 			s.Message += " (" + complete.Message + ")"
 		}
 	case complete != nil:
-		s.Phase = PhaseProgressing
+		s.Phase = rolloutapi.PhaseProgressing
 		s.Message = fmt.Sprintf("Waiting for daemon set %q rollout to finish: %d out of %d new pods have been updated, %d available",
 			ds.Name, st.UpdatedNumberScheduled, st.DesiredNumberScheduled, st.NumberAvailable)
 		if complete.Message != "" {
@@ -196,7 +173,7 @@ func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
 		}
 		s.Message += "..."
 	case progressing != nil:
-		s.Phase = PhaseProgressing
+		s.Phase = rolloutapi.PhaseProgressing
 		msg := fmt.Sprintf("Waiting for daemon set %q rollout to finish%s: %d of %d pods updated", ds.Name, stepSuffix(s, nil), s.Updated, s.Desired)
 		if s.Next != "" {
 			msg += "; next: " + s.Next
@@ -206,17 +183,13 @@ func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
 		}
 		s.Message = msg + "..."
 	default:
-		s.Phase = PhaseWaiting
+		s.Phase = rolloutapi.PhaseWaiting
 		s.Message = fmt.Sprintf("Waiting for daemonguard's rollout controller to report on daemon set %q (no rollout condition yet; if this persists, check that the controller is running)", ds.Name)
-		if a[controller.AnnotationPaused] == "true" {
-			s.Message += "; the rollout is set to pause (" + controller.AnnotationPaused + ": \"true\")"
+		if a[rolloutapi.AnnotationPaused] == "true" {
+			s.Message += "; the rollout is set to pause (" + rolloutapi.AnnotationPaused + ": \"true\")"
 		}
 	}
 }
-
-// reasonInvalidSettings is the Failed reason daemonguard's rollout controller gives for settings
-// annotations it cannot parse.
-const reasonInvalidSettings = "InvalidSettings"
 
 // sameRevision compares the controller's status.daemonguard.io/revision with the current
 // controller-revision-hash, accepting the ControllerRevision's name ("<ds>-<hash>") as well.
@@ -259,42 +232,4 @@ func reasonSuffix(c *appsv1.DaemonSetCondition) string {
 		return ": " + c.Message
 	}
 	return ""
-}
-
-// ParseStep splits status.daemonguard.io/step ("3/5: 25%") into "3/5" and "25%". A value
-// without the colon is returned whole as the step.
-func ParseStep(v string) (step, spec string) {
-	v = strings.TrimSpace(v)
-	step, spec, _ = strings.Cut(v, ":")
-	return strings.TrimSpace(step), strings.TrimSpace(spec)
-}
-
-// ParseNextNodes splits status.daemonguard.io/next-nodes, "worker-3,worker-4 (why in that
-// order)", into "worker-3, worker-4" and the reason. A value without a reason is all nodes.
-func ParseNextNodes(v string) (nodes, reason string) {
-	v = strings.TrimSpace(v)
-	if i := strings.Index(v, " ("); i >= 0 && strings.HasSuffix(v, ")") {
-		v, reason = v[:i], v[i+2:len(v)-1]
-	}
-	var names []string
-	for _, n := range strings.Split(v, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			names = append(names, n)
-		}
-	}
-	return strings.Join(names, ", "), reason
-}
-
-// parseFraction reads "<a>/<b>" of non-negative integers.
-func parseFraction(v string) (a, b int32, ok bool) {
-	l, r, found := strings.Cut(strings.TrimSpace(v), "/")
-	if !found {
-		return 0, 0, false
-	}
-	x, err1 := strconv.ParseInt(strings.TrimSpace(l), 10, 32)
-	y, err2 := strconv.ParseInt(strings.TrimSpace(r), 10, 32)
-	if err1 != nil || err2 != nil || x < 0 || y < 0 {
-		return 0, 0, false
-	}
-	return int32(x), int32(y), true
 }

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/daemonguard/daemonguard/controller"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // dsFixture builds a DaemonSet at generation 2 whose status the options then shape.
@@ -28,9 +28,9 @@ func fixture(opts ...dsOption) *appsv1.DaemonSet {
 }
 
 func managed(ds *appsv1.DaemonSet) {
-	ds.Annotations[controller.AnnotationRollout] = controller.RolloutManaged
+	ds.Annotations[rolloutapi.AnnotationRollout] = rolloutapi.RolloutManaged
 	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
-	ds.Annotations[controller.StatusRevision] = "abc"
+	ds.Annotations[rolloutapi.StatusRevision] = "abc"
 }
 
 func onDelete(ds *appsv1.DaemonSet) {
@@ -56,7 +56,7 @@ func annotate(kv ...string) dsOption {
 // cond makes the condition of type t the one True rollout condition, as the controller does.
 func cond(t appsv1.DaemonSetConditionType, reason, message string) dsOption {
 	return func(ds *appsv1.DaemonSet) {
-		for _, ct := range []appsv1.DaemonSetConditionType{controller.ConditionProgressing, controller.ConditionPaused, controller.ConditionFailed, controller.ConditionComplete} {
+		for _, ct := range []appsv1.DaemonSetConditionType{rolloutapi.ConditionProgressing, rolloutapi.ConditionPaused, rolloutapi.ConditionFailed, rolloutapi.ConditionComplete} {
 			c := appsv1.DaemonSetCondition{Type: ct, Status: corev1.ConditionFalse}
 			if ct == t {
 				c.Status, c.Reason, c.Message = corev1.ConditionTrue, reason, message
@@ -67,9 +67,9 @@ func cond(t appsv1.DaemonSetConditionType, reason, message string) dsOption {
 }
 
 func TestEvaluate(t *testing.T) {
-	progressing := []dsOption{managed, counts(4, 4, 20), cond(controller.ConditionProgressing, "Progressing", "replacing pods"),
-		annotate(controller.StatusStep, "3/5: 25%", controller.StatusUpdated, "9/20",
-			controller.StatusNextNodes, "worker-3,worker-4 (workers before control-plane nodes, then by name)")}
+	progressing := []dsOption{managed, counts(4, 4, 20), cond(rolloutapi.ConditionProgressing, "Progressing", "replacing pods"),
+		annotate(rolloutapi.StatusStep, "3/5: 25%", rolloutapi.StatusUpdated, "9/20",
+			rolloutapi.StatusNextNodes, "worker-3,worker-4 (workers before control-plane nodes, then by name)")}
 	tests := map[string]struct {
 		ds       *appsv1.DaemonSet
 		revision string   // current controller-revision-hash
@@ -79,124 +79,130 @@ func TestEvaluate(t *testing.T) {
 	}{
 		"unmanaged RollingUpdate, all updated and available: done like kubectl": {
 			ds:   fixture(),
-			want: Status{Phase: PhaseComplete, Done: true, Updated: 4, Available: 4, Desired: 4},
+			want: Status{Phase: rolloutapi.PhaseComplete, Done: true, Updated: 4, Available: 4, Desired: 4},
 			msg:  []string{`daemon set "agent" successfully rolled out`},
 		},
 		"unmanaged RollingUpdate, generation not observed: waiting": {
 			ds:   fixture(unobserved),
-			want: Status{Phase: PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
+			want: Status{Phase: rolloutapi.PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
 			msg:  []string{"Waiting for daemon set spec update to be observed..."},
 		},
 		"unmanaged RollingUpdate, pods not yet updated: kubectl's message": {
 			ds:   fixture(counts(1, 4, 4)),
-			want: Status{Phase: PhaseProgressing, Updated: 1, Available: 4, Desired: 4},
+			want: Status{Phase: rolloutapi.PhaseProgressing, Updated: 1, Available: 4, Desired: 4},
 			msg:  []string{`Waiting for daemon set "agent" rollout to finish: 1 out of 4 new pods have been updated...`},
 		},
 		"unmanaged RollingUpdate, updated but not available: kubectl's message": {
 			ds:   fixture(counts(4, 3, 4)),
-			want: Status{Phase: PhaseProgressing, Updated: 4, Available: 3, Desired: 4},
+			want: Status{Phase: rolloutapi.PhaseProgressing, Updated: 4, Available: 3, Desired: 4},
 			msg:  []string{`3 of 4 updated pods are available...`},
 		},
 		"unmanaged RollingUpdate on no node at all: done": {
 			ds:   fixture(counts(0, 0, 0)),
-			want: Status{Phase: PhaseComplete, Done: true},
+			want: Status{Phase: rolloutapi.PhaseComplete, Done: true},
 		},
 		"unmanaged OnDelete: nothing rolls it out, done with advice": {
 			ds:   fixture(onDelete, counts(1, 4, 4)),
-			want: Status{Phase: PhaseNotRolling, Done: true, Updated: 1, Available: 4, Desired: 4},
+			want: Status{Phase: rolloutapi.PhaseNotRolling, Done: true, Updated: 1, Available: 4, Desired: 4},
 			msg:  []string{"nothing rolls its pods out", "1 of 4 pods run the current template", `daemonguard.io/rollout: "managed"`},
 		},
 		"managed annotation on RollingUpdate: the built-in controller rolls, with a warning": {
-			ds:   fixture(annotate(controller.AnnotationRollout, controller.RolloutManaged), counts(2, 4, 4)),
-			want: Status{Phase: PhaseProgressing, Updated: 2, Available: 4, Desired: 4},
+			ds:   fixture(annotate(rolloutapi.AnnotationRollout, rolloutapi.RolloutManaged), counts(2, 4, 4)),
+			want: Status{Phase: rolloutapi.PhaseProgressing, Updated: 2, Available: 4, Desired: 4},
 			msg:  []string{"2 out of 4 new pods"},
 		},
 		"managed, progressing: step, updated and next nodes from the status annotations": {
 			ds:   fixture(progressing...),
-			want: Status{Managed: true, Phase: PhaseProgressing, Updated: 9, Available: 4, Desired: 20, Step: "3/5", StepSpec: "25%", Next: "worker-3, worker-4", NextReason: "workers before control-plane nodes, then by name"},
+			want: Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 9, Available: 4, Desired: 20, Step: "3/5", StepSpec: "25%", Next: "worker-3, worker-4", NextReason: "workers before control-plane nodes, then by name"},
 			msg:  []string{"at step 3/5 (25%): 9 of 20 pods updated; next: worker-3, worker-4 (replacing pods)..."},
 		},
 		"managed, complete and every pod updated and available: done": {
-			ds:       fixture(managed, counts(4, 4, 4), cond(controller.ConditionComplete, "RolloutComplete", "4 of 4 nodes run revision abc"), annotate(controller.StatusStep, "1/1: done")),
+			ds:       fixture(managed, counts(4, 4, 4), cond(rolloutapi.ConditionComplete, "RolloutComplete", "4 of 4 nodes run revision abc"), annotate(rolloutapi.StatusStep, "1/1: done")),
 			revision: "abc",
-			want:     Status{Managed: true, Phase: PhaseComplete, Done: true, Updated: 4, Available: 4, Desired: 4, Step: "1/1", StepSpec: "done"},
+			want:     Status{Managed: true, Phase: rolloutapi.PhaseComplete, Done: true, Updated: 4, Available: 4, Desired: 4, Step: "1/1", StepSpec: "done"},
 			msg:      []string{`successfully rolled out (4 of 4 nodes run revision abc)`},
 		},
 		"managed, complete but a new node's pod is not available yet: waiting": {
-			ds:   fixture(managed, counts(5, 4, 5), cond(controller.ConditionComplete, "RolloutComplete", "")),
-			want: Status{Managed: true, Phase: PhaseProgressing, Updated: 5, Available: 4, Desired: 5},
+			ds:   fixture(managed, counts(5, 4, 5), cond(rolloutapi.ConditionComplete, "RolloutComplete", "")),
+			want: Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 5, Available: 4, Desired: 5},
 			msg:  []string{"5 out of 5 new pods have been updated, 4 available"},
 		},
 		"managed, complete but generation not observed: waiting for the spec": {
-			ds:   fixture(managed, unobserved, cond(controller.ConditionComplete, "RolloutComplete", "")),
-			want: Status{Managed: true, Phase: PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
+			ds:   fixture(managed, unobserved, cond(rolloutapi.ConditionComplete, "RolloutComplete", "")),
+			want: Status{Managed: true, Phase: rolloutapi.PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
 			msg:  []string{"spec update to be observed"},
 		},
 		"managed, failed: exit with reason and message": {
-			ds: fixture(managed, counts(1, 4, 4), cond(controller.ConditionFailed, "PodFailure", "new pods fail: agent-x on worker-0: ImagePullBackOff"),
-				annotate(controller.StatusStep, "1/2: 1", controller.StatusFailedRevision, "abc")),
-			want: Status{Managed: true, Phase: PhaseFailed, Failed: true, Updated: 1, Available: 4, Desired: 4, Step: "1/2", StepSpec: "1"},
+			ds: fixture(managed, counts(1, 4, 4), cond(rolloutapi.ConditionFailed, "PodFailure", "new pods fail: agent-x on worker-0: ImagePullBackOff"),
+				annotate(rolloutapi.StatusStep, "1/2: 1", rolloutapi.StatusFailedRevision, "abc")),
+			want: Status{Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 1, Available: 4, Desired: 4, Step: "1/2", StepSpec: "1"},
 			msg:  []string{`rollout of daemon set "agent" failed at step 1/2 (1): PodFailure: new pods fail: agent-x on worker-0: ImagePullBackOff`},
 		},
 		"managed, failed on an older revision than the current template: waiting for the controller": {
-			ds:       fixture(managed, cond(controller.ConditionFailed, "PodFailure", "new pods fail")),
+			ds:       fixture(managed, cond(rolloutapi.ConditionFailed, "PodFailure", "new pods fail")),
 			revision: "def",
-			want:     Status{Managed: true, Phase: PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
+			want:     Status{Managed: true, Phase: rolloutapi.PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
 			msg:      []string{"start rolling out revision def", "still reports on revision abc"},
 		},
 		"managed, revision reported as the ControllerRevision name: same revision": {
-			ds:       fixture(managed, annotate(controller.StatusRevision, "agent-def", controller.StatusFailedRevision, "def"), cond(controller.ConditionFailed, "PodFailure", "new pods fail")),
+			ds:       fixture(managed, annotate(rolloutapi.StatusRevision, "agent-def", rolloutapi.StatusFailedRevision, "def"), cond(rolloutapi.ConditionFailed, "PodFailure", "new pods fail")),
 			revision: "def",
-			want:     Status{Managed: true, Phase: PhaseFailed, Failed: true, Updated: 4, Available: 4, Desired: 4},
+			want:     Status{Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 4, Available: 4, Desired: 4},
 		},
 		"managed, failed with the current revision known and matching: failed": {
-			ds:       fixture(managed, annotate(controller.StatusFailedRevision, "abc"), cond(controller.ConditionFailed, "ProgressDeadlineExceeded", "step 1/1: 100% made no progress for 10m0s")),
+			ds:       fixture(managed, annotate(rolloutapi.StatusFailedRevision, "abc"), cond(rolloutapi.ConditionFailed, "ProgressDeadlineExceeded", "step 1/1: 100% made no progress for 10m0s")),
 			revision: "abc",
-			want:     Status{Managed: true, Phase: PhaseFailed, Failed: true, Updated: 4, Available: 4, Desired: 4},
+			want:     Status{Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 4, Available: 4, Desired: 4},
 			msg:      []string{"failed: ProgressDeadlineExceeded: step 1/1: 100% made no progress"},
 		},
 		"managed, annotations already name the new revision but Failed is the old one's: waiting": {
-			ds:       fixture(managed, annotate(controller.StatusRevision, "def", controller.StatusFailedRevision, "abc"), cond(controller.ConditionFailed, "PodFailure", "new pods fail")),
+			ds:       fixture(managed, annotate(rolloutapi.StatusRevision, "def", rolloutapi.StatusFailedRevision, "abc"), cond(rolloutapi.ConditionFailed, "PodFailure", "new pods fail")),
 			revision: "def",
-			want:     Status{Managed: true, Phase: PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
+			want:     Status{Managed: true, Phase: rolloutapi.PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
 			msg:      []string{"its Failed condition is about abc"},
 		},
 		"managed, same without the current revision known: waiting": {
-			ds:   fixture(managed, annotate(controller.StatusRevision, "def", controller.StatusFailedRevision, "abc"), cond(controller.ConditionFailed, "PodFailure", "new pods fail")),
-			want: Status{Managed: true, Phase: PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
+			ds:   fixture(managed, annotate(rolloutapi.StatusRevision, "def", rolloutapi.StatusFailedRevision, "abc"), cond(rolloutapi.ConditionFailed, "PodFailure", "new pods fail")),
+			want: Status{Managed: true, Phase: rolloutapi.PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
 			msg:  []string{"its Failed condition is about abc"},
 		},
 		"managed, Failed with failed-revision cleared (complete being reported): waiting": {
-			ds:   fixture(managed, cond(controller.ConditionFailed, "PodFailure", "new pods fail")),
-			want: Status{Managed: true, Phase: PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
+			ds:   fixture(managed, cond(rolloutapi.ConditionFailed, "PodFailure", "new pods fail")),
+			want: Status{Managed: true, Phase: rolloutapi.PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
 			msg:  []string{"its Failed condition is about an earlier revision"},
 		},
 		"managed, invalid settings: failed whatever the revision": {
-			ds:       fixture(managed, unobserved, cond(controller.ConditionFailed, "InvalidSettings", `daemonguard.io/steps: bad`)),
+			ds:       fixture(managed, unobserved, cond(rolloutapi.ConditionFailed, "InvalidSettings", `daemonguard.io/steps: bad`)),
 			revision: "def",
-			want:     Status{Managed: true, Phase: PhaseFailed, Failed: true, Updated: 4, Available: 4, Desired: 4},
+			want:     Status{Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 4, Available: 4, Desired: 4},
 			msg:      []string{"InvalidSettings: daemonguard.io/steps: bad"},
 		},
 		"managed, paused by annotation: paused with a resume hint": {
-			ds: fixture(managed, counts(2, 4, 4), annotate(controller.AnnotationPaused, "true", controller.StatusStep, "2/3: 50%", controller.StatusUpdated, "2/4"),
-				cond(controller.ConditionPaused, "PausedByAnnotation", "paused by daemonguard.io/paused=true at step 2/3: 50%; 2 of 4 nodes updated")),
-			want: Status{Managed: true, Phase: PhasePaused, Paused: true, Updated: 2, Available: 4, Desired: 4, Step: "2/3", StepSpec: "50%"},
+			ds: fixture(managed, counts(2, 4, 4), annotate(rolloutapi.AnnotationPaused, "true", rolloutapi.StatusStep, "2/3: 50%", rolloutapi.StatusUpdated, "2/4"),
+				cond(rolloutapi.ConditionPaused, "PausedByAnnotation", "paused by daemonguard.io/paused=true at step 2/3: 50%; 2 of 4 nodes updated")),
+			want: Status{Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 2, Available: 4, Desired: 4, Step: "2/3", StepSpec: "50%"},
 			msg:  []string{`is paused: PausedByAnnotation: paused by daemonguard.io/paused=true at step 2/3: 50%`, "resume with: daemonguard rollout resume ds/agent -n mon"},
 		},
 		"managed, indefinite pause step: paused with a resume hint": {
-			ds:   fixture(managed, annotate(controller.StatusStep, "2/3: pause"), cond(controller.ConditionPaused, "PausedAtStep", "")),
-			want: Status{Managed: true, Phase: PhasePaused, Paused: true, Updated: 4, Available: 4, Desired: 4, Step: "2/3", StepSpec: "pause"},
+			ds:   fixture(managed, annotate(rolloutapi.StatusStep, "2/3: pause"), cond(rolloutapi.ConditionPaused, "PausedAtStep", "")),
+			want: Status{Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 4, Available: 4, Desired: 4, Step: "2/3", StepSpec: "pause"},
 			msg:  []string{"paused at step 2/3 (pause): PausedAtStep", "resume with"},
 		},
 		"managed, timed pause step: paused without a resume hint": {
-			ds:     fixture(managed, annotate(controller.StatusStep, "2/3: pause:5m"), cond(controller.ConditionPaused, "TimedPause", "step 2/3: pause:5m: waiting 4m more")),
-			want:   Status{Managed: true, Phase: PhasePaused, Paused: true, Updated: 4, Available: 4, Desired: 4, Step: "2/3", StepSpec: "pause:5m"},
+			ds:     fixture(managed, annotate(rolloutapi.StatusStep, "2/3: pause:5m"), cond(rolloutapi.ConditionPaused, "TimedPause", "step 2/3: pause:5m: waiting 4m more")),
+			want:   Status{Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 4, Available: 4, Desired: 4, Step: "2/3", StepSpec: "pause:5m"},
 			msg:    []string{"is paused: TimedPause: step 2/3: pause:5m: waiting 4m more"},
 			notMsg: []string{"resume with", "at step"},
 		},
+		"managed, malformed status annotations: left out, with a warning": {
+			ds: fixture(managed, annotate(rolloutapi.StatusUpdated, "9 of 20", rolloutapi.StatusStep, "3/5: 25%"),
+				cond(rolloutapi.ConditionProgressing, "RolloutProgressing", "")),
+			want: Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 4, Available: 4, Desired: 4, Step: "3/5", StepSpec: "25%"},
+			msg:  []string{"4 of 4 pods updated"},
+		},
 		"managed, no condition yet: waiting for the controller": {
-			ds:   fixture(managed, annotate(controller.StatusRevision, "")),
-			want: Status{Managed: true, Phase: PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
+			ds:   fixture(managed, annotate(rolloutapi.StatusRevision, "")),
+			want: Status{Managed: true, Phase: rolloutapi.PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
 			msg:  []string{"no rollout condition yet; if this persists, check that the controller is running"},
 		},
 	}
@@ -220,23 +226,6 @@ func TestEvaluate(t *testing.T) {
 			}
 			if wantWarning := strings.Contains(name, "warning"); (warning != "") != wantWarning {
 				t.Errorf("warning = %q, want one: %v", warning, wantWarning)
-			}
-		})
-	}
-}
-
-func TestParseNextNodes(t *testing.T) {
-	tests := map[string]struct{ in, nodes, reason string }{
-		"nodes and the reason in parentheses": {"a,b (workers first)", "a, b", "workers first"},
-		"a reason with parentheses inside":    {`a (one zone at a time (now "z"), then by name)`, "a", `one zone at a time (now "z"), then by name`},
-		"nodes without a reason":              {"a, b", "a, b", ""},
-		"nothing":                             {"", "", ""},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			nodes, reason := ParseNextNodes(tc.in)
-			if nodes != tc.nodes || reason != tc.reason {
-				t.Errorf("ParseNextNodes(%q) = %q, %q; want %q, %q", tc.in, nodes, reason, tc.nodes, tc.reason)
 			}
 		})
 	}

@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // Watch observes the DaemonSet namespace/name the way `kubectl rollout status` does (a list and
@@ -81,7 +83,7 @@ type revisionCache struct {
 }
 
 func (r *revisionCache) current(ctx context.Context, ds *appsv1.DaemonSet) string {
-	if !IsManaged(ds) {
+	if !rolloutapi.IsManaged(ds) {
 		return ""
 	}
 	if r.hash != "" && r.generation == ds.Generation {
@@ -96,16 +98,14 @@ func (r *revisionCache) current(ctx context.Context, ds *appsv1.DaemonSet) strin
 }
 
 // CurrentRevisionHash is the controller-revision-hash of ds's current template, or "" while the
-// DaemonSet controller has not observed ds's generation. Once it has, the newest
-// ControllerRevision is the current template's: the DaemonSet controller creates or renumbers it
-// before it updates status.observedGeneration.
+// DaemonSet controller has not observed ds's generation (see rolloutapi.CurrentRevisionHash).
 func CurrentRevisionHash(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet) (string, error) {
 	if ds.Status.ObservedGeneration < ds.Generation {
-		return "", nil
+		return "", nil // unknown, and listing the revisions would not tell
 	}
 	revs, err := Revisions(ctx, c, ds)
-	if err != nil || len(revs) == 0 {
+	if err != nil {
 		return "", err
 	}
-	return revs[len(revs)-1].Labels[appsv1.ControllerRevisionHashLabelKey], nil
+	return rolloutapi.CurrentRevisionHash(ds, revs), nil
 }

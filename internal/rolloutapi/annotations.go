@@ -1,10 +1,4 @@
-// Package controller is daemonguard's rollout controller: progressive, observable, restart-safe
-// rollouts of DaemonSets that opt in with `updateStrategy: {type: OnDelete}` and the annotation
-// daemonguard.io/rollout: managed. The built-in DaemonSet controller keeps creating pods at the
-// current template revision; this controller only decides which old-revision pods to delete, when,
-// and when to stop. Settings are annotations (in git, next to the manifest); state and status live
-// on the DaemonSet itself, so a restarted controller resumes from cluster state alone.
-package controller
+package rolloutapi
 
 import appsv1 "k8s.io/api/apps/v1"
 
@@ -20,7 +14,7 @@ const (
 	AnnotationMaxUnavailable = "daemonguard.io/max-unavailable"
 	// AnnotationSteps lists canary steps, e.g. "1,pause:5m,25%,pause,100%": node counts or
 	// percents of the desired pods to have updated, timed pauses and indefinite pauses. Default
-	// "100%" (no canary).
+	// "100%" (no canary). ParseSteps reads it.
 	AnnotationSteps = "daemonguard.io/steps"
 	// AnnotationPaused pauses the whole rollout when "true".
 	AnnotationPaused = "daemonguard.io/paused"
@@ -34,12 +28,14 @@ const (
 )
 
 // Status annotations the controller writes (prefix status.daemonguard.io/, ignored by the
-// admission policies). They are the controller's memory across restarts as well as its report.
+// admission policies). They are the controller's memory across restarts as well as its report;
+// EncodeStatus and DecodeStatus are their one codec.
 const (
 	StatusPrefix = "status.daemonguard.io/"
 	// StatusRevision is the controller-revision-hash the rollout is heading to.
 	StatusRevision = StatusPrefix + "revision"
-	// StatusStep is "<index>/<count>: <step>", e.g. "3/5: 25%"; index is 1-based.
+	// StatusStep is "<index>/<count>: <step>", e.g. "3/5: 25%"; index is 1-based, and
+	// "<count>/<count>: done" once every step is done.
 	StatusStep = StatusPrefix + "step"
 	// StatusStepStarted is when the current step started (RFC 3339).
 	StatusStepStarted = StatusPrefix + "step-started"
@@ -47,7 +43,8 @@ const (
 	StatusPauseToken = StatusPrefix + "pause-token"
 	// StatusUpdated is "<updated>/<desired>" pods at the target revision and available.
 	StatusUpdated = StatusPrefix + "updated"
-	// StatusNextNodes names the nodes whose pods are replaced next, and why in that order.
+	// StatusNextNodes names the nodes whose pods are replaced next, and why in that order:
+	// "worker-3,worker-4 (<reason>)".
 	StatusNextNodes = StatusPrefix + "next-nodes"
 	// StatusProgress is "<updated>@<RFC 3339 time>": when the updated count last grew.
 	StatusProgress = StatusPrefix + "progress"
@@ -63,3 +60,38 @@ const (
 	ConditionFailed      appsv1.DaemonSetConditionType = "Failed"
 	ConditionComplete    appsv1.DaemonSetConditionType = "Complete"
 )
+
+// RolloutConditions are the condition types of the rollout, in the order they are written.
+var RolloutConditions = []appsv1.DaemonSetConditionType{ConditionProgressing, ConditionPaused, ConditionFailed, ConditionComplete}
+
+// ReasonInvalidSettings is the Failed reason for settings annotations the controller cannot
+// parse. It is about the settings, not a revision: no new template clears it, only fixed settings.
+const ReasonInvalidSettings = "InvalidSettings"
+
+// Phase classifies a rollout's state. The controller reports the four phases named after its
+// conditions; a reader adds Waiting and NotRolling.
+type Phase string
+
+// Phases.
+const (
+	// PhaseProgressing: pods are being replaced.
+	PhaseProgressing = Phase(ConditionProgressing)
+	// PhasePaused: the rollout controller holds the rollout (paused annotation or a pause step).
+	PhasePaused = Phase(ConditionPaused)
+	// PhaseFailed: the rollout controller gave up (progress deadline exceeded, failing pods, ...).
+	PhaseFailed = Phase(ConditionFailed)
+	// PhaseComplete: every desired pod runs the current template and is available.
+	PhaseComplete = Phase(ConditionComplete)
+	// PhaseWaiting: a controller has not yet acted on the current spec (or reported on it).
+	PhaseWaiting Phase = "Waiting"
+	// PhaseNotRolling: an unmanaged OnDelete DaemonSet; nothing rolls it out.
+	PhaseNotRolling Phase = "NotRolling"
+)
+
+// IsManaged tells whether daemonguard's rollout controller rolls the DaemonSet out: it opts in
+// with the annotation and uses the OnDelete strategy (with RollingUpdate the built-in controller
+// rolls the pods itself).
+func IsManaged(ds *appsv1.DaemonSet) bool {
+	return ds.Annotations[AnnotationRollout] == RolloutManaged &&
+		ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
+}

@@ -1,0 +1,177 @@
+package controller
+
+import (
+	"slices"
+	"sort"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+)
+
+// Facts is what one reconcile of a managed DaemonSet knows, gathered in one step.
+type Facts struct {
+	Now time.Time // the reconcile's one reading of the clock
+	// SettingsErr is set when the settings annotations do not parse; nothing more is gathered.
+	SettingsErr error
+	// Input is the planner's input; nil while the current template's revision is unknown.
+	Input *Input
+	// Annotations and Conditions are as the DaemonSet shows them: the last report.
+	Annotations map[string]string
+	Conditions  []appsv1.DaemonSetCondition
+	// LastReport is when this process last reported the DaemonSet's progress; zero if never.
+	LastReport time.Time
+}
+
+// Decision is every write of one reconcile, decided from Facts alone; apply performs it.
+type Decision struct {
+	Plan        *Plan                       // the rollout plan; nil when there was nothing to plan
+	Annotations map[string]*string          // status annotation changes (nil removes); empty: none
+	Conditions  []appsv1.DaemonSetCondition // the DaemonSet's new conditions; nil: unchanged
+	Event       *Event                      // the Event to record; nil: none
+	// Reported says the progress report is written now: apply records Facts.Now as the last one.
+	Reported     bool
+	RequeueAfter time.Duration
+}
+
+// Event is a rollout Event on the DaemonSet.
+type Event struct {
+	Type, Reason, Note string
+	// FailureReason, when set, counts the Event in daemonguard_rollout_failures_total.
+	FailureReason string
+}
+
+// reportInterval bounds how often progress counts are written while nothing else changes.
+const reportInterval = time.Second
+
+// revisionPending is how soon to look again while the current template's revision is unknown:
+// the DaemonSet controller creates it within moments of observing a new generation.
+const revisionPending = time.Second
+
+// Decide turns the facts of one reconcile into its writes.
+//
+// Invariants:
+//   - Settings that do not parse set the Failed condition (InvalidSettings) and nothing else:
+//     no pod is deleted and the status annotations, the controller's memory, are kept.
+//   - Pods are deleted as the plan says, whether or not the report is written now.
+//   - A transition (another phase, reason, step or target revision than the DaemonSet shows) is
+//     reported at once, with an Event. Without one, only counts moved: on a 1,000-node rollout
+//     every pod event would otherwise cost two writes to the API server the rollout itself is
+//     waiting on, so the report is written at most once per reportInterval, and the reconcile
+//     comes back after reportInterval to flush it.
+//   - Annotations and conditions are written only where they differ from the DaemonSet's.
+func Decide(f Facts) Decision {
+	if f.SettingsErr != nil {
+		// Admitted while the webhook was bypassed: report, do nothing until it is fixed.
+		return Decision{Conditions: rolloutConditions(f.Conditions, rolloutapi.PhaseFailed, rolloutapi.ReasonInvalidSettings, f.SettingsErr.Error(), f.Now)}
+	}
+	if f.Input == nil {
+		return Decision{RequeueAfter: revisionPending}
+	}
+	plan := BuildPlan(*f.Input)
+	d := Decision{Plan: &plan}
+
+	previous := activeCondition(f.Conditions)
+	transition := previous == nil || string(previous.Type) != string(plan.Phase) || previous.Reason != plan.Reason ||
+		f.Annotations[rolloutapi.StatusStep] != plan.Step.String() || f.Annotations[rolloutapi.StatusRevision] != plan.State.Revision
+	if !transition && f.Now.Sub(f.LastReport) < reportInterval {
+		d.RequeueAfter = reportInterval
+		return d
+	}
+	d.Reported = true
+	d.Annotations = rolloutapi.StatusChanges(f.Annotations, reportedStatus(plan))
+	d.Conditions = rolloutConditions(f.Conditions, plan.Phase, plan.Reason, plan.Message, f.Now)
+	if transition {
+		d.Event = rolloutEvent(plan)
+	}
+	d.RequeueAfter = plan.RequeueAfter
+	if minReady := time.Duration(f.Input.MinReadySeconds) * time.Second; plan.Phase == rolloutapi.PhaseProgressing && minReady > 0 &&
+		(d.RequeueAfter == 0 || minReady < d.RequeueAfter) {
+		// A new pod becomes available MinReadySeconds after it is Ready, with no event to say so.
+		d.RequeueAfter = minReady
+	}
+	return d
+}
+
+// reportedStatus is the plan's state and report as the status annotations hold them.
+func reportedStatus(plan Plan) rolloutapi.Status {
+	st := plan.State
+	s := rolloutapi.Status{
+		Revision: st.Revision, Step: plan.Step, StepStarted: st.StepStarted, PauseToken: st.PauseToken,
+		Counts:    &rolloutapi.Counts{Updated: plan.Updated, Desired: plan.Desired},
+		NextNodes: plan.NextNodes, FailedRevision: st.FailedRevision,
+		Progress: st.Progress, ProgressUpdated: st.ProgressUpdated,
+	}
+	if len(plan.NextNodes) > 0 {
+		s.NextReason = plan.NextReason
+	}
+	return s
+}
+
+func rolloutEvent(plan Plan) *Event {
+	switch plan.Phase {
+	case rolloutapi.PhaseFailed:
+		return &Event{Type: corev1.EventTypeWarning, Reason: "RolloutFailed", Note: plan.Reason + ": " + plan.Message, FailureReason: plan.Reason}
+	case rolloutapi.PhaseComplete:
+		return &Event{Type: corev1.EventTypeNormal, Reason: "RolloutComplete", Note: plan.Message}
+	case rolloutapi.PhasePaused:
+		return &Event{Type: corev1.EventTypeNormal, Reason: "RolloutPaused", Note: plan.Message}
+	}
+	return &Event{Type: corev1.EventTypeNormal, Reason: "RolloutProgressing", Note: plan.Message}
+}
+
+// activeCondition is the True rollout condition of conds, nil when there is none.
+func activeCondition(conds []appsv1.DaemonSetCondition) *appsv1.DaemonSetCondition {
+	for i := range conds {
+		c := &conds[i]
+		if isRolloutCondition(c.Type) && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+func isRolloutCondition(t appsv1.DaemonSetConditionType) bool {
+	return slices.Contains(rolloutapi.RolloutConditions, t)
+}
+
+// rolloutConditions makes the phase's condition the one True rollout condition of conds, keeping
+// conditions of other owners; nil when conds already say so. conds is not modified.
+func rolloutConditions(conds []appsv1.DaemonSetCondition, phase rolloutapi.Phase, reason, message string, now time.Time) []appsv1.DaemonSetCondition {
+	out := append([]appsv1.DaemonSetCondition(nil), conds...)
+	changed := false
+	for _, t := range rolloutapi.RolloutConditions {
+		status, r1, m1 := corev1.ConditionFalse, "", ""
+		if string(t) == string(phase) {
+			status, r1, m1 = corev1.ConditionTrue, reason, message
+		}
+		idx := -1
+		for i := range out {
+			if out[i].Type == t {
+				idx = i
+			}
+		}
+		if idx < 0 {
+			out = append(out, appsv1.DaemonSetCondition{Type: t, Status: status, Reason: r1, Message: m1, LastTransitionTime: metav1.NewTime(now)})
+			changed = true
+			continue
+		}
+		c := &out[idx]
+		if c.Status != status {
+			c.Status, c.LastTransitionTime = status, metav1.NewTime(now)
+			changed = true
+		}
+		if c.Reason != r1 || c.Message != m1 {
+			c.Reason, c.Message = r1, m1
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	return out
+}

@@ -1,0 +1,200 @@
+package controller
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+)
+
+// shown is what a DaemonSet shows after the writes of a decision for in: its status annotations
+// and conditions.
+func shown(t *testing.T, in Input) (map[string]string, []appsv1.DaemonSetCondition) {
+	t.Helper()
+	d := Decide(Facts{Now: in.Now, Input: &in})
+	annotations := map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged}
+	for k, v := range d.Annotations {
+		if v != nil {
+			annotations[k] = *v
+		}
+	}
+	return annotations, d.Conditions
+}
+
+func TestDecide(t *testing.T) {
+	running := RolloutState{Revision: newRev, StepStarted: t0.Add(-time.Minute), Progress: t0.Add(-time.Minute)}
+	// progressing replaces the first of four nodes; moved is one node further, in the same step.
+	progressing := Input{TargetRevision: newRev, Nodes: olds(4), Settings: settings("1", ""), State: running, Now: t0}
+	moved := progressing
+	moved.Nodes = append([]NodeState{node("w00", pod(newRev, "ready"))}, olds(4)[1:]...)
+	complete := progressing
+	complete.Nodes = []NodeState{node("w00", pod(newRev, "ready")), node("w01", pod(newRev, "ready"))}
+	failing := progressing
+	failing.Nodes = append([]NodeState{node("w00", pod(newRev, "failing"))}, olds(4)[1:]...)
+	slowPods := progressing
+	slowPods.MinReadySeconds = 30
+
+	shownAnnotations, shownConditions := shown(t, progressing)
+	invalid := errors.New(`daemonguard.io/steps: the last step that is not a pause must be 100%, got "50%"`)
+	invalidShown := rolloutConditions(shownConditions, rolloutapi.PhaseFailed, rolloutapi.ReasonInvalidSettings, invalid.Error(), t0.Add(-time.Hour))
+
+	tests := map[string]struct {
+		facts Facts
+		// The decision, compared on:
+		wantDelete      []string      // nodes whose pods are deleted
+		wantAnnotations bool          // some status annotation is written
+		wantCondition   string        // "<type>/<reason>" of the True condition written; "" writes none
+		wantEvent       string        // Event reason; "" records none
+		wantFailure     string        // reason counted as a failure
+		wantReported    bool          // the report counts as written now
+		wantRequeue     time.Duration // when to look again without an event
+	}{
+		"settings that do not parse: Failed with InvalidSettings, and nothing else": {
+			facts:         Facts{Now: t0, SettingsErr: invalid, Annotations: shownAnnotations, Conditions: shownConditions},
+			wantCondition: "Failed/InvalidSettings",
+		},
+		"invalid settings already reported: nothing to write": {
+			facts: Facts{Now: t0, SettingsErr: invalid, Annotations: shownAnnotations, Conditions: invalidShown},
+		},
+		"the current template's revision not known yet: look again soon": {
+			facts:       Facts{Now: t0, Annotations: shownAnnotations, Conditions: shownConditions},
+			wantRequeue: revisionPending,
+		},
+		"the first report: written at once, with an Event": {
+			facts:      Facts{Now: t0, Input: &progressing, Annotations: map[string]string{}},
+			wantDelete: []string{"w00"}, wantAnnotations: true, wantCondition: "Progressing/RolloutProgressing", wantEvent: "RolloutProgressing",
+			wantReported: true, wantRequeue: 9 * time.Minute, // the progress deadline, 10m from a minute ago
+		},
+		"only counts moved, within reportInterval of the last report: pods deleted, the report deferred": {
+			facts:      Facts{Now: t0, Input: &moved, Annotations: shownAnnotations, Conditions: shownConditions, LastReport: t0.Add(-reportInterval / 2)},
+			wantDelete: []string{"w01"}, wantRequeue: reportInterval,
+		},
+		"only counts moved, the last report reportInterval ago: written, without an Event": {
+			facts:      Facts{Now: t0, Input: &moved, Annotations: shownAnnotations, Conditions: shownConditions, LastReport: t0.Add(-reportInterval)},
+			wantDelete: []string{"w01"}, wantAnnotations: true, wantCondition: "Progressing/RolloutProgressing",
+			wantReported: true, wantRequeue: 10 * time.Minute, // progress made: the deadline runs from now
+		},
+		"the report already shown and due: nothing to write": {
+			facts:        Facts{Now: t0, Input: &progressing, Annotations: shownAnnotations, Conditions: shownConditions},
+			wantDelete:   []string{"w00"},
+			wantReported: true, wantRequeue: 9 * time.Minute,
+		},
+		"a new phase right after a report: written at once, with an Event": {
+			facts:           Facts{Now: t0, Input: &complete, Annotations: shownAnnotations, Conditions: shownConditions, LastReport: t0},
+			wantAnnotations: true, wantCondition: "Complete/RolloutComplete", wantEvent: "RolloutComplete", wantReported: true,
+		},
+		"a failing new pod: a Failed condition and a warning Event counted as a failure": {
+			facts:           Facts{Now: t0, Input: &failing, Annotations: shownAnnotations, Conditions: shownConditions, LastReport: t0},
+			wantAnnotations: true, wantCondition: "Failed/PodFailure", wantEvent: "RolloutFailed", wantFailure: "PodFailure", wantReported: true,
+		},
+		"progressing with MinReadySeconds: look again when a new pod may have become available": {
+			facts:      Facts{Now: t0, Input: &slowPods, Annotations: shownAnnotations, Conditions: shownConditions},
+			wantDelete: []string{"w00"}, wantReported: true, wantRequeue: 30 * time.Second,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			d := Decide(tc.facts)
+			var deleted []string
+			if d.Plan != nil {
+				deleted = deletedNodes(*d.Plan)
+			}
+			if !slices.Equal(deleted, tc.wantDelete) {
+				t.Errorf("deleted on %v, want %v", deleted, tc.wantDelete)
+			}
+			if (len(d.Annotations) > 0) != tc.wantAnnotations {
+				t.Errorf("annotation changes %v, want some: %v", d.Annotations, tc.wantAnnotations)
+			}
+			if got := trueCondition(d.Conditions); got != tc.wantCondition {
+				t.Errorf("condition written %q, want %q", got, tc.wantCondition)
+			}
+			event, failure := "", ""
+			if d.Event != nil {
+				event, failure = d.Event.Reason, d.Event.FailureReason
+			}
+			if event != tc.wantEvent || failure != tc.wantFailure {
+				t.Errorf("Event %q counting failure %q, want %q counting %q", event, failure, tc.wantEvent, tc.wantFailure)
+			}
+			if d.Reported != tc.wantReported {
+				t.Errorf("reported %v, want %v", d.Reported, tc.wantReported)
+			}
+			if d.RequeueAfter != tc.wantRequeue {
+				t.Errorf("requeue after %s, want %s", d.RequeueAfter, tc.wantRequeue)
+			}
+		})
+	}
+}
+
+// trueCondition is "<type>/<reason>" of the True rollout condition of conds; "" for none.
+func trueCondition(conds []appsv1.DaemonSetCondition) string {
+	if c := activeCondition(conds); c != nil {
+		return string(c.Type) + "/" + c.Reason
+	}
+	return ""
+}
+
+func TestRolloutConditions(t *testing.T) {
+	before := t0.Add(-time.Hour)
+	other := appsv1.DaemonSetCondition{Type: "Healthy", Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(before)}
+	progressing := rolloutConditions([]appsv1.DaemonSetCondition{other}, rolloutapi.PhaseProgressing, "RolloutProgressing", "1 of 4", before)
+	tests := map[string]struct {
+		conds             []appsv1.DaemonSetCondition
+		phase             rolloutapi.Phase
+		reason, message   string
+		want              string // the True rollout condition; "" when nothing changes
+		wantTransitionNow []appsv1.DaemonSetConditionType
+	}{
+		"the first report adds every rollout condition and keeps another owner's": {
+			conds: []appsv1.DaemonSetCondition{other}, phase: rolloutapi.PhaseProgressing, reason: "RolloutProgressing", message: "1 of 4",
+			want:              "Progressing/RolloutProgressing",
+			wantTransitionNow: []appsv1.DaemonSetConditionType{"Complete", "Failed", "Paused", "Progressing"},
+		},
+		"the same report again changes nothing": {
+			conds: progressing, phase: rolloutapi.PhaseProgressing, reason: "RolloutProgressing", message: "1 of 4",
+		},
+		"a new message keeps the transition time": {
+			conds: progressing, phase: rolloutapi.PhaseProgressing, reason: "RolloutProgressing", message: "2 of 4",
+			want: "Progressing/RolloutProgressing",
+		},
+		"a new phase moves the transition time of the two conditions that flip": {
+			conds: progressing, phase: rolloutapi.PhaseComplete, reason: "RolloutComplete", message: "4 of 4",
+			want:              "Complete/RolloutComplete",
+			wantTransitionNow: []appsv1.DaemonSetConditionType{"Complete", "Progressing"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := rolloutConditions(tc.conds, tc.phase, tc.reason, tc.message, t0)
+			if tc.want == "" {
+				if got != nil {
+					t.Fatalf("conditions %+v, want no change", got)
+				}
+				return
+			}
+			if c := trueCondition(got); c != tc.want {
+				t.Errorf("True condition %q, want %q", c, tc.want)
+			}
+			if !slices.ContainsFunc(got, func(c appsv1.DaemonSetCondition) bool { return c.Type == other.Type && c.Status == other.Status }) {
+				t.Errorf("another owner's condition lost: %+v", got)
+			}
+			var now []appsv1.DaemonSetConditionType
+			for _, c := range got {
+				if c.LastTransitionTime.Time.Equal(t0) {
+					now = append(now, c.Type)
+				}
+			}
+			if !slices.Equal(now, tc.wantTransitionNow) {
+				t.Errorf("transitioned now: %v, want %v", now, tc.wantTransitionNow)
+			}
+			if len(tc.conds) > 0 && &got[0] == &tc.conds[0] {
+				t.Errorf("the input conditions were modified in place")
+			}
+		})
+	}
+}

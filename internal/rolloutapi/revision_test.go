@@ -1,0 +1,65 @@
+package rolloutapi
+
+import (
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+func TestCurrentRevisionHash(t *testing.T) {
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", UID: "ds-uid", Generation: 2}, Status: appsv1.DaemonSetStatus{ObservedGeneration: 2}}
+	rev := func(name string, n int64, owner types.UID) *appsv1.ControllerRevision {
+		return &appsv1.ControllerRevision{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: name + "-hash"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: owner, Controller: ptr.To(true)}}},
+			Revision: n,
+		}
+	}
+	unobserved := ds.DeepCopy()
+	unobserved.Status.ObservedGeneration = 1
+	tests := map[string]struct {
+		ds   *appsv1.DaemonSet
+		revs []*appsv1.ControllerRevision
+		want string
+	}{
+		"the highest revision, in any order":      {ds: ds, revs: []*appsv1.ControllerRevision{rev("b", 3, "ds-uid"), rev("c", 1, "ds-uid"), rev("a", 2, "ds-uid")}, want: "b-hash"},
+		"revisions of another owner are not ds's": {ds: ds, revs: []*appsv1.ControllerRevision{rev("other", 9, "other-uid"), rev("a", 1, "ds-uid")}, want: "a-hash"},
+		"a tie goes to the greater name":          {ds: ds, revs: []*appsv1.ControllerRevision{rev("b", 2, "ds-uid"), rev("a", 2, "ds-uid")}, want: "b-hash"},
+		"no revision of ds":                       {ds: ds, revs: []*appsv1.ControllerRevision{rev("other", 9, "other-uid")}},
+		"generation not observed: unknown":        {ds: unobserved, revs: []*appsv1.ControllerRevision{rev("a", 1, "ds-uid")}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := CurrentRevisionHash(tc.ds, tc.revs); got != tc.want {
+				t.Errorf("CurrentRevisionHash = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestIsManaged(t *testing.T) {
+	tests := map[string]struct {
+		annotation string
+		strategy   appsv1.DaemonSetUpdateStrategyType
+		want       bool
+	}{
+		"annotated and OnDelete":                        {annotation: RolloutManaged, strategy: appsv1.OnDeleteDaemonSetStrategyType, want: true},
+		"annotated but RollingUpdate":                   {annotation: RolloutManaged, strategy: appsv1.RollingUpdateDaemonSetStrategyType},
+		"OnDelete without the annotation":               {strategy: appsv1.OnDeleteDaemonSetStrategyType},
+		"OnDelete with another value of the annotation": {annotation: "yes", strategy: appsv1.OnDeleteDaemonSetStrategyType},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ds := &appsv1.DaemonSet{Spec: appsv1.DaemonSetSpec{UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: tc.strategy}}}
+			if tc.annotation != "" {
+				ds.Annotations = map[string]string{AnnotationRollout: tc.annotation}
+			}
+			if got := IsManaged(ds); got != tc.want {
+				t.Errorf("IsManaged = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,70 @@
+package rolloutapi
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseSteps(t *testing.T) {
+	tests := map[string]struct {
+		in      string
+		want    []Step
+		wantErr string
+	}{
+		"empty is one 100% step": {in: " ", want: []Step{{Kind: StepPercent, Value: 100, Text: "100%"}}},
+		"every kind, spaces trimmed": {in: "1, pause:5m ,25%,pause,100%", want: []Step{
+			{Kind: StepNodes, Value: 1, Text: "1"}, {Kind: StepTimedPause, Duration: 5 * time.Minute, Text: "pause:5m"},
+			{Kind: StepPercent, Value: 25, Text: "25%"}, {Kind: StepPause, Text: "pause"}, {Kind: StepPercent, Value: 100, Text: "100%"},
+		}},
+		"a pause after the last 100%": {in: "100%,pause", want: []Step{{Kind: StepPercent, Value: 100, Text: "100%"}, {Kind: StepPause, Text: "pause"}}},
+		"not ending at 100%":          {in: "1,50%", wantErr: "must be 100%"},
+		"only pauses":                 {in: "pause", wantErr: "update no node"},
+		"a zero count":                {in: "0,100%", wantErr: "node count"},
+		"a percent above 100":         {in: "101%", wantErr: "1% to 100%"},
+		"a pause without a duration":  {in: "pause:,100%", wantErr: "positive Go duration"},
+		"a negative pause":            {in: "pause:-5m,100%", wantErr: "positive Go duration"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseSteps(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("ParseSteps = %+v, want %+v", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Errorf("step %d = %+v, want %+v", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestStepTarget(t *testing.T) {
+	tests := map[string]struct {
+		step    Step
+		desired int
+		want    int
+	}{
+		"a count caps at desired":   {step: Step{Kind: StepNodes, Value: 5}, desired: 3, want: 3},
+		"a percent rounds up":       {step: Step{Kind: StepPercent, Value: 25}, desired: 5, want: 2},
+		"100% is every node":        {step: Step{Kind: StepPercent, Value: 100}, desired: 7, want: 7},
+		"a pause asks for no nodes": {step: Step{Kind: StepPause}, desired: 7, want: 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.step.Target(tc.desired); got != tc.want {
+				t.Errorf("Target(%d) = %d, want %d", tc.desired, got, tc.want)
+			}
+		})
+	}
+}
