@@ -46,7 +46,10 @@ type Options struct {
 type Webhook struct {
 	URL     string
 	LogPath string
-	cluster *localcluster.Cluster
+	// CABundle is the PEM of the CA that signed the server's certificate, as the API server
+	// is told to trust it.
+	CABundle []byte
+	cluster  *localcluster.Cluster
 	// inProcess: the caller's in-process injection policy mutates DaemonSets, so whether the
 	// API server still calls the webhook cannot be told by a DaemonSet's mutation.
 	inProcess bool
@@ -102,7 +105,7 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 	}
 
 	runCtx, cancel := context.WithCancel(context.Background())
-	w := &Webhook{URL: "https://127.0.0.1:" + strconv.Itoa(port), LogPath: logPath, inProcess: opts.InProcessInjection, stop: cancel, done: make(chan error, 1)}
+	w := &Webhook{URL: "https://127.0.0.1:" + strconv.Itoa(port), LogPath: logPath, CABundle: caBundle, inProcess: opts.InProcessInjection, stop: cancel, done: make(chan error, 1)}
 	log := zap.New(zap.WriteTo(logFile))
 	ctrl.SetLogger(log) // controller-runtime's global logger; the webhook is this process's only user
 	go func() {
