@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -102,4 +105,27 @@ func TestOversizedReviewGets413(t *testing.T) {
 			}
 		}
 	}
+	// curl (7.88) discards an answer that a reset stream follows ("Stream error in the HTTP/2
+	// framing layer"), which is what a body the server stops reading got.
+	t.Run("curl over HTTP/2", func(t *testing.T) {
+		if _, err := exec.LookPath("curl"); err != nil {
+			t.Skip("no curl on PATH")
+		}
+		dir := t.TempDir()
+		ca, data := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "review.json")
+		if err := os.WriteFile(ca, w.CABundle, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(data, body(9<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command("curl", "-sS", "--http2", "--cacert", ca, "-H", "Content-Type: application/json",
+			"--data-binary", "@"+data, "-w", "\n%{http_code} %{http_version}", w.URL+webhook.MutatePodPath).CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl: %v\n%s", err, out)
+		}
+		if !strings.HasSuffix(string(out), "413 2") || !strings.Contains(string(out), strconv.Itoa(webhook.ReviewBodyLimit)) {
+			t.Errorf("curl got %s, want HTTP/2 413 naming the limit", out)
+		}
+	})
 }
