@@ -3,6 +3,7 @@
 // its manifests match the goldens in testdata/golden (UPDATE_GOLDEN=1 rewrites them), that the
 // values schema rejects mistyped keys and values, that its pods meet the restricted Pod Security
 // Standard, that its RBAC is least-privilege and covers what the binary calls, that its webhook
-// configurations are exactly what webhook.Configurations returns, and that the container
-// arguments are flags the daemonguard binary accepts.
+// configurations are exactly what webhook.Configurations returns, that the container
+// arguments are flags the daemonguard binary accepts, and that the README's
+// `helm template ... | daemonguard check -f -` works as written (no --kube-version).
 package charts

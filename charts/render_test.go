@@ -150,6 +150,12 @@ var readInputs = sync.OnceValue(func() error {
 // repositories or plugins take part. A failure returns helm's stderr as the error.
 func runHelm(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
+	return runHelmIn(t, "", args...)
+}
+
+// runHelmIn is runHelm in the working directory dir ("" for the test's own).
+func runHelmIn(t *testing.T, dir string, args ...string) ([]byte, error) {
+	t.Helper()
 	if err := readInputs(); err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +165,7 @@ func runHelm(t *testing.T, args ...string) ([]byte, error) {
 	}
 	home := t.TempDir()
 	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
 		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),

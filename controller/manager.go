@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/daemonguard/daemonguard/internal/leadership"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -111,6 +112,9 @@ func Run(ctx context.Context, opts Options) error {
 		LeaderElectionID:              "daemonguard-rollout-controller",
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptr.To(leadership.LeaseDuration),
+		RenewDeadline:                 ptr.To(leadership.RenewDeadline),
+		RetryPeriod:                   ptr.To(leadership.RetryPeriod),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

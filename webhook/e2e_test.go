@@ -30,18 +30,21 @@ func TestMain(m *testing.M) {
 	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
 }
 
-var webhookStarted = false
+var runningWebhook *harness.Webhook
 
-func startWebhook(t *testing.T) {
+// startWebhook starts the shared webhook server once and returns it.
+func startWebhook(t *testing.T) *harness.Webhook {
 	t.Helper()
 	localcluster.NeedCluster(t)
-	if webhookStarted {
-		return
+	if runningWebhook != nil {
+		return runningWebhook
 	}
-	if _, err := harness.StartWebhook(context.Background(), cluster, harness.Options{}); err != nil {
+	w, err := harness.StartWebhook(context.Background(), cluster, harness.Options{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	webhookStarted = true
+	runningWebhook = w
+	return w
 }
 
 func repoFile(t *testing.T, parts ...string) string {

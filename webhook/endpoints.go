@@ -30,12 +30,13 @@ type Handlers struct {
 
 // Endpoints returns the HTTP handlers of the three webhooks by path, each a controller-runtime
 // admission.Webhook: it decodes reviews, answers malformed ones, recovers panics and encodes
-// patches, so that the handlers here only decide.
+// patches, so that the handlers here only decide. Bodies over the size limit are answered
+// before it (refuseOversized).
 func (h *Handlers) Endpoints() map[string]http.Handler {
 	return map[string]http.Handler{
-		MutateDaemonSetPath:   &admission.Webhook{Handler: DaemonSetMutator{h}},
-		ValidateDaemonSetPath: &admission.Webhook{Handler: DaemonSetValidator{h}},
-		MutatePodPath:         &admission.Webhook{Handler: PodPinner{h}},
+		MutateDaemonSetPath:   refuseOversized(&admission.Webhook{Handler: DaemonSetMutator{h}}),
+		ValidateDaemonSetPath: refuseOversized(&admission.Webhook{Handler: DaemonSetValidator{h}}),
+		MutatePodPath:         refuseOversized(&admission.Webhook{Handler: PodPinner{h}}),
 	}
 }
 

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -51,6 +52,23 @@ func StartControllerWith(ctx context.Context, c *localcluster.Cluster, opts Cont
 		})
 	}()
 	return ctl, nil
+}
+
+// Running returns nil while the controller runs, and an error with what Run returned once it
+// has stopped on its own.
+func (c *Controller) Running() error {
+	return running("rollout controller", c.done)
+}
+
+// running reads done without consuming it: nil while the component runs.
+func running(what string, done chan error) error {
+	select {
+	case err := <-done:
+		done <- err
+		return fmt.Errorf("the %s stopped: %v", what, err)
+	default:
+		return nil
+	}
 }
 
 // Stop stops the controller the way a pod is stopped (context cancelled, Lease released) and

@@ -46,7 +46,10 @@ type Options struct {
 type Webhook struct {
 	URL     string
 	LogPath string
-	cluster *localcluster.Cluster
+	// CABundle is the PEM of the CA that signed the server's certificate, as the API server
+	// is told to trust it.
+	CABundle []byte
+	cluster  *localcluster.Cluster
 	// inProcess: the caller's in-process injection policy mutates DaemonSets, so whether the
 	// API server still calls the webhook cannot be told by a DaemonSet's mutation.
 	inProcess bool
@@ -67,6 +70,12 @@ func (w *Webhook) Stop() {
 	}
 	w.stop()
 	<-w.done
+}
+
+// Running returns nil while the webhook server runs, and an error with what it returned once it
+// has stopped on its own.
+func (w *Webhook) Running() error {
+	return running("webhook server", w.done)
 }
 
 // unregister deletes the webhook configurations and, when wait, waits until they are out of force.
@@ -102,7 +111,7 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 	}
 
 	runCtx, cancel := context.WithCancel(context.Background())
-	w := &Webhook{URL: "https://127.0.0.1:" + strconv.Itoa(port), LogPath: logPath, inProcess: opts.InProcessInjection, stop: cancel, done: make(chan error, 1)}
+	w := &Webhook{URL: "https://127.0.0.1:" + strconv.Itoa(port), LogPath: logPath, CABundle: caBundle, inProcess: opts.InProcessInjection, stop: cancel, done: make(chan error, 1)}
 	log := zap.New(zap.WriteTo(logFile))
 	ctrl.SetLogger(log) // controller-runtime's global logger; the webhook is this process's only user
 	go func() {
@@ -153,11 +162,8 @@ func (w *Webhook) waitTLS(ctx context.Context, caBundle []byte) error {
 	pool.AppendCertsFromPEM(caBundle)
 	addr := w.URL[len("https://"):]
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		select {
-		case err := <-w.done:
-			w.done <- err
-			return false, fmt.Errorf("webhook server exited: %w (log: %s)", err, w.LogPath)
-		default:
+		if err := w.Running(); err != nil {
+			return false, fmt.Errorf("%w (log: %s)", err, w.LogPath)
 		}
 		conn, err := (&tls.Dialer{Config: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}).DialContext(ctx, "tcp", addr)
 		if err != nil {
@@ -174,6 +180,22 @@ const configurationName = "daemonguard"
 // waitMutated waits until the API server, which loads webhook configurations asynchronously,
 // mutates a server-side dry-run create (registered is true) or stops mutating it (false).
 func waitMutated(ctx context.Context, c *localcluster.Cluster, registered bool) error {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		mutated, err := Mutates(ctx, c)
+		return err == nil && mutated == registered, nil
+	})
+	switch {
+	case err != nil && registered:
+		return fmt.Errorf("the API server never called the webhook: %w", err)
+	case err != nil:
+		return fmt.Errorf("the API server still calls the unregistered webhook: %w", err)
+	}
+	return nil
+}
+
+// Mutates tells whether a DaemonSet written now gets the webhook's injection, by a server-side
+// dry-run create in the default namespace (no object is stored, no pods start).
+func Mutates(ctx context.Context, c *localcluster.Cluster) (bool, error) {
 	probe := &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "daemonguard-probe"},
 		Spec: appsv1.DaemonSetSpec{
@@ -184,15 +206,9 @@ func waitMutated(ctx context.Context, c *localcluster.Cluster, registered bool) 
 			},
 		},
 	}
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := c.Client.AppsV1().DaemonSets(metav1.NamespaceDefault).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && (got.Spec.Template.Spec.PriorityClassName != "") == registered, nil
-	})
-	switch {
-	case err != nil && registered:
-		return fmt.Errorf("the API server never called the webhook: %w", err)
-	case err != nil:
-		return fmt.Errorf("the API server still calls the unregistered webhook: %w", err)
+	got, err := c.Client.AppsV1().DaemonSets(metav1.NamespaceDefault).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return false, fmt.Errorf("dry-run create a DaemonSet: %w", err)
 	}
-	return nil
+	return got.Spec.Template.Spec.PriorityClassName != "", nil
 }

@@ -35,6 +35,11 @@ type toolModule struct {
 	// files are folders of a required module copied next to the binaries at build time, for data
 	// that must match the built version exactly (cert-manager's CRDs): name -> where to copy from.
 	files map[string]moduleFolder
+	// kubernetesVersionIn are packages whose k8sVersionMajor and k8sVersionMinor variables are
+	// stamped with the Kubernetes version of the k8s.io/client-go the module builds with, as
+	// helm's release Makefile does: helm reports that version where no cluster is asked
+	// (helm template, helm lint), and checks charts' kubeVersion against it.
+	kubernetesVersionIn []string
 }
 
 // moduleFolder is a folder inside a module that the tools module requires.
@@ -64,9 +69,10 @@ var toolModules = []toolModule{
 		outputs: map[string]string{"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
 	},
 	{
-		dir:     "helm",
-		ldflags: "-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0",
-		outputs: map[string]string{"helm": "helm.sh/helm/v3/cmd/helm"},
+		dir:                 "helm",
+		ldflags:             "-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0",
+		outputs:             map[string]string{"helm": "helm.sh/helm/v3/cmd/helm"},
+		kubernetesVersionIn: []string{"helm.sh/helm/v3/pkg/chartutil", "helm.sh/helm/v3/pkg/lint/rules"},
 	},
 	{
 		// ko builds the release image without a container engine (`make image`, internal/release).
@@ -171,6 +177,10 @@ func binaryCacheDir() (string, error) {
 }
 
 func ensureModule(ctx context.Context, log io.Writer, moduleDir, cacheRoot string, m toolModule) (string, error) {
+	ldflags, err := m.buildLDFlags(moduleDir)
+	if err != nil {
+		return "", err
+	}
 	key, err := moduleKey(moduleDir, m)
 	if err != nil {
 		return "", err
@@ -198,7 +208,7 @@ func ensureModule(ctx context.Context, log io.Writer, moduleDir, cacheRoot strin
 	defer os.RemoveAll(staging)
 	fmt.Fprintf(log, "Building %s test binaries from tools/%s (cached in %s; a cold build takes minutes)\n", m.dir, m.dir, dir)
 	for name, pkg := range m.outputs {
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", m.ldflags, "-o", filepath.Join(staging, name), pkg)
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", filepath.Join(staging, name), pkg)
 		cmd.Dir = moduleDir
 		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "CGO_ENABLED=0", "GOWORK=off")
 		out, err := cmd.CombinedOutput()
@@ -282,6 +292,10 @@ func copyModuleFolder(ctx context.Context, moduleDir string, from moduleFolder, 
 // moduleKey hashes what decides a module's build: go.mod, go.sum, the Go version, the platform and
 // the ldflags; for a module with code of its own also its .go files, and the folders it copies.
 func moduleKey(moduleDir string, m toolModule) (string, error) {
+	ldflags, err := m.buildLDFlags(moduleDir)
+	if err != nil {
+		return "", err
+	}
 	h := sha256.New()
 	for _, f := range []string{"go.mod", "go.sum"} {
 		data, err := os.ReadFile(filepath.Join(moduleDir, f))
@@ -290,7 +304,7 @@ func moduleKey(moduleDir string, m toolModule) (string, error) {
 		}
 		h.Write(data)
 	}
-	fmt.Fprintf(h, "%s %s/%s %s", runtime.Version(), runtime.GOOS, runtime.GOARCH, m.ldflags)
+	fmt.Fprintf(h, "%s %s/%s %s", runtime.Version(), runtime.GOOS, runtime.GOARCH, ldflags)
 	if m.ownCode {
 		if err := hashGoFiles(h, moduleDir); err != nil {
 			return "", fmt.Errorf("hash tools module %s: %w", m.dir, err)
@@ -300,6 +314,48 @@ func moduleKey(moduleDir string, m toolModule) (string, error) {
 		fmt.Fprintf(h, "\nfiles %s %s %s", name, m.files[name].module, m.files[name].dir)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// buildLDFlags returns the module's ldflags with the Kubernetes version stamped into the packages
+// of kubernetesVersionIn.
+func (m toolModule) buildLDFlags(moduleDir string) (string, error) {
+	if len(m.kubernetesVersionIn) == 0 {
+		return m.ldflags, nil
+	}
+	path := filepath.Join(moduleDir, "go.mod")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read tools module: %w", err)
+	}
+	f, err := modfile.ParseLax(path, data, nil)
+	if err != nil {
+		return "", fmt.Errorf("parse %s: %w", path, err)
+	}
+	var clientGo string
+	for _, r := range f.Require {
+		if r.Mod.Path == "k8s.io/client-go" {
+			clientGo = r.Mod.Version
+		}
+	}
+	major, minor, err := kubernetesVersionOfClientGo(clientGo)
+	if err != nil {
+		return "", fmt.Errorf("tools/%s: %w", m.dir, err)
+	}
+	flags := m.ldflags
+	for _, pkg := range m.kubernetesVersionIn {
+		flags += fmt.Sprintf(" -X %s.k8sVersionMajor=%d -X %s.k8sVersionMinor=%d", pkg, major, pkg, minor)
+	}
+	return flags, nil
+}
+
+// kubernetesVersionOfClientGo maps a k8s.io/client-go version to the Kubernetes release it comes
+// with: v0.N.P is Kubernetes 1.N.
+func kubernetesVersionOfClientGo(version string) (major, minor int, err error) {
+	var patch int
+	if _, err := fmt.Sscanf(version, "v0.%d.%d", &minor, &patch); err != nil || minor <= 0 {
+		return 0, 0, fmt.Errorf("k8s.io/client-go version %q is not v0.N.P (go.mod requires it?)", version)
+	}
+	return 1, minor, nil
 }
 
 // hashGoFiles writes the path and content of every .go file below dir into h, in walk order

@@ -112,6 +112,7 @@ type Cluster struct {
 
 	log      io.Writer
 	pki      *pkiFiles
+	etcdURL  string
 	mu       sync.Mutex
 	procs    []*process // in start order; stopped in reverse
 	stopOnce sync.Once
@@ -183,6 +184,7 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 
 	fmt.Fprintf(c.log, "Starting etcd, kube-apiserver %s, kube-controller-manager, kube-scheduler and kwok in %s\n", KubernetesVersion, c.Dir)
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+	c.etcdURL = etcdURL
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeerPort)
 	if err := c.run("etcd", []string{
 		"--name=default",
@@ -324,6 +326,81 @@ func (c *Cluster) run(name string, args []string, logDir string) error {
 	c.procs = append(c.procs, p)
 	c.mu.Unlock()
 	return nil
+}
+
+// StopComponent stops one component ("etcd", "kube-apiserver", "kube-controller-manager",
+// "kube-scheduler" or "kwok") the way its pod is stopped (SIGTERM, SIGKILL after a grace period),
+// for tests of what outlives it; Healthy does not count its exit. StartComponent starts it again.
+func (c *Cluster) StopComponent(name string) error {
+	p, _, err := c.component(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if p.stopped {
+		c.mu.Unlock()
+		return fmt.Errorf("%s is already stopped", name)
+	}
+	p.stopped = true
+	c.mu.Unlock()
+	p.stop(30 * time.Second)
+	return nil
+}
+
+// StartComponent starts a component stopped by StopComponent again with the same arguments: the
+// same ports, certificates and data folder. For etcd and the API server it returns once the API
+// server (if running) answers /readyz again; the other components are not waited for.
+func (c *Cluster) StartComponent(ctx context.Context, name string) error {
+	old, i, err := c.component(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if !old.stopped {
+		c.mu.Unlock()
+		return fmt.Errorf("%s is running; stop it first", name)
+	}
+	p, err := old.restart()
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	c.procs[i] = p
+	err = writePIDs(c.Dir, c.procs)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if name == "etcd" {
+		if err := waitHTTP(ctx, c.etcdURL+"/health", nil, "etcd"); err != nil {
+			return c.componentErr(err)
+		}
+		if api, _, err := c.component("kube-apiserver"); err != nil || c.isStopped(api) {
+			return err
+		}
+	}
+	if name == "etcd" || name == "kube-apiserver" {
+		return c.componentErr(c.waitAPIServer(ctx))
+	}
+	return nil
+}
+
+func (c *Cluster) isStopped(p *process) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return p.stopped
+}
+
+// component returns the process of the named component and its index in c.procs.
+func (c *Cluster) component(name string) (*process, int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range c.procs {
+		if p.name == name {
+			return p, i, nil
+		}
+	}
+	return nil, 0, fmt.Errorf("the cluster runs no component %q", name)
 }
 
 // componentErr prefers "kube-apiserver exited, see its log" over the time-out it caused.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -317,4 +318,48 @@ func TestKilledOwnerTakesComponentsDown(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// TestStoppedComponentsStartAgainWithTheirData stops and starts etcd and the API server: the
+// cluster keeps its endpoint, certificates and objects, and a component stopped on purpose is no
+// failure of the cluster.
+func TestStoppedComponentsStartAgainWithTheirData(t *testing.T) {
+	localcluster.NeedCluster(t)
+	ctx := context.Background()
+	ns := cluster.NewTestNamespace(t)
+	kept := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"k": "v"}}
+	if _, err := cluster.Client.CoreV1().ConfigMaps(ns).Create(ctx, kept, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, component := range []string{"kube-apiserver", "etcd"} {
+		before := cluster.PIDs()
+		if err := cluster.StopComponent(component); err != nil {
+			t.Fatal(err)
+		}
+		if err := cluster.Healthy(); err != nil {
+			t.Errorf("a component stopped on purpose counts as failed: %v", err)
+		}
+		if err := cluster.StopComponent(component); err == nil {
+			t.Errorf("stopping %s twice gave no error", component)
+		}
+		startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := cluster.StartComponent(startCtx, component)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cluster.Client.CoreV1().ConfigMaps(ns).Get(ctx, "kept", metav1.GetOptions{})
+		if err != nil || got.Data["k"] != "v" {
+			t.Errorf("after %s started again: ConfigMap %v, %v", component, got.Data, err)
+		}
+		if slices.Equal(before, cluster.PIDs()) {
+			t.Errorf("%s runs in the same process as before", component)
+		}
+		if err := cluster.StartComponent(ctx, component); err == nil {
+			t.Errorf("starting a running %s gave no error", component)
+		}
+	}
+	if err := cluster.StopComponent("kube-proxy"); err == nil {
+		t.Error("stopping a component the cluster does not run gave no error")
+	}
 }

@@ -21,6 +21,9 @@ type process struct {
 	logPath string
 	done    chan struct{} // closed when the process has exited
 	waitErr error         // valid after done is closed
+	// stopped marks a component stopped on purpose (Cluster.StopComponent): its exit is no
+	// failure. Guarded by the Cluster's mutex.
+	stopped bool
 }
 
 // startProcess starts bin in its own process group, so Stop can signal the component and anything
@@ -48,6 +51,7 @@ func startProcessEnv(name, bin string, args, env []string, logDir string) (*proc
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	// Log files are appended to, so a restarted component's log follows its earlier run.
 	go func() {
 		p.waitErr = cmd.Wait()
 		logFile.Close()
@@ -56,9 +60,13 @@ func startProcessEnv(name, bin string, args, env []string, logDir string) (*proc
 	return p, nil
 }
 
-// exitedErr reports a non-nil error if the process has already exited, with the end of its log
-// so that a failure in CI explains itself even after the cluster folder is gone.
+// exitedErr reports a non-nil error if the process has already exited unless it was stopped on
+// purpose, with the end of its log so that a failure in CI explains itself even after the cluster
+// folder is gone.
 func (p *process) exitedErr() error {
+	if p.stopped {
+		return nil
+	}
 	select {
 	case <-p.done:
 		return &exitError{name: p.name, err: p.waitErr, logPath: p.logPath, tail: tailFile(p.logPath, 2048)}
@@ -92,6 +100,12 @@ func tailFile(path string, n int64) string {
 	}
 	b, _ := io.ReadAll(f)
 	return string(b)
+}
+
+// restart starts the command of p again, with the same arguments and environment, logging to
+// the same file.
+func (p *process) restart() (*process, error) {
+	return startProcessEnv(p.name, p.cmd.Path, p.cmd.Args[1:], p.cmd.Env, filepath.Dir(p.logPath))
 }
 
 // stop asks the process group to terminate and kills it after grace.

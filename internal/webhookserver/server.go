@@ -34,6 +34,7 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/daemonguard/daemonguard/internal/audit"
+	"github.com/daemonguard/daemonguard/internal/leadership"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/webhook"
@@ -113,8 +114,11 @@ func Run(ctx context.Context, opts Options) error {
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "daemonguard-webhook",
 		LeaderElectionNamespace: opts.Namespace,
-		// A replica that stops hands the audit to the next one at once, not after the lease expires.
+		// The audit stops before the manager returns, so the lease can go at once.
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptr.To(leadership.LeaseDuration),
+		RenewDeadline:                 ptr.To(leadership.RenewDeadline),
+		RetryPeriod:                   ptr.To(leadership.RetryPeriod),
 		HealthProbeBindAddress:        opts.HealthAddr,
 		WebhookServer: crwebhook.NewServer(crwebhook.Options{
 			Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir, CertName: "tls.crt", KeyName: "tls.key",
