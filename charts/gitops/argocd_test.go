@@ -507,7 +507,7 @@ func (g *gitops) testPolicyCommits(t *testing.T) {
 		t.Errorf("Argo CD reported the annotated ConfigMap or the Application OutOfSync in %d polls", drifted)
 	}
 	if op := a.Status.OperationState; op != nil {
-		t.Logf("Argo CD's sync of the broken commit: %s: %s", op.Phase, op.Message)
+		t.Logf("Argo CD's sync of the broken commit: %s after %d retries: %s", op.Phase, op.RetryCount, op.Message)
 	}
 
 	// Fixing the Rego in git loads the set again: the annotation goes, the ConfigMap is Healthy.

@@ -121,6 +121,7 @@ type application struct {
 			Phase      string `json:"phase"`
 			Message    string `json:"message"`
 			StartedAt  string `json:"startedAt"`
+			RetryCount int64  `json:"retryCount"`
 			SyncResult struct {
 				Revisions []string `json:"revisions"`
 			} `json:"syncResult"`
