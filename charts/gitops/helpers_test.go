@@ -124,6 +124,13 @@ type application struct {
 			RetryCount int64  `json:"retryCount"`
 			SyncResult struct {
 				Revisions []string `json:"revisions"`
+				Resources []struct {
+					Kind      string `json:"kind"`
+					Name      string `json:"name"`
+					Status    string `json:"status"`
+					HookPhase string `json:"hookPhase"`
+					Message   string `json:"message"`
+				} `json:"resources"`
 			} `json:"syncResult"`
 		} `json:"operationState"`
 		Resources []struct {
