@@ -260,6 +260,8 @@ func TestRBACCoversTheBinary(t *testing.T) {
 				verbs("events.k8s.io", "events", "default", "", "create", "patch"), // audit Events on DaemonSets
 				// Policy ConfigMaps, the audit's leader election and PolicyRejected Events: own namespace.
 				verbs("", "configmaps", namespace, "", "list", "watch"),
+				// The policy error annotation on a rejected policy ConfigMap.
+				verbs("", "configmaps", namespace, "team-policies", "patch"),
 				verbs("coordination.k8s.io", "leases", namespace, "daemonguard-webhook", "get", "update"),
 				verbs("coordination.k8s.io", "leases", namespace, "", "create"),
 				verbs("", "events", namespace, "", "create", "patch"),
@@ -267,6 +269,9 @@ func TestRBACCoversTheBinary(t *testing.T) {
 			)...)
 			check("webhook", false, slices.Concat(
 				verbs("", "configmaps", "default", "", "list", "get"),
+				verbs("", "configmaps", "default", "team-policies", "patch"),
+				verbs("", "configmaps", namespace, "team-policies", "update", "delete"),
+				verbs("", "configmaps", namespace, "", "create"),
 				verbs("", "secrets", "", "", "list", "watch"),
 				verbs("", "secrets", "kube-system", "token", "get"),
 				verbs("", "secrets", namespace, "other", "get", "update"),

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
@@ -354,4 +355,101 @@ violation contains {"field": "spec.template.spec.containers", "msg": sprintf("im
 	if r.err == nil || !strings.Contains(r.stderr, "[rolling_update_budget]") {
 		t.Errorf("built-in policies stopped serving after a broken reload: %v\n%s", r.err, r.stderr)
 	}
+
+	// 3. The broken ConfigMap carries the error itself; the valid one does not.
+	annotation := func(ctx context.Context, name string) (string, bool, error) {
+		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "", false, err
+		}
+		v, ok := cm.Annotations[webhookserver.PolicyErrorAnnotation]
+		return v, ok, nil
+	}
+	cluster.WaitFor(t, time.Minute, "the broken ConfigMap carries the error with file and line", func(ctx context.Context) (bool, string) {
+		v, _, err := annotation(ctx, broken.Name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(v, "configmap/broken/broken.rego:5: rego_parse_error:") &&
+			strings.HasSuffix(v, "rejected, the last good policy set keeps serving"), fmt.Sprintf("annotation %q", v)
+	})
+	if v, ok, err := annotation(ctx, extra.Name); err != nil || ok {
+		t.Errorf("the valid ConfigMap no-latest carries a policy error %q (%v)", v, err)
+	}
+
+	// Reloads that reject the same content again leave the ConfigMap as it is: the value depends
+	// on nothing the write itself changes (the plan skips the call altogether; that is unit-tested,
+	// the API server would drop an identical patch anyway). Reloads run one at a time, so once a
+	// second one has counted, the first one's writes are done.
+	annotated, err := cms.Get(ctx, broken.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failures := policyReloads(t, "failure")
+	for i := 1; i <= 2; i++ {
+		touched, err := cms.Get(ctx, extra.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		touched.Data["notes.txt"] = fmt.Sprintf("touch %d: an ignored key, a reload all the same", i)
+		if _, err := cms.Update(ctx, touched, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cluster.WaitFor(t, time.Minute, fmt.Sprintf("reload %d rejects the set again", i), func(context.Context) (bool, string) {
+			n := policyReloads(t, "failure")
+			return n >= failures+float64(i), fmt.Sprintf("%v failed reloads, want %v", n, failures+float64(i))
+		})
+	}
+	if again, err := cms.Get(ctx, broken.Name, metav1.GetOptions{}); err != nil || again.ResourceVersion != annotated.ResourceVersion {
+		t.Errorf("reloads of unchanged broken content wrote the ConfigMap again: resourceVersion %s -> %s (%v)", annotated.ResourceVersion, again.ResourceVersion, err)
+	}
+
+	// 4. Fixing the ConfigMap loads the set with it and removes the annotation.
+	fixed, err := cms.Get(ctx, broken.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed.Data = map[string]string{"broken.rego": "package daemonguard.policies.broken\n\nviolation contains {\"field\": \"metadata.name\", \"msg\": \"no-fixed-policy is not allowed\"} if {\n  input.object.metadata.name == \"no-fixed-policy\"\n}\n"}
+	if _, err := cms.Update(ctx, fixed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster.WaitFor(t, time.Minute, "the fixed ConfigMap loses the policy error annotation", func(ctx context.Context) (bool, string) {
+		v, ok, err := annotation(ctx, broken.Name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return !ok, fmt.Sprintf("annotation %q", v)
+	})
+	named := strings.Replace(strings.ReplaceAll(budgetManifest, `maxUnavailable: "100%"`, `maxUnavailable: 1`), "name: wide-budget", "name: no-fixed-policy", 1)
+	r = runKubectl(named, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+	if r.err == nil || !strings.Contains(r.stderr, "[broken]") {
+		t.Errorf("the fixed module is not enforced after the annotation went: %v\n%s", r.err, r.stderr)
+	}
+	r = runKubectl(latest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+	if r.err == nil || !strings.Contains(r.stderr, "[no_latest]") {
+		t.Errorf("no_latest stopped serving after the fix: %v\n%s", r.err, r.stderr)
+	}
+}
+
+// policyReloads reads daemonguard_policy_reloads_total{result} of the webhook server this process
+// runs.
+func policyReloads(t *testing.T, result string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "daemonguard_policy_reloads_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

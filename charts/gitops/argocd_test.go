@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/webhookserver"
 )
 
 var cluster *localcluster.Cluster
@@ -66,7 +68,7 @@ func TestArgoCD(t *testing.T) {
 	}()
 	t.Run("synced and healthy, stays synced across hard refreshes while the webhook injects", g.testNoDrift)
 	t.Run("a new image is Progressing during the rollout, Healthy after; nginx:1.91 is Degraded", g.testRolloutHealth)
-	t.Run("a Rego commit is enforced without restart; broken Rego keeps the last good set", g.testPolicyCommits)
+	t.Run("a Rego commit is enforced without restart; broken Rego keeps the last good set and marks the ConfigMap", g.testPolicyCommits)
 }
 
 func setUp(t *testing.T) *gitops {
@@ -207,6 +209,17 @@ func (g *gitops) record(step string, a *application) {
 		sync += " (" + strings.Join(drifted, ", ") + ")"
 	}
 	g.view = append(g.view, fmt.Sprintf("| %s | %s | %s | %s: %s |", step, sync, a.Status.Health.Status, h.Status, msg))
+}
+
+// recordConfigMap adds a line under the last row with what Argo CD showed for the policy
+// ConfigMap.
+func (g *gitops) recordConfigMap(a *application) {
+	_, h := a.resource("ConfigMap", g.releaseNS, "team-policies")
+	msg := h.Message
+	if msg == "" {
+		msg = "-"
+	}
+	g.view = append(g.view, fmt.Sprintf("| &nbsp; | | | ConfigMap `team-policies` %s: %s |", h.Status, msg))
 }
 
 // commit commits the repository's changes and hard-refreshes the Application, so Argo CD reads
@@ -417,10 +430,14 @@ func (g *gitops) testPolicyCommits(t *testing.T) {
 	}
 
 	// A parse error: the webhook must keep the last good set (deny) and say why on the ConfigMap.
+	// Argo CD applies the broken ConfigMap (it is valid YAML); whether that sync operation then
+	// succeeds depends on who is first: the webhook marking the ConfigMap Degraded, or Argo CD
+	// checking the health of wave -1 before the next wave (a Degraded resource fails the sync,
+	// and the Application's retry repeats it). Either way the live ConfigMap is git's.
 	g.repo.edit(policyFile, "    \tnot lib.labels.team\n    }\n", "    \tnot lib.labels.team\n    }\n\n    violation contains {\n")
 	sha = g.commit(t, "require_team_label: broken Rego")
-	a = waitApp(t, g.argo, g.app, 2*time.Minute, "Argo CD syncs the broken Rego", func(a *application) (bool, string) {
-		return a.syncedAt(sha), "not synced at " + sha
+	a = waitApp(t, g.argo, g.app, 2*time.Minute, "Argo CD applies the broken Rego", func(a *application) (bool, string) {
+		return a.Status.Sync.Status == "Synced" && slices.Contains(a.Status.Sync.Revisions, sha), "not synced at " + sha
 	})
 	g.record("commit broken Rego", a)
 	var event string
@@ -446,4 +463,88 @@ func (g *gitops) testPolicyCommits(t *testing.T) {
 	if err := g.webhook.Exited(); err != nil {
 		t.Fatalf("the webhook exited on broken Rego: %v", err)
 	}
+
+	// The ConfigMap carries the error (written by the webhook under the chart's RBAC), and Argo
+	// CD shows it Degraded with that message without calling the annotation drift.
+	var rejected string
+	cluster.WaitFor(t, time.Minute, "the ConfigMap carries the policy error with file and line", func(ctx context.Context) (bool, string) {
+		cm, err := cluster.Client.CoreV1().ConfigMaps(g.releaseNS).Get(ctx, "team-policies", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		rejected = cm.Annotations[webhookserver.PolicyErrorAnnotation]
+		return rejectedRego.MatchString(rejected), fmt.Sprintf("annotation %q", rejected)
+	})
+	t.Logf("ConfigMap %s/team-policies: %s: %s", g.releaseNS, webhookserver.PolicyErrorAnnotation, rejected)
+	drifted := 0 // polls in which Argo CD called anything OutOfSync
+	noDrift := func(a *application) {
+		if sync, _ := a.resource("ConfigMap", g.releaseNS, "team-policies"); a.Status.Sync.Status != "Synced" || sync != "Synced" {
+			drifted++
+			t.Logf("OutOfSync with the policy error annotation: %s", a.summary())
+		}
+	}
+	a = waitApp(t, g.argo, g.app, 2*time.Minute, "Argo CD shows the ConfigMap and the Application Degraded with the webhook's error", func(a *application) (bool, string) {
+		noDrift(a)
+		_, h := a.resource("ConfigMap", g.releaseNS, "team-policies")
+		return h.Status == "Degraded" && h.Message == rejected && a.Status.Health.Status == "Degraded",
+			fmt.Sprintf("ConfigMap team-policies %s: %s", h.Status, h.Message)
+	})
+	// A hard refresh diffs git against the annotated ConfigMap afresh.
+	if err := g.argo.HardRefresh(ctx, g.app); err != nil {
+		t.Fatal(err)
+	}
+	a = waitApp(t, g.argo, g.app, time.Minute, "the hard refresh is done", func(a *application) (bool, string) {
+		noDrift(a)
+		_, pending := a.Metadata.Annotations["argocd.argoproj.io/refresh"]
+		return !pending, "refresh annotation still present"
+	})
+	g.record("webhook rejects the Rego", a)
+	g.recordConfigMap(a)
+	if _, h := a.resource("ConfigMap", g.releaseNS, "team-policies"); h.Status != "Degraded" || h.Message != rejected {
+		t.Errorf("after the hard refresh Argo CD shows ConfigMap team-policies %s: %s, want Degraded: %s", h.Status, h.Message, rejected)
+	}
+	if drifted > 0 {
+		t.Errorf("Argo CD reported the annotated ConfigMap or the Application OutOfSync in %d polls", drifted)
+	}
+	// How the broken commit's sync ended its first attempt, for the README: not asserted, it
+	// depends on whether the webhook marked the ConfigMap before Argo CD checked wave -1.
+	a = waitApp(t, g.argo, g.app, 2*time.Minute, "the broken commit's sync ends an attempt", func(a *application) (bool, string) {
+		op := a.Status.OperationState
+		return op != nil && (op.Phase != "Running" || op.RetryCount > 0), "sync still in its first attempt"
+	})
+	op := a.Status.OperationState
+	t.Logf("Argo CD's sync of the broken commit: %s after %d retries: %s", op.Phase, op.RetryCount, op.Message)
+	for _, r := range op.SyncResult.Resources {
+		if r.Kind == "ConfigMap" && r.Name == "team-policies" {
+			t.Logf("  sync result of ConfigMap team-policies: %s, phase %s: %s", r.Status, r.HookPhase, r.Message)
+		}
+	}
+
+	// Fixing the Rego in git loads the set again: the annotation goes, the ConfigMap is Healthy.
+	// The sync of the broken commit may still be retrying; the Application's retry.refresh makes
+	// the next attempt use the fix.
+	g.repo.edit(policyFile, "    }\n\n    violation contains {\n", "    }\n")
+	sha = g.commit(t, "require_team_label: fix the Rego")
+	a = waitApp(t, g.argo, g.app, 4*time.Minute, "Argo CD syncs the fix and shows the ConfigMap and the Application Healthy", func(a *application) (bool, string) {
+		_, h := a.resource("ConfigMap", g.releaseNS, "team-policies")
+		return a.syncedAt(sha) && h.Status == "Healthy" && a.Status.Health.Status == "Healthy",
+			fmt.Sprintf("ConfigMap team-policies %s: %s", h.Status, h.Message)
+	})
+	g.record("commit fixed Rego", a)
+	g.recordConfigMap(a)
+	cm, err := cluster.Client.CoreV1().ConfigMaps(g.releaseNS).Get(ctx, "team-policies", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := cm.Annotations[webhookserver.PolicyErrorAnnotation]; ok {
+		t.Errorf("the fixed ConfigMap still carries %s: %q", webhookserver.PolicyErrorAnnotation, v)
+	}
+	out, err = dryRunCreate(ctx, agentsNS, "no-team")
+	if err == nil || !strings.Contains(out, "require_team_label") {
+		t.Errorf("after the fix the deny must enforce; got err %v:\n%s", err, out)
+	}
 }
+
+// rejectedRego is the policy error the webhook writes for the broken commit: file, line, error
+// and that the last good set serves.
+var rejectedRego = regexp.MustCompile(`^configmap/team-policies/require_team_label\.rego:\d+: rego_parse_error: .+; data sha256:[0-9a-f]{12} rejected, the last good policy set keeps serving$`)

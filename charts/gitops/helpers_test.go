@@ -121,8 +121,16 @@ type application struct {
 			Phase      string `json:"phase"`
 			Message    string `json:"message"`
 			StartedAt  string `json:"startedAt"`
+			RetryCount int64  `json:"retryCount"`
 			SyncResult struct {
 				Revisions []string `json:"revisions"`
+				Resources []struct {
+					Kind      string `json:"kind"`
+					Name      string `json:"name"`
+					Status    string `json:"status"`
+					HookPhase string `json:"hookPhase"`
+					Message   string `json:"message"`
+				} `json:"resources"`
 			} `json:"syncResult"`
 		} `json:"operationState"`
 		Resources []struct {

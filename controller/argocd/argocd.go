@@ -1,8 +1,10 @@
-// Package argocd ships daemonguard's Argo CD health check: a Lua script for the argocd-cm key
-// resource.customizations.health.apps_DaemonSet. Argo CD reports every OnDelete DaemonSet as
-// Healthy; with this check a DaemonSet managed by daemonguard's rollout controller reports the
-// rollout's progress (Progressing), pauses (Suspended), failures (Degraded) and completion
-// (Healthy), while every other DaemonSet keeps Argo CD's built-in assessment.
+// Package argocd ships daemonguard's Argo CD health checks: Lua scripts for the argocd-cm keys
+// resource.customizations.health.apps_DaemonSet and resource.customizations.health.ConfigMap.
+// Argo CD reports every OnDelete DaemonSet as Healthy; with the first check a DaemonSet managed by
+// daemonguard's rollout controller reports the rollout's progress (Progressing), pauses
+// (Suspended), failures (Degraded) and completion (Healthy), while every other DaemonSet keeps
+// Argo CD's built-in assessment. With the second a policy ConfigMap whose Rego the webhook
+// rejected is Degraded with the webhook's error.
 package argocd
 
 import (
@@ -19,12 +21,23 @@ var HealthLua string
 // HealthKey is the argocd-cm key that holds the script.
 const HealthKey = "resource.customizations.health.apps_DaemonSet"
 
-// ArgoCDConfigSnippet returns the argocd-cm data entry, as YAML, that installs the health check:
-// HealthKey followed by the script as a literal block scalar indented by two spaces. Indented by
-// a further two spaces it goes under a ConfigMap's data:, or under configs.cm in the Argo CD Helm
-// chart's values.
+// ConfigMapHealthLua is the health check script for ConfigMaps: a daemonguard policy ConfigMap
+// carrying the webhook's policy error annotation is Degraded with it, any other ConfigMap is
+// Healthy. It needs no extra libraries either.
+//
+//go:embed configmap_health.lua
+var ConfigMapHealthLua string
+
+// ConfigMapHealthKey is the argocd-cm key that holds ConfigMapHealthLua (core group: the kind
+// alone).
+const ConfigMapHealthKey = "resource.customizations.health.ConfigMap"
+
+// ArgoCDConfigSnippet returns the argocd-cm data entries, as YAML, that install the health
+// checks: HealthKey and ConfigMapHealthKey, each followed by its script as a literal block scalar
+// indented by two spaces. Indented by a further two spaces they go under a ConfigMap's data:, or
+// under configs.cm in the Argo CD Helm chart's values.
 func ArgoCDConfigSnippet() string {
-	return HealthKey + ": " + literalBlock(HealthLua, "  ")
+	return HealthKey + ": " + literalBlock(HealthLua, "  ") + ConfigMapHealthKey + ": " + literalBlock(ConfigMapHealthLua, "  ")
 }
 
 // literalBlock renders s as a YAML literal block scalar (header line included) whose content

@@ -20,10 +20,13 @@ import (
 	"github.com/yuin/gopher-lua/parse"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/webhookserver"
 )
 
 const (
 	fixturesDir   = "../../testdata/argocd/daemonsets"
+	cmFixturesDir = "../../testdata/argocd/configmaps"
 	configMapPath = "../../testdata/argocd/argocd-cm-health.yaml"
 	appPath       = "../../testdata/argocd/application.yaml"
 )
@@ -32,6 +35,19 @@ const (
 // script only returns it when its own code raised an error (caught by its pcall), which the tests
 // treat as a failure.
 var validStatuses = []string{"Healthy", "Progressing", "Degraded", "Suspended"}
+
+// healthCheck is one script with its fixtures: objects of apiVersion and kind in dir, which
+// together must expect every status in statuses.
+type healthCheck struct {
+	name, script, dir string
+	apiVersion, kind  string
+	statuses          []string
+}
+
+var healthChecks = []healthCheck{
+	{name: "health.lua", script: HealthLua, dir: fixturesDir, apiVersion: "apps/v1", kind: "DaemonSet", statuses: validStatuses},
+	{name: "configmap_health.lua", script: ConfigMapHealthLua, dir: cmFixturesDir, apiVersion: "v1", kind: "ConfigMap", statuses: []string{"Healthy", "Degraded"}},
+}
 
 type luaLib struct {
 	name string
@@ -197,17 +213,18 @@ type fixture struct {
 	messageContains []string
 }
 
-// loadFixtures reads testdata/argocd/daemonsets/*.yaml. Leading comment lines carry the
+// loadFixtures reads the check's fixtures (testdata/argocd/daemonsets/*.yaml for health.lua,
+// testdata/argocd/configmaps/*.yaml for configmap_health.lua). Leading comment lines carry the
 // expectations: "# expect-status: S" (required), "# expect-message: M" (exact; empty means an
 // empty message) and any number of "# expect-message-contains: text".
-func loadFixtures(t *testing.T) []fixture {
+func loadFixtures(t *testing.T, check healthCheck) []fixture {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(fixturesDir, "*.yaml"))
+	paths, err := filepath.Glob(filepath.Join(check.dir, "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(paths) == 0 {
-		t.Fatalf("no fixtures in %s", fixturesDir)
+		t.Fatalf("no fixtures in %s", check.dir)
 	}
 	var fixtures []fixture
 	for _, p := range paths {
@@ -254,8 +271,8 @@ func loadFixtures(t *testing.T) []fixture {
 		if err := u.UnmarshalJSON(jsonData); err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
-		if u.GetKind() != "DaemonSet" || u.GetAPIVersion() != "apps/v1" {
-			t.Fatalf("%s: %s %s, want an apps/v1 DaemonSet", p, u.GetAPIVersion(), u.GetKind())
+		if u.GetKind() != check.kind || u.GetAPIVersion() != check.apiVersion {
+			t.Fatalf("%s: %s %s, want a %s %s", p, u.GetAPIVersion(), u.GetKind(), check.apiVersion, check.kind)
 		}
 		f.obj = u.Object
 		fixtures = append(fixtures, f)
@@ -264,13 +281,19 @@ func loadFixtures(t *testing.T) []fixture {
 }
 
 func TestHealthFixtures(t *testing.T) {
-	fixtures := loadFixtures(t)
+	for _, check := range healthChecks {
+		testFixtures(t, check)
+	}
+}
+
+func testFixtures(t *testing.T, check healthCheck) {
+	fixtures := loadFixtures(t, check)
 	seen := map[string]bool{}
 	for _, f := range fixtures {
 		seen[f.status] = true
 		for _, set := range libSets {
-			t.Run(f.name+"/"+set.name, func(t *testing.T) {
-				status, message, err := runHealth(HealthLua, f.obj, set.libs)
+			t.Run(check.kind+"/"+f.name+"/"+set.name, func(t *testing.T) {
+				status, message, err := runHealth(check.script, f.obj, set.libs)
 				if err != nil {
 					t.Fatalf("script error: %v", err)
 				}
@@ -288,9 +311,9 @@ func TestHealthFixtures(t *testing.T) {
 			})
 		}
 	}
-	for _, s := range validStatuses {
+	for _, s := range check.statuses {
 		if !seen[s] {
-			t.Errorf("no fixture expects %s", s)
+			t.Errorf("no %s fixture expects %s", check.kind, s)
 		}
 	}
 }
@@ -301,14 +324,26 @@ func TestHealthFixtures(t *testing.T) {
 func TestScriptUsesBaseFunctionsOnly(t *testing.T) {
 	comment := regexp.MustCompile(`--.*$`)
 	forbidden := regexp.MustCompile(`\b(string|math|os|io|table|debug|coroutine|package|utf8)\s*\.|\b(require|load|loadstring|dofile|loadfile|setmetatable|getmetatable|rawset|print)\b|:\s*[A-Za-z_]\w*\s*\(`)
-	for i, line := range strings.Split(HealthLua, "\n") {
-		code := comment.ReplaceAllString(line, "")
-		if m := forbidden.FindString(code); m != "" {
-			t.Errorf("health.lua:%d uses %q: %s", i+1, m, strings.TrimSpace(line))
+	for _, check := range healthChecks {
+		for i, line := range strings.Split(check.script, "\n") {
+			code := comment.ReplaceAllString(line, "")
+			if m := forbidden.FindString(code); m != "" {
+				t.Errorf("%s:%d uses %q: %s", check.name, i+1, m, strings.TrimSpace(line))
+			}
+		}
+		if strings.Contains(check.script, "\r") {
+			t.Errorf("%s contains carriage returns", check.name)
 		}
 	}
-	if strings.Contains(HealthLua, "\r") {
-		t.Error("health.lua contains carriage returns")
+}
+
+// TestConfigMapHealthReadsTheWebhooksNames: configmap_health.lua spells the label that selects
+// policy ConfigMaps and the annotation the webhook writes exactly as the webhook does.
+func TestConfigMapHealthReadsTheWebhooksNames(t *testing.T) {
+	for _, name := range []string{webhookserver.PolicyConfigMapLabel, webhookserver.PolicyErrorAnnotation} {
+		if !strings.Contains(ConfigMapHealthLua, `"`+name+`"`) {
+			t.Errorf("configmap_health.lua does not read %q", name)
+		}
 	}
 }
 
@@ -317,7 +352,8 @@ func garbage(r *rand.Rand, depth int) any {
 	keys := []string{"metadata", "annotations", "generation", "name", "spec", "updateStrategy", "type",
 		"status", "conditions", "reason", "message", "observedGeneration", "desiredNumberScheduled",
 		"updatedNumberScheduled", "numberAvailable", "daemonguard.io/rollout",
-		"status.daemonguard.io/step", "status.daemonguard.io/updated", "1", ""}
+		"status.daemonguard.io/step", "status.daemonguard.io/updated", "labels", "daemonguard.io/policy",
+		"status.daemonguard.io/policy-error", "1", ""}
 	scalars := []any{nil, "", "True", "true", "managed", "OnDelete", "Failed", "Paused", "Progressing",
 		"Complete", "abc", "12", "-3", "nan", "1e400", int64(0), int64(-1), int64(7), int64(1) << 53,
 		1e300, -1e300, 3.5, true, false}
@@ -399,15 +435,18 @@ func mutate(r *rand.Rand, obj map[string]any) {
 	}
 }
 
+// checkNoError runs every health check on obj.
 func checkNoError(t *testing.T, desc string, obj any) {
 	t.Helper()
-	for _, set := range libSets {
-		status, message, err := runHealth(HealthLua, obj, set.libs)
-		if err != nil {
-			t.Fatalf("%s (%s): script error: %v", desc, set.name, err)
-		}
-		if !slices.Contains(validStatuses, status) {
-			t.Fatalf("%s (%s): status %q, message %q", desc, set.name, status, message)
+	for _, check := range healthChecks {
+		for _, set := range libSets {
+			status, message, err := runHealth(check.script, obj, set.libs)
+			if err != nil {
+				t.Fatalf("%s (%s, %s): script error: %v", desc, check.name, set.name, err)
+			}
+			if !slices.Contains(check.statuses, status) {
+				t.Fatalf("%s (%s, %s): status %q, message %q", desc, check.name, set.name, status, message)
+			}
 		}
 	}
 }
@@ -443,6 +482,9 @@ func TestScriptNeverErrors(t *testing.T) {
 		"deep nesting":               map[string]any{"status": map[string]any{"conditions": []any{[]any{[]any{[]any{map[string]any{"conditions": []any{}}}}}}}},
 		"managed empty status":       map[string]any{"metadata": map[string]any{"annotations": managed}, "status": map[string]any{}},
 		"managed status no metadata": map[string]any{"metadata": nil, "status": map[string]any{"conditions": []any{nil, nil}}},
+		"labels string":              map[string]any{"metadata": map[string]any{"labels": "daemonguard.io/policy=true"}},
+		"policy error not a string":  map[string]any{"metadata": map[string]any{"labels": map[string]any{"daemonguard.io/policy": "true"}, "annotations": map[string]any{"status.daemonguard.io/policy-error": []any{"x"}}}},
+		"policy label not a string":  map[string]any{"metadata": map[string]any{"labels": map[string]any{"daemonguard.io/policy": true}, "annotations": map[string]any{"status.daemonguard.io/policy-error": "x"}}},
 	}
 	for desc, obj := range cases {
 		checkNoError(t, desc, obj)
@@ -452,7 +494,7 @@ func TestScriptNeverErrors(t *testing.T) {
 	for i := range 300 {
 		checkNoError(t, fmt.Sprintf("random object %d", i), garbage(r, 5))
 	}
-	for _, f := range loadFixtures(t) {
+	for _, f := range slices.Concat(loadFixtures(t, healthChecks[0]), loadFixtures(t, healthChecks[1])) {
 		for i := range 60 {
 			obj := deepCopy(f.obj).(map[string]any)
 			for range 1 + r.Intn(3) {
@@ -466,6 +508,8 @@ func TestScriptNeverErrors(t *testing.T) {
 // FuzzHealthScript feeds arbitrary JSON documents to the script (go test -fuzz=FuzzHealthScript).
 func FuzzHealthScript(f *testing.F) {
 	paths, _ := filepath.Glob(filepath.Join(fixturesDir, "*.yaml"))
+	cmPaths, _ := filepath.Glob(filepath.Join(cmFixturesDir, "*.yaml"))
+	paths = append(paths, cmPaths...)
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
 		if err != nil {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -76,8 +76,8 @@ type Options struct {
 }
 
 // Run serves the admission webhooks until ctx ends. The policy set starts as the built-ins and
-// follows the labelled ConfigMaps: a set that fails to compile is reported and the last good set
-// keeps serving.
+// follows the labelled ConfigMaps: a set that fails to compile is reported (an Event and
+// PolicyErrorAnnotation on the ConfigMaps at fault) and the last good set keeps serving.
 func Run(ctx context.Context, opts Options) error {
 	log := opts.Log
 	builtin, builtinParams, err := policy.Builtin()
@@ -187,7 +187,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// SkipNameValidation lets a process run the server again after stopping it (the tests'
 	// harness does, on a shared cluster); two live servers never share a process.
-	if err := ctrl.NewControllerManagedBy(mgr).Named("policy-configmaps").For(&corev1.ConfigMap{}).
+	// Annotation-only updates (the policy error this reloader writes) reload nothing.
+	if err := ctrl.NewControllerManagedBy(mgr).Named("policy-configmaps").For(&corev1.ConfigMap{}, builder.WithPredicates(policyContentChanged)).
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).Complete(reloader); err != nil {
 		return err
 	}
@@ -296,15 +297,7 @@ func (r *policyReloader) Reconcile(ctx context.Context, _ reconcile.Request) (re
 	if err := r.client.List(ctx, &list, client.InNamespace(r.namespace), client.MatchingLabelsSelector{Selector: r.selector}); err != nil {
 		return reconcile.Result{}, err
 	}
-	sources := make([]policy.Source, len(list.Items))
-	for i, cm := range list.Items {
-		sources[i] = policy.Source{Name: "configmap/" + cm.Name, Files: cm.Data}
-	}
-	modules, params, err := policy.Overlay(r.builtin, r.builtinParams, sources)
-	var set *policy.Set
-	if err == nil {
-		set, err = policy.Compile(ctx, modules, params)
-	}
+	modules, params, set, err := r.compile(ctx, list.Items)
 	if err != nil {
 		policyReloads.WithLabelValues("failure").Inc()
 		policySetHealthy.Set(0)
@@ -313,11 +306,11 @@ func (r *policyReloader) Reconcile(ctx context.Context, _ reconcile.Request) (re
 		r.log.Error(err, "Policy set rejected; the last good set keeps serving")
 		for i := range list.Items {
 			cm := &list.Items[i]
-			// Blame the ConfigMaps the error names; all of them when it names none.
-			if strings.Contains(err.Error(), "configmap/"+cm.Name+"/") || !strings.Contains(err.Error(), "configmap/") {
+			if blamesConfigMap(err.Error(), cm.Name) {
 				r.recorder.Eventf(cm, nil, corev1.EventTypeWarning, "PolicyRejected", "Reload", "policy set rejected, last good set keeps serving: %v", err)
 			}
 		}
+		r.writePolicyErrors(ctx, planPolicyErrors(list.Items, err))
 		return reconcile.Result{}, nil // retrying cannot fix the Rego; the next ConfigMap change will
 	}
 	r.engine.Swap(set)
@@ -328,7 +321,23 @@ func (r *policyReloader) Reconcile(ctx context.Context, _ reconcile.Request) (re
 		r.checkInProcess(ctx, modules, params, list.Items)
 	}
 	r.log.Info("Policy set loaded", "modules", len(set.Modules()), "configMaps", len(list.Items))
+	r.writePolicyErrors(ctx, planPolicyErrors(list.Items, nil))
 	return reconcile.Result{}, nil
+}
+
+// compile puts the ConfigMaps' policies over the built-ins and compiles the set; errors name
+// the ConfigMap and key (configmap/NAME/KEY).
+func (r *policyReloader) compile(ctx context.Context, cms []corev1.ConfigMap) ([]policy.Module, map[string]any, *policy.Set, error) {
+	sources := make([]policy.Source, len(cms))
+	for i, cm := range cms {
+		sources[i] = policy.Source{Name: "configmap/" + cm.Name, Files: cm.Data}
+	}
+	modules, params, err := policy.Overlay(r.builtin, r.builtinParams, sources)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	set, err := policy.Compile(ctx, modules, params)
+	return modules, params, set, err
 }
 
 // ServeHTTP serves /policy-status.
