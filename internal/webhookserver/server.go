@@ -185,11 +185,12 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	// SkipNameValidation lets a process run the server again after stopping it (the tests'
-	// harness does, on a shared cluster); two live servers never share a process.
-	// Annotation-only updates (the policy error this reloader writes) reload nothing.
+	// Every replica serves admission, so every replica follows the policy ConfigMaps, not only
+	// the leader (which runs the audit). SkipNameValidation lets a process run the server again
+	// after stopping it (the tests' harness does, on a shared cluster). Annotation-only updates
+	// (the policy error this reloader writes) reload nothing.
 	if err := ctrl.NewControllerManagedBy(mgr).Named("policy-configmaps").For(&corev1.ConfigMap{}, builder.WithPredicates(policyContentChanged)).
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).Complete(reloader); err != nil {
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true), NeedLeaderElection: ptr.To(false)}).Complete(reloader); err != nil {
 		return err
 	}
 	if opts.AuditInterval > 0 {
