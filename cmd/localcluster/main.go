@@ -9,13 +9,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/daemonguard/daemonguard/internal/localcluster/devcmd"
+	"github.com/daemonguard/daemonguard/cmd/localcluster/app"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := devcmd.New().ExecuteContext(ctx); err != nil {
+	if err := app.New().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/daemonguard/daemonguard/internal/admissionsim"
 	nodeset "github.com/daemonguard/daemonguard/internal/nodes"
-	"github.com/daemonguard/daemonguard/internal/offline"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/webhook"
 )
@@ -114,8 +114,8 @@ func evaluate(ctx context.Context, set *policy.Set, ds *appsv1.DaemonSet, nsLabe
 		f.Error = err.Error()
 		return f
 	}
-	doc := offline.Document{Source: "cluster", Raw: raw, Kind: "DaemonSet", Namespace: ds.Namespace, Name: ds.Name}
-	r := offline.Evaluate(ctx, set, doc, offline.Context{
+	doc := admissionsim.Document{Source: "cluster", Raw: raw, Kind: "DaemonSet", Namespace: ds.Namespace, Name: ds.Name}
+	r := admissionsim.Evaluate(ctx, set, doc, admissionsim.Context{
 		Operation:       policy.OpAudit,
 		NamespaceLabels: nsLabels,
 		Cluster:         &policy.ClusterFacts{Nodes: len(nodes), MatchingNodes: nodeset.Count(&ds.Spec.Template.Spec, nodes)},

@@ -14,11 +14,11 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/daemonguard/daemonguard/internal/admissionsim"
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
-	"github.com/daemonguard/daemonguard/internal/offline"
 )
 
 var cluster *localcluster.Cluster
@@ -54,7 +54,7 @@ func TestAuditFindsDaemonSetsCreatedBeforeInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := offline.LoadPolicySet(ctx, nil)
+	set, err := admissionsim.LoadPolicySet(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,11 +29,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
+	"github.com/daemonguard/daemonguard/internal/admissionsim"
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
-	"github.com/daemonguard/daemonguard/internal/offline"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -109,7 +109,7 @@ func testPolicySet(t *testing.T) (*policy.Set, string) {
 	if err := os.WriteFile(filepath.Join(dir, "parameters.yaml"), []byte("enforcement: {rollout_annotations: dryrun}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	set, err := offline.LoadPolicySet(context.Background(), []string{dir})
+	set, err := admissionsim.LoadPolicySet(context.Background(), []string{dir})
 	if err != nil {
 		t.Fatal(err)
 	}

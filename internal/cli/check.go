@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/daemonguard/daemonguard/internal/offline"
+	"github.com/daemonguard/daemonguard/internal/admissionsim"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -50,10 +50,10 @@ or cannot be evaluated; warnings alone exit 0.
 			var reports []checkReport
 			denied := false
 			for _, d := range docs {
-				if !offline.IsDaemonSet(d) {
+				if !admissionsim.IsDaemonSet(d) {
 					continue
 				}
-				r := offline.Evaluate(cmd.Context(), set, d, offline.Context{})
+				r := admissionsim.Evaluate(cmd.Context(), set, d, admissionsim.Context{})
 				rep := checkReport{Source: d.Source, Kind: d.Kind, Namespace: d.Namespace, Name: d.Name,
 					Allowed: r.Err == nil && r.Verdict.Allowed, Mutated: r.Changed, Violations: r.Violations}
 				if rep.Violations == nil {
@@ -130,15 +130,15 @@ func name(ns, n string) string {
 
 // loadManifests compiles the policy set (built-ins plus --policies) and reads the -f manifests:
 // the common start of check and mutate.
-func loadManifests(cmd *cobra.Command, files, policyDirs []string) (*policy.Set, []offline.Document, error) {
+func loadManifests(cmd *cobra.Command, files, policyDirs []string) (*policy.Set, []admissionsim.Document, error) {
 	if len(files) == 0 {
 		return nil, nil, fmt.Errorf("-f is required (a file, a directory or - for stdin)")
 	}
-	set, err := offline.LoadPolicySet(cmd.Context(), policyDirs)
+	set, err := admissionsim.LoadPolicySet(cmd.Context(), policyDirs)
 	if err != nil {
 		return nil, nil, err
 	}
-	docs, err := offline.Read(files, cmd.InOrStdin())
+	docs, err := admissionsim.Read(files, cmd.InOrStdin())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daemonguard/daemonguard/internal/offline"
+	"github.com/daemonguard/daemonguard/internal/admissionsim"
 )
 
 func newMutateCommand() *cobra.Command {
@@ -27,8 +27,8 @@ func newMutateCommand() *cobra.Command {
 			out := cmd.OutOrStdout()
 			for i, d := range docs {
 				mutated := d.Raw
-				if offline.IsDaemonSet(d) {
-					r := offline.Evaluate(cmd.Context(), set, d, offline.Context{})
+				if admissionsim.IsDaemonSet(d) {
+					r := admissionsim.Evaluate(cmd.Context(), set, d, admissionsim.Context{})
 					if r.Err != nil {
 						return fmt.Errorf("%s: %w", d.Ref(), r.Err)
 					}
@@ -60,7 +60,7 @@ func newMutateCommand() *cobra.Command {
 	return cmd
 }
 
-func printDiff(w io.Writer, d offline.Document, mutated []byte) error {
+func printDiff(w io.Writer, d admissionsim.Document, mutated []byte) error {
 	before, err := yaml.JSONToYAML(d.Raw)
 	if err != nil {
 		return err

@@ -1,8 +1,8 @@
-// Package devcmd holds the commands of the localcluster developer tool: build the test binaries,
+// Package app holds the commands of the localcluster developer tool: build the test binaries,
 // run a local control plane until interrupted, run the demo, run daemonguard from the checkout
 // against the current kubeconfig, measure admission latency through the API server, and clean up
 // after a killed demo.
-package devcmd
+package app
 
 import (
 	"encoding/json"

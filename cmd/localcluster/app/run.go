@@ -1,4 +1,4 @@
-package devcmd
+package app
 
 import (
 	"context"

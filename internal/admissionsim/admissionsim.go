@@ -1,8 +1,9 @@
-// Package offline evaluates manifests against daemonguard's policies without a cluster, exactly as
-// admission would: the inject policy's mutation first, then validation of the mutated object. It
-// backs `daemonguard check` (CI pipelines, `helm template ... | daemonguard check -f -`) and
-// `daemonguard mutate`.
-package offline
+// Package admissionsim simulates admission: it evaluates manifests against daemonguard's policies
+// exactly as the webhooks would, the inject policy's mutation first, then validation of the
+// mutated object. Without a cluster it backs `daemonguard check` (CI pipelines, `helm template ...
+// | daemonguard check -f -`) and `daemonguard mutate`; with the live namespace and nodes it backs
+// the in-cluster audit.
+package admissionsim
 
 import (
 	"bufio"
