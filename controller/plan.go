@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // PodState is what the planner knows of one pod of the DaemonSet.
@@ -15,7 +17,10 @@ type PodState struct {
 	DeletedAt   time.Time
 	Ready       bool
 	ReadySince  time.Time // lastTransitionTime of the Ready condition
-	Failure     string    // a container waiting reason that will not fix itself, e.g. ImagePullBackOff
+	// NotReadySince is when a pod that is not Ready stopped being Ready (its Ready condition's
+	// lastTransitionTime) or, without that condition, when it was created; zero when unknown.
+	NotReadySince time.Time
+	Failure       string // a container waiting reason that will not fix itself, e.g. ImagePullBackOff
 }
 
 // NodeState is one node the DaemonSet should run on, with its pods.
@@ -44,11 +49,17 @@ type RolloutState struct {
 
 // Input is everything the planner needs; it never talks to the API server.
 type Input struct {
+	// Name and Namespace of the DaemonSet, for the commands a message suggests.
+	Name, Namespace string
 	TargetRevision  string
 	Nodes           []NodeState // every node the DaemonSet targets, reachable or not, in any order
 	Settings        Settings
 	MinReadySeconds int32
 	State           RolloutState
+	// PreviousFailure is the reason of the Failed condition while it is True: why an earlier
+	// reconcile halted the rollout, which later ones keep naming when the cause no longer shows
+	// (a crash-looping pod between two crashes).
+	PreviousFailure string
 	Now             time.Time
 }
 
@@ -86,7 +97,23 @@ type Plan struct {
 	Skipped      []string      // nodes left out: unreachable, or pods stuck terminating
 	RequeueAfter time.Duration // when the plan would change without any event (pauses, deadlines)
 	Step         string        // "3/5: 25%"
+	// Event is what the rollout's Event says when the phase, reason or step changes: the same
+	// reason and message as the condition.
+	Event Event
 }
+
+// Event is a Kubernetes Event about the rollout.
+type Event struct {
+	Type, Reason, Note string
+}
+
+// Reasons of the Failed condition the planner sets when it halts a rollout.
+const (
+	ReasonPodFailure       = "PodFailure"
+	ReasonProgressDeadline = "ProgressDeadlineExceeded"
+	// ReasonRolloutFailed: the revision failed earlier, for a reason not known any more.
+	ReasonRolloutFailed = "RolloutFailed"
+)
 
 // stuckTerminatingAfter is how long a pod may take to terminate before its node is treated like
 // an unreachable one: reported and left out, instead of holding the budget forever.
@@ -208,10 +235,25 @@ func BuildPlan(in Input) Plan {
 		}
 		return fmt.Sprintf("%d/%d: %s", i+1, len(steps), steps[i].Text)
 	}
+	// stepLabel names a step in messages: "3/5 (25%)".
+	stepLabel := func(i int) string {
+		if i >= len(steps) {
+			return fmt.Sprintf("%d/%d (done)", len(steps), len(steps))
+		}
+		return fmt.Sprintf("%d/%d (%s)", i+1, len(steps), steps[i].Text)
+	}
 	finish := func(phase Phase, reason, msg string) Plan {
 		plan.Phase, plan.Reason, plan.Message, plan.State = phase, reason, msg, state
 		plan.Step = stepText(state.StepIndex)
+		plan.Event = rolloutEvent(phase, reason, msg)
 		return plan
+	}
+	// halt fails the rollout of the target revision: nothing more is deleted until a new
+	// template rolls forward.
+	halt := func(reason, cause string) Plan {
+		state.FailedRevision = in.TargetRevision
+		idx := min(state.StepIndex, len(steps)-1)
+		return finish(PhaseFailed, reason, haltMessage(stepLabel(idx), cause, views, plan.Desired, in))
 	}
 
 	// Done: every reachable node runs an available pod of the target revision.
@@ -221,11 +263,17 @@ func BuildPlan(in Input) Plan {
 		return finish(PhaseComplete, "RolloutComplete", fmt.Sprintf("%d of %d nodes run revision %s", plan.Updated, plan.Desired, in.TargetRevision)+skippedNote(skipped))
 	}
 	if len(plan.Failures) > 0 {
-		state.FailedRevision = in.TargetRevision
-		return finish(PhaseFailed, "PodFailure", "new pods fail: "+strings.Join(plan.Failures, ", ")+"; no further pods are replaced; change the template to roll forward")
+		return halt(ReasonPodFailure, "new pods fail")
 	}
 	if state.FailedRevision == in.TargetRevision {
-		return finish(PhaseFailed, "RolloutFailed", "the rollout of revision "+in.TargetRevision+" failed; change the template to roll forward")
+		// Halted by an earlier reconcile: keep its reason, and say how the nodes are now.
+		switch in.PreviousFailure {
+		case ReasonProgressDeadline:
+			return halt(ReasonProgressDeadline, deadlineCause(s.ProgressDeadline))
+		case ReasonPodFailure:
+			return halt(ReasonPodFailure, "new pods failed")
+		}
+		return halt(ReasonRolloutFailed, "the rollout of revision "+in.TargetRevision+" failed")
 	}
 
 	// Advance through completed steps and elapsed or resumed pauses.
@@ -257,28 +305,21 @@ func BuildPlan(in Input) Plan {
 
 	if s.Paused {
 		state.Progress = in.Now // time spent paused does not count against the deadline
-		return finish(PhasePaused, "PausedByAnnotation", fmt.Sprintf("paused by %s=true at step %s; %d of %d nodes updated", AnnotationPaused, stepText(state.StepIndex), plan.Updated, plan.Desired))
+		return finish(PhasePaused, "PausedByAnnotation", fmt.Sprintf("step %s: paused by %s=true; %d of %d nodes updated; resume with: daemonguard rollout resume %s", stepLabel(state.StepIndex), AnnotationPaused, plan.Updated, plan.Desired, dsArg(in)))
 	}
 	switch st.Kind {
 	case StepTimedPause:
 		state.Progress = in.Now
 		remaining := state.StepStarted.Add(st.Duration).Sub(in.Now)
 		plan.RequeueAfter = remaining
-		return finish(PhasePaused, "TimedPause", fmt.Sprintf("step %s: waiting %s more; %d of %d nodes updated", stepText(state.StepIndex), remaining.Round(time.Second), plan.Updated, plan.Desired))
+		return finish(PhasePaused, "TimedPause", fmt.Sprintf("step %s: waiting %s more; %d of %d nodes updated", stepLabel(state.StepIndex), remaining.Round(time.Second), plan.Updated, plan.Desired))
 	case StepPause:
 		state.Progress = in.Now
-		return finish(PhasePaused, "PausedAtStep", fmt.Sprintf("step %s: paused until %s changes (daemonguard rollout resume); %d of %d nodes updated", stepText(state.StepIndex), AnnotationResume, plan.Updated, plan.Desired))
+		return finish(PhasePaused, "PausedAtStep", fmt.Sprintf("step %s: paused until %s changes; %d of %d nodes updated; resume with: daemonguard rollout resume %s", stepLabel(state.StepIndex), AnnotationResume, plan.Updated, plan.Desired, dsArg(in)))
 	}
 
 	if deadline := state.Progress.Add(s.ProgressDeadline); !in.Now.Before(deadline) {
-		state.FailedRevision = in.TargetRevision
-		var waiting []string
-		for _, v := range views {
-			if v.newPod != nil && !v.newAvail {
-				waiting = append(waiting, v.node.Name)
-			}
-		}
-		return finish(PhaseFailed, "ProgressDeadlineExceeded", fmt.Sprintf("step %s made no progress for %s; new pods not available on: %s", stepText(state.StepIndex), s.ProgressDeadline, orNone(waiting)))
+		return halt(ReasonProgressDeadline, deadlineCause(s.ProgressDeadline))
 	} else {
 		plan.RequeueAfter = deadline.Sub(in.Now)
 	}
@@ -319,9 +360,12 @@ func BuildPlan(in Input) Plan {
 		plan.NextNodes = plan.NextNodes[:5]
 	}
 	plan.NextReason = orderReason(s.TopologyKey, domain)
-	msg := fmt.Sprintf("%d of %d nodes updated, %d unavailable of budget %d", plan.Updated, plan.Desired, plan.Unavailable, plan.Budget)
+	msg := fmt.Sprintf("step %s: %d of %d nodes updated, %d unavailable of budget %d", stepLabel(state.StepIndex), plan.Updated, plan.Desired, plan.Unavailable, plan.Budget)
 	if len(plan.Delete) > 0 {
 		msg += fmt.Sprintf("; replacing pods on %s", nodesOf(plan.Delete))
+	}
+	if len(plan.NextNodes) > 0 {
+		msg += "; next: " + strings.Join(plan.NextNodes, ", ")
 	}
 	return finish(PhaseProgressing, "RolloutProgressing", msg+skippedNote(skipped))
 }
@@ -371,11 +415,80 @@ func nodesOf(refs []PodRef) string {
 	return strings.Join(names, ", ")
 }
 
-func orNone(s []string) string {
-	if len(s) == 0 {
-		return "none"
+// listedNodes is how many nodes a message names before it counts the rest.
+const listedNodes = 3
+
+// listNodes names the first listedNodes items and counts the rest: "a, b, c and 4 more".
+func listNodes(items []string) string {
+	if len(items) <= listedNodes {
+		return strings.Join(items, ", ")
 	}
-	return strings.Join(s, ", ")
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:listedNodes], ", "), len(items)-listedNodes)
+}
+
+// deadlineCause says that the progress deadline passed, and how long it is.
+func deadlineCause(d time.Duration) string {
+	return fmt.Sprintf("new pods not Ready within the progress deadline of %s", d)
+}
+
+// dsArg is the DaemonSet as the daemonguard CLI takes it.
+func dsArg(in Input) string {
+	return fmt.Sprintf("ds/%s -n %s", in.Name, in.Namespace)
+}
+
+// haltMessage is the message of every halted rollout: the step, the cause, the nodes whose new
+// pods are not available (the first few, a count, and since when), and what to do about it.
+func haltMessage(step, cause string, views []nodeView, desired int, in Input) string {
+	var issues []string
+	for _, v := range views {
+		if issue := nodeIssue(v); issue != "" {
+			issues = append(issues, issue)
+		}
+	}
+	nodes := "no new pod is unavailable now"
+	if len(issues) > 0 {
+		nodes = fmt.Sprintf("new pods not available on %d of %d nodes: %s", len(issues), desired, listNodes(issues))
+	}
+	return fmt.Sprintf("step %s: %s; %s; no further pods are replaced; fix the template and apply it to roll forward, or roll back with: daemonguard rollout undo %s",
+		step, cause, nodes, dsArg(in))
+}
+
+// nodeIssue says why a node that is moving to the new revision has no available pod of it, and
+// since when: "worker-3: ImagePullBackOff since 2026-11-25T10:00:03Z". It is empty for a node
+// that is not moving yet, or whose new pod is available.
+func nodeIssue(v nodeView) string {
+	since := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return " since " + t.UTC().Format(time.RFC3339)
+	}
+	p := v.newPod
+	switch {
+	case p == nil && len(v.oldPods) == 0 && !v.available:
+		return v.node.Name + ": no pod yet"
+	case p == nil || v.newAvail:
+		return ""
+	case p.Failure != "":
+		return v.node.Name + ": " + p.Failure + since(p.NotReadySince)
+	case p.Ready:
+		return v.node.Name + ": Ready" + since(p.ReadySince) + ", not yet for minReadySeconds"
+	}
+	return v.node.Name + ": not Ready" + since(p.NotReadySince)
+}
+
+// rolloutEvent is the Event a rollout's phase change records: the condition's reason and
+// message, a warning for a failure.
+func rolloutEvent(phase Phase, reason, msg string) Event {
+	switch phase {
+	case PhaseFailed:
+		return Event{Type: corev1.EventTypeWarning, Reason: "RolloutFailed", Note: reason + ": " + msg}
+	case PhaseComplete:
+		return Event{Type: corev1.EventTypeNormal, Reason: "RolloutComplete", Note: msg}
+	case PhasePaused:
+		return Event{Type: corev1.EventTypeNormal, Reason: "RolloutPaused", Note: msg}
+	}
+	return Event{Type: corev1.EventTypeNormal, Reason: "RolloutProgressing", Note: msg}
 }
 
 func skippedNote(skipped []string) string {

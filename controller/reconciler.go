@@ -133,11 +133,15 @@ func (r *Reconciler) gather(ctx context.Context, ds *appsv1.DaemonSet, settings 
 
 	matcher := nodes.NewMatcher(&ds.Spec.Template.Spec)
 	in := &Input{
+		Name: ds.Name, Namespace: ds.Namespace,
 		TargetRevision:  target,
 		Settings:        settings,
 		MinReadySeconds: ds.Spec.MinReadySeconds,
 		State:           readState(ds.Annotations),
 		Now:             now,
+	}
+	if c := activeCondition(ds); c != nil && c.Type == ConditionFailed {
+		in.PreviousFailure = c.Reason
 	}
 	for _, n := range nodeList {
 		if !eligible(matcher, n) {
@@ -183,9 +187,15 @@ func (r *Reconciler) podState(p *corev1.Pod) PodState {
 		}
 		r.mu.Unlock()
 	}
+	s.NotReadySince = p.CreationTimestamp.Time
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			s.Ready, s.ReadySince = true, c.LastTransitionTime.Time
+		if c.Type != corev1.PodReady {
+			continue
+		}
+		if c.Status == corev1.ConditionTrue {
+			s.Ready, s.ReadySince, s.NotReadySince = true, c.LastTransitionTime.Time, time.Time{}
+		} else if !c.LastTransitionTime.IsZero() {
+			s.NotReadySince = c.LastTransitionTime.Time
 		}
 	}
 	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
@@ -372,17 +382,10 @@ func (r *Reconciler) forgetSettled() {
 }
 
 func (r *Reconciler) event(ds *appsv1.DaemonSet, plan Plan) {
-	switch plan.Phase {
-	case PhaseFailed:
+	if plan.Phase == PhaseFailed {
 		rolloutFailures.WithLabelValues(ds.Namespace, ds.Name, plan.Reason).Inc()
-		r.Recorder.Eventf(ds, nil, corev1.EventTypeWarning, "RolloutFailed", "Rollout", "%s: %s", plan.Reason, plan.Message)
-	case PhaseComplete:
-		r.Recorder.Eventf(ds, nil, corev1.EventTypeNormal, "RolloutComplete", "Rollout", "%s", plan.Message)
-	case PhasePaused:
-		r.Recorder.Eventf(ds, nil, corev1.EventTypeNormal, "RolloutPaused", "Rollout", "%s", plan.Message)
-	default:
-		r.Recorder.Eventf(ds, nil, corev1.EventTypeNormal, "RolloutProgressing", "Rollout", "%s", plan.Message)
 	}
+	r.Recorder.Eventf(ds, nil, plan.Event.Type, plan.Event.Reason, "Rollout", "%s", plan.Event.Note)
 }
 
 // readState recovers the controller's memory from the status annotations.
