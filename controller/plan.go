@@ -312,7 +312,9 @@ func BuildPlan(in Input) Plan {
 		state.Progress = in.Now
 		remaining := state.StepStarted.Add(st.Duration).Sub(in.Now)
 		plan.RequeueAfter = remaining
-		return finish(PhasePaused, "TimedPause", fmt.Sprintf("step %s: waiting %s more; %d of %d nodes updated", stepLabel(state.StepIndex), remaining.Round(time.Second), plan.Updated, plan.Desired))
+		// Rounded up: a pause that has not ended never says "0s more".
+		shown := (remaining + time.Second - 1).Truncate(time.Second)
+		return finish(PhasePaused, "TimedPause", fmt.Sprintf("step %s: waiting %s more; %d of %d nodes updated", stepLabel(state.StepIndex), shown, plan.Updated, plan.Desired))
 	case StepPause:
 		state.Progress = in.Now
 		return finish(PhasePaused, "PausedAtStep", fmt.Sprintf("step %s: paused until %s changes; %d of %d nodes updated; resume with: daemonguard rollout resume %s", stepLabel(state.StepIndex), AnnotationResume, plan.Updated, plan.Desired, dsArg(in)))
