@@ -266,12 +266,14 @@ func BuildPlan(in Input) Plan {
 		return halt(ReasonPodFailure, "new pods fail")
 	}
 	if state.FailedRevision == in.TargetRevision {
-		// Halted by an earlier reconcile: keep its reason, and say how the nodes are now.
-		switch in.PreviousFailure {
-		case ReasonProgressDeadline:
-			return halt(ReasonProgressDeadline, deadlineCause(s.ProgressDeadline))
-		case ReasonPodFailure:
+		// Halted by an earlier reconcile: keep its reason, and say how the nodes are now. The
+		// reason comes from the Failed condition, which is written after the status annotations:
+		// a reconcile that sees the annotations first finds the deadline passed in them.
+		switch {
+		case in.PreviousFailure == ReasonPodFailure:
 			return halt(ReasonPodFailure, "new pods failed")
+		case in.PreviousFailure == ReasonProgressDeadline || !in.Now.Before(state.Progress.Add(s.ProgressDeadline)):
+			return halt(ReasonProgressDeadline, deadlineCause(s.ProgressDeadline))
 		}
 		return halt(ReasonRolloutFailed, "the rollout of revision "+in.TargetRevision+" failed")
 	}

@@ -259,9 +259,14 @@ func TestHaltMessages(t *testing.T) {
 			state: halted, previous: ReasonPodFailure, reason: ReasonPodFailure,
 			message: "step 1/1 (100%): new pods failed; new pods not available on 1 of 2 nodes: loop: not Ready since 2026-11-23T09:57:00Z" + undo,
 		},
+		"a reconcile that sees the halt's annotations before its condition finds the deadline passed": {
+			nodes: append([]NodeState{node("slow", pod(newRev, "notready"), notReadySince(t0.Add(-50*time.Minute)))}, olds(3)...),
+			state: halted, reason: ReasonProgressDeadline,
+			message: "step 1/1 (100%): new pods not Ready within the progress deadline of 10m0s; new pods not available on 1 of 4 nodes: slow: not Ready since 2026-11-23T09:10:00Z" + undo,
+		},
 		"a failure of unknown cause names the revision": {
 			nodes: append([]NodeState{node("x", pod(newRev, "notready"))}, olds(1)...),
-			state: halted, reason: ReasonRolloutFailed,
+			state: RolloutState{Revision: newRev, FailedRevision: newRev, StepStarted: t0, Progress: t0}, reason: ReasonRolloutFailed,
 			message: "step 1/1 (100%): the rollout of revision new failed; new pods not available on 1 of 2 nodes: x: not Ready" + undo,
 		},
 		"a halted rollout whose new pods recovered": {
