@@ -481,6 +481,16 @@ func nodeIssue(v nodeView) string {
 	return v.node.Name + ": not Ready" + since(p.NotReadySince)
 }
 
+// ReasonInvalidSettings is the Failed reason for settings annotations that do not parse.
+const ReasonInvalidSettings = "InvalidSettings"
+
+// InvalidSettingsMessage is the Failed message for settings annotations that do not parse: what
+// is wrong, and what to do. Nothing is replaced until they are fixed; a new template does not
+// help.
+func InvalidSettingsMessage(err error) string {
+	return err.Error() + "; no pods are replaced until the annotation is fixed: correct it in the manifest and apply it"
+}
+
 // rolloutEvent is the Event a rollout's phase change records: the condition's reason and
 // message, a warning for a failure.
 func rolloutEvent(phase Phase, reason, msg string) Event {

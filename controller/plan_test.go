@@ -295,6 +295,17 @@ func TestHaltMessages(t *testing.T) {
 	}
 }
 
+func TestInvalidSettingsMessageSaysWhatToDo(t *testing.T) {
+	_, err := ParseSettings(map[string]string{AnnotationProgressDeadline: "soon"})
+	if err == nil {
+		t.Fatal("a progress deadline of \"soon\" parsed")
+	}
+	want := `daemonguard.io/progress-deadline "soon": must be a positive Go duration; no pods are replaced until the annotation is fixed: correct it in the manifest and apply it`
+	if got := InvalidSettingsMessage(err); got != want {
+		t.Errorf("message\n %q\nwant\n %q", got, want)
+	}
+}
+
 // A controller restarted at any point gets the same plan from the same cluster state and status
 // annotations: the plan depends on nothing else.
 func TestBuildPlanIsDeterministic(t *testing.T) {

@@ -70,7 +70,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	settings, err := ParseSettings(ds.Annotations)
 	if err != nil {
 		// Admitted while the webhook was bypassed: report, do nothing until it is fixed.
-		return reconcile.Result{}, r.setCondition(ctx, &ds, PhaseFailed, "InvalidSettings", err.Error(), now)
+		return reconcile.Result{}, r.setCondition(ctx, &ds, PhaseFailed, ReasonInvalidSettings, InvalidSettingsMessage(err), now)
 	}
 	if ds.Status.ObservedGeneration < ds.Generation {
 		// The DaemonSet controller has not yet created the revision for the new template.

@@ -152,7 +152,7 @@ func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
 	paused := condition(ds, controller.ConditionPaused)
 	complete := condition(ds, controller.ConditionComplete)
 	progressing := condition(ds, controller.ConditionProgressing)
-	if failed != nil && failed.Reason == reasonInvalidSettings {
+	if failed != nil && failed.Reason == controller.ReasonInvalidSettings {
 		// Not about a revision: no new template clears it, only fixed settings.
 		s.Phase, s.Failed = PhaseFailed, true
 		s.Message = fmt.Sprintf("rollout of daemon set %q failed%s", ds.Name, reasonSuffix(failed))
@@ -237,10 +237,6 @@ func first(a, b string) string {
 	}
 	return b
 }
-
-// reasonInvalidSettings is the Failed reason daemonguard's rollout controller gives for settings
-// annotations it cannot parse.
-const reasonInvalidSettings = "InvalidSettings"
 
 // sameRevision compares the controller's status.daemonguard.io/revision with the current
 // controller-revision-hash, accepting the ControllerRevision's name ("<ds>-<hash>") as well.
