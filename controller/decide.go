@@ -37,7 +37,7 @@ type Decision struct {
 	RequeueAfter time.Duration
 }
 
-// Event is a rollout Event on the DaemonSet.
+// Event is a rollout Event on the DaemonSet; the planner words it (Plan.Event).
 type Event struct {
 	Type, Reason, Note string
 	// FailureReason, when set, counts the Event in daemonguard_rollout_failures_total.
@@ -54,19 +54,21 @@ const revisionPending = time.Second
 // Decide turns the facts of one reconcile into its writes.
 //
 // Invariants:
-//   - Settings that do not parse set the Failed condition (InvalidSettings) and nothing else:
-//     no pod is deleted and the status annotations, the controller's memory, are kept.
+//   - Settings that do not parse set the Failed condition (InvalidSettings, with a message that
+//     says what to do) and nothing else: no pod is deleted, no Event is recorded, and the status
+//     annotations, the controller's memory, are kept.
 //   - Pods are deleted as the plan says, whether or not the report is written now.
 //   - A transition (another phase, reason, step or target revision than the DaemonSet shows) is
-//     reported at once, with an Event. Without one, only counts moved: on a 1,000-node rollout
-//     every pod event would otherwise cost two writes to the API server the rollout itself is
-//     waiting on, so the report is written at most once per reportInterval, and the reconcile
-//     comes back after reportInterval to flush it.
+//     reported at once, with the plan's Event, whose reason and message are the condition's.
+//     Without one, only counts moved: on a 1,000-node rollout every pod event would otherwise
+//     cost two writes to the API server the rollout itself is waiting on, so the report is
+//     written at most once per reportInterval, and the reconcile comes back after
+//     reportInterval to flush it.
 //   - Annotations and conditions are written only where they differ from the DaemonSet's.
 func Decide(f Facts) Decision {
 	if f.SettingsErr != nil {
 		// Admitted while the webhook was bypassed: report, do nothing until it is fixed.
-		return Decision{Conditions: rolloutConditions(f.Conditions, rolloutapi.PhaseFailed, rolloutapi.ReasonInvalidSettings, f.SettingsErr.Error(), f.Now)}
+		return Decision{Conditions: rolloutConditions(f.Conditions, rolloutapi.PhaseFailed, rolloutapi.ReasonInvalidSettings, InvalidSettingsMessage(f.SettingsErr), f.Now)}
 	}
 	if f.Input == nil {
 		return Decision{RequeueAfter: revisionPending}
@@ -85,7 +87,7 @@ func Decide(f Facts) Decision {
 	d.Annotations = rolloutapi.StatusChanges(f.Annotations, reportedStatus(plan))
 	d.Conditions = rolloutConditions(f.Conditions, plan.Phase, plan.Reason, plan.Message, f.Now)
 	if transition {
-		d.Event = rolloutEvent(plan)
+		d.Event = &plan.Event
 	}
 	d.RequeueAfter = plan.RequeueAfter
 	if minReady := time.Duration(f.Input.MinReadySeconds) * time.Second; plan.Phase == rolloutapi.PhaseProgressing && minReady > 0 &&
@@ -109,18 +111,6 @@ func reportedStatus(plan Plan) rolloutapi.Status {
 		s.NextReason = plan.NextReason
 	}
 	return s
-}
-
-func rolloutEvent(plan Plan) *Event {
-	switch plan.Phase {
-	case rolloutapi.PhaseFailed:
-		return &Event{Type: corev1.EventTypeWarning, Reason: "RolloutFailed", Note: plan.Reason + ": " + plan.Message, FailureReason: plan.Reason}
-	case rolloutapi.PhaseComplete:
-		return &Event{Type: corev1.EventTypeNormal, Reason: "RolloutComplete", Note: plan.Message}
-	case rolloutapi.PhasePaused:
-		return &Event{Type: corev1.EventTypeNormal, Reason: "RolloutPaused", Note: plan.Message}
-	}
-	return &Event{Type: corev1.EventTypeNormal, Reason: "RolloutProgressing", Note: plan.Message}
 }
 
 // activeCondition is the True rollout condition of conds, nil when there is none.

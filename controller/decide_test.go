@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func TestDecide(t *testing.T) {
 
 	shownAnnotations, shownConditions := shown(t, progressing)
 	invalid := errors.New(`daemonguard.io/steps: the last step that is not a pause must be 100%, got "50%"`)
-	invalidShown := rolloutConditions(shownConditions, rolloutapi.PhaseFailed, rolloutapi.ReasonInvalidSettings, invalid.Error(), t0.Add(-time.Hour))
+	invalidShown := rolloutConditions(shownConditions, rolloutapi.PhaseFailed, rolloutapi.ReasonInvalidSettings, InvalidSettingsMessage(invalid), t0.Add(-time.Hour))
 
 	tests := map[string]struct {
 		facts Facts
@@ -121,6 +122,12 @@ func TestDecide(t *testing.T) {
 			if event != tc.wantEvent || failure != tc.wantFailure {
 				t.Errorf("Event %q counting failure %q, want %q counting %q", event, failure, tc.wantEvent, tc.wantFailure)
 			}
+			if d.Event != nil && (d.Plan == nil || *d.Event != d.Plan.Event || !strings.HasSuffix(d.Event.Note, trueMessage(d.Conditions))) {
+				t.Errorf("Event %+v is not the plan's, saying what the condition says (%q)", *d.Event, trueMessage(d.Conditions))
+			}
+			if tc.facts.SettingsErr != nil && d.Conditions != nil && trueMessage(d.Conditions) != InvalidSettingsMessage(tc.facts.SettingsErr) {
+				t.Errorf("invalid settings reported as %q, without what to do", trueMessage(d.Conditions))
+			}
 			if d.Reported != tc.wantReported {
 				t.Errorf("reported %v, want %v", d.Reported, tc.wantReported)
 			}
@@ -129,6 +136,16 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
+}
+
+// trueMessage is the message of the True rollout condition of conds; "" for none.
+func trueMessage(conds []appsv1.DaemonSetCondition) string {
+	for _, c := range conds {
+		if isRolloutCondition(c.Type) && c.Status == corev1.ConditionTrue {
+			return c.Message
+		}
+	}
+	return ""
 }
 
 // trueCondition is "<type>/<reason>" of the True rollout condition of conds; "" for none.

@@ -373,6 +373,52 @@ func TestFailingImageHaltsAfterFirstStepAndRollForwardCompletes(t *testing.T) {
 	}
 }
 
+// Pods that run but never become Ready (nginx:never-ready, see the kwok stage
+// pod-running-not-ready.yaml) show no failure of their own: the progress deadline halts the
+// rollout, and the condition and the Event say so, with the deadline, the nodes, since when, and
+// how to get out. Later reconciles (the controller's own status write triggers one) keep saying it.
+func TestNeverReadyPodsHaltOnTheProgressDeadlineAndSaySo(t *testing.T) {
+	localcluster.NeedCluster(t)
+	ctl := startController(t)
+	defer ctl.Stop()
+	ns := cluster.NewTestNamespace(t)
+	kubectl(t, managedDS("nginx:1.7.9", map[string]string{rolloutapi.AnnotationMaxUnavailable: "2", rolloutapi.AnnotationProgressDeadline: "5s"}), "apply", "-n", ns, "-f", "-")
+	waitSettled(t, ns, "nginx:1.7.9", nodeCount)
+	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
+
+	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:never-ready")
+	ds := waitPhase(t, ns, rolloutapi.PhaseFailed, 2*time.Minute)
+	failed := condition(ds, rolloutapi.PhaseFailed)
+	for _, want := range []string{
+		"step 1/1 (100%): new pods not Ready within the progress deadline of 5s",
+		"new pods not available on 2 of 20 nodes: worker-0: not Ready since ", ", worker-1: not Ready since ",
+		"no further pods are replaced; fix the template and apply it to roll forward, or roll back with: daemonguard rollout undo ds/nginx-ds -n " + ns,
+	} {
+		if failed.Reason != rolloutapi.ReasonProgressDeadline || !strings.Contains(failed.Message, want) {
+			t.Errorf("Failed condition %s: %q, want %s naming %q", failed.Reason, failed.Message, rolloutapi.ReasonProgressDeadline, want)
+		}
+	}
+	cluster.WaitFor(t, time.Minute, "a RolloutFailed event saying what the condition says", func(ctx context.Context) (bool, string) {
+		evs, err := cluster.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "RolloutFailed" && e.Type == corev1.EventTypeWarning && e.Note == failed.Reason+": "+failed.Message {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none with note %q", len(evs.Items), failed.Reason+": "+failed.Message)
+	})
+	ds, err := getDS(context.Background(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := condition(ds, rolloutapi.PhaseFailed); again == nil || again.Reason != failed.Reason || again.Message != failed.Message {
+		t.Errorf("after later reconciles the Failed condition is %+v, want it unchanged: %s: %s", again, failed.Reason, failed.Message)
+	}
+}
+
 func TestRestartMidRolloutResumesWithoutOvershoot(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ctl := startController(t)

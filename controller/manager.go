@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -28,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/daemonguard/daemonguard/internal/kubeevents"
 	"github.com/daemonguard/daemonguard/internal/leadership"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
@@ -123,9 +123,12 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	broadcaster := events.NewEventBroadcasterAdapterWithContext(ctx, clientset)
-	broadcaster.StartRecordingToSink(ctx.Done())
-	defer broadcaster.Shutdown()
+	// Stopped after mgr.Start returns, when the last reconcile has recorded its Events.
+	broadcaster, err := kubeevents.Start(clientset, opts.Log.WithName("events"))
+	if err != nil {
+		return err
+	}
+	defer broadcaster.Stop()
 
 	store, err := newStore(ctx, mgr.GetCache())
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -17,7 +19,10 @@ type PodState struct {
 	DeletedAt   time.Time
 	Ready       bool
 	ReadySince  time.Time // lastTransitionTime of the Ready condition
-	Failure     string    // a container waiting reason that will not fix itself, e.g. ImagePullBackOff
+	// NotReadySince is when a pod that is not Ready stopped being Ready (its Ready condition's
+	// lastTransitionTime) or, without that condition, when it was created; zero when unknown.
+	NotReadySince time.Time
+	Failure       string // a container waiting reason that will not fix itself, e.g. ImagePullBackOff
 }
 
 // NodeState is one node the DaemonSet should run on, with its pods.
@@ -46,11 +51,17 @@ type RolloutState struct {
 
 // Input is everything the planner needs; it never talks to the API server.
 type Input struct {
+	// Name and Namespace of the DaemonSet, for the commands a message suggests.
+	Name, Namespace string
 	TargetRevision  string
 	Nodes           []NodeState // every node the DaemonSet targets, reachable or not, in any order
 	Settings        Settings
 	MinReadySeconds int32
 	State           RolloutState
+	// PreviousFailure is the reason of the Failed condition while it is True: why an earlier
+	// reconcile halted the rollout, which later ones keep naming when the cause no longer shows
+	// (a crash-looping pod between two crashes).
+	PreviousFailure string
 	Now             time.Time
 }
 
@@ -77,6 +88,9 @@ type Plan struct {
 	Skipped      []string                // nodes left out: unreachable, or pods stuck terminating
 	RequeueAfter time.Duration           // when the plan would change without any event (pauses, deadlines)
 	Step         rolloutapi.StepPosition // the current step, "3/5: 25%"
+	// Event is what the rollout's Event says when the phase, reason or step changes: the same
+	// reason and message as the condition. Decide records it on a transition.
+	Event Event
 }
 
 // stuckTerminatingAfter is how long a pod may take to terminate before its node is treated like
@@ -199,11 +213,23 @@ func BuildPlan(in Input) Plan {
 		}
 		return rolloutapi.StepPosition{Index: i, Count: len(steps), Spec: steps[i].Text}
 	}
-	stepText := func(i int) string { return position(i).String() }
+	// stepLabel names a step in messages: "3/5 (25%)", "5/5 (done)".
+	stepLabel := func(i int) string {
+		p := position(i)
+		return p.Position() + " (" + p.Label() + ")"
+	}
 	finish := func(phase rolloutapi.Phase, reason, msg string) Plan {
 		plan.Phase, plan.Reason, plan.Message, plan.State = phase, reason, msg, state
 		plan.Step = position(state.StepIndex)
+		plan.Event = rolloutEvent(phase, reason, msg)
 		return plan
+	}
+	// halt fails the rollout of the target revision: nothing more is deleted until a new
+	// template rolls forward.
+	halt := func(reason, cause string) Plan {
+		state.FailedRevision = in.TargetRevision
+		idx := min(state.StepIndex, len(steps)-1)
+		return finish(rolloutapi.PhaseFailed, reason, haltMessage(stepLabel(idx), cause, views, plan.Desired, in))
 	}
 
 	// Done: every reachable node runs an available pod of the target revision.
@@ -213,11 +239,19 @@ func BuildPlan(in Input) Plan {
 		return finish(rolloutapi.PhaseComplete, "RolloutComplete", fmt.Sprintf("%d of %d nodes run revision %s", plan.Updated, plan.Desired, in.TargetRevision)+skippedNote(skipped))
 	}
 	if len(plan.Failures) > 0 {
-		state.FailedRevision = in.TargetRevision
-		return finish(rolloutapi.PhaseFailed, "PodFailure", "new pods fail: "+strings.Join(plan.Failures, ", ")+"; no further pods are replaced; change the template to roll forward")
+		return halt(rolloutapi.ReasonPodFailure, "new pods fail")
 	}
 	if state.FailedRevision == in.TargetRevision {
-		return finish(rolloutapi.PhaseFailed, "RolloutFailed", "the rollout of revision "+in.TargetRevision+" failed; change the template to roll forward")
+		// Halted by an earlier reconcile: keep its reason, and say how the nodes are now. The
+		// reason comes from the Failed condition, which is written after the status annotations:
+		// a reconcile that sees the annotations first finds the deadline passed in them.
+		switch {
+		case in.PreviousFailure == rolloutapi.ReasonPodFailure:
+			return halt(rolloutapi.ReasonPodFailure, "new pods failed")
+		case in.PreviousFailure == rolloutapi.ReasonProgressDeadline || !in.Now.Before(state.Progress.Add(s.ProgressDeadline)):
+			return halt(rolloutapi.ReasonProgressDeadline, deadlineCause(s.ProgressDeadline))
+		}
+		return halt(rolloutapi.ReasonRolloutFailed, "the rollout of revision "+in.TargetRevision+" failed")
 	}
 
 	// Advance through completed steps and elapsed or resumed pauses.
@@ -249,28 +283,23 @@ func BuildPlan(in Input) Plan {
 
 	if s.Paused {
 		state.Progress = in.Now // time spent paused does not count against the deadline
-		return finish(rolloutapi.PhasePaused, "PausedByAnnotation", fmt.Sprintf("paused by %s=true at step %s; %d of %d nodes updated", rolloutapi.AnnotationPaused, stepText(state.StepIndex), plan.Updated, plan.Desired))
+		return finish(rolloutapi.PhasePaused, "PausedByAnnotation", fmt.Sprintf("step %s: paused by %s=true; %d of %d nodes updated; resume with: daemonguard rollout resume %s", stepLabel(state.StepIndex), rolloutapi.AnnotationPaused, plan.Updated, plan.Desired, dsArg(in)))
 	}
 	switch st.Kind {
 	case rolloutapi.StepTimedPause:
 		state.Progress = in.Now
 		remaining := state.StepStarted.Add(st.Duration).Sub(in.Now)
 		plan.RequeueAfter = remaining
-		return finish(rolloutapi.PhasePaused, "TimedPause", fmt.Sprintf("step %s: waiting %s more; %d of %d nodes updated", stepText(state.StepIndex), remaining.Round(time.Second), plan.Updated, plan.Desired))
+		// Rounded up: a pause that has not ended never says "0s more".
+		shown := (remaining + time.Second - 1).Truncate(time.Second)
+		return finish(rolloutapi.PhasePaused, "TimedPause", fmt.Sprintf("step %s: waiting %s more; %d of %d nodes updated", stepLabel(state.StepIndex), shown, plan.Updated, plan.Desired))
 	case rolloutapi.StepPause:
 		state.Progress = in.Now
-		return finish(rolloutapi.PhasePaused, "PausedAtStep", fmt.Sprintf("step %s: paused until %s changes (daemonguard rollout resume); %d of %d nodes updated", stepText(state.StepIndex), rolloutapi.AnnotationResume, plan.Updated, plan.Desired))
+		return finish(rolloutapi.PhasePaused, "PausedAtStep", fmt.Sprintf("step %s: paused until %s changes; %d of %d nodes updated; resume with: daemonguard rollout resume %s", stepLabel(state.StepIndex), rolloutapi.AnnotationResume, plan.Updated, plan.Desired, dsArg(in)))
 	}
 
 	if deadline := state.Progress.Add(s.ProgressDeadline); !in.Now.Before(deadline) {
-		state.FailedRevision = in.TargetRevision
-		var waiting []string
-		for _, v := range views {
-			if v.newPod != nil && !v.newAvail {
-				waiting = append(waiting, v.node.Name)
-			}
-		}
-		return finish(rolloutapi.PhaseFailed, "ProgressDeadlineExceeded", fmt.Sprintf("step %s made no progress for %s; new pods not available on: %s", stepText(state.StepIndex), s.ProgressDeadline, orNone(waiting)))
+		return halt(rolloutapi.ReasonProgressDeadline, deadlineCause(s.ProgressDeadline))
 	} else {
 		plan.RequeueAfter = deadline.Sub(in.Now)
 	}
@@ -311,9 +340,12 @@ func BuildPlan(in Input) Plan {
 		plan.NextNodes = plan.NextNodes[:5]
 	}
 	plan.NextReason = orderReason(s.TopologyKey, domain)
-	msg := fmt.Sprintf("%d of %d nodes updated, %d unavailable of budget %d", plan.Updated, plan.Desired, plan.Unavailable, plan.Budget)
+	msg := fmt.Sprintf("step %s: %d of %d nodes updated, %d unavailable of budget %d", stepLabel(state.StepIndex), plan.Updated, plan.Desired, plan.Unavailable, plan.Budget)
 	if len(plan.Delete) > 0 {
 		msg += fmt.Sprintf("; replacing pods on %s", nodesOf(plan.Delete))
+	}
+	if len(plan.NextNodes) > 0 {
+		msg += "; next: " + strings.Join(plan.NextNodes, ", ")
 	}
 	return finish(rolloutapi.PhaseProgressing, "RolloutProgressing", msg+skippedNote(skipped))
 }
@@ -363,11 +395,87 @@ func nodesOf(refs []PodRef) string {
 	return strings.Join(names, ", ")
 }
 
-func orNone(s []string) string {
-	if len(s) == 0 {
-		return "none"
+// listedNodes is how many nodes a message names before it counts the rest.
+const listedNodes = 3
+
+// listNodes names the first listedNodes items and counts the rest: "a, b, c and 4 more".
+func listNodes(items []string) string {
+	if len(items) <= listedNodes {
+		return strings.Join(items, ", ")
 	}
-	return strings.Join(s, ", ")
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:listedNodes], ", "), len(items)-listedNodes)
+}
+
+// deadlineCause says that the progress deadline passed, and how long it is.
+func deadlineCause(d time.Duration) string {
+	return fmt.Sprintf("new pods not Ready within the progress deadline of %s", d)
+}
+
+// dsArg is the DaemonSet as the daemonguard CLI takes it.
+func dsArg(in Input) string {
+	return fmt.Sprintf("ds/%s -n %s", in.Name, in.Namespace)
+}
+
+// haltMessage is the message of every halted rollout: the step, the cause, the nodes whose new
+// pods are not available (the first few, a count, and since when), and what to do about it.
+func haltMessage(step, cause string, views []nodeView, desired int, in Input) string {
+	var issues []string
+	for _, v := range views {
+		if issue := nodeIssue(v); issue != "" {
+			issues = append(issues, issue)
+		}
+	}
+	nodes := "no new pod is unavailable now"
+	if len(issues) > 0 {
+		nodes = fmt.Sprintf("new pods not available on %d of %d nodes: %s", len(issues), desired, listNodes(issues))
+	}
+	return fmt.Sprintf("step %s: %s; %s; no further pods are replaced; fix the template and apply it to roll forward, or roll back with: daemonguard rollout undo %s",
+		step, cause, nodes, dsArg(in))
+}
+
+// nodeIssue says why a node that is moving to the new revision has no available pod of it, and
+// since when: "worker-3: ImagePullBackOff since 2026-11-25T10:00:03Z". It is empty for a node
+// that is not moving yet, or whose new pod is available.
+func nodeIssue(v nodeView) string {
+	since := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return " since " + t.UTC().Format(time.RFC3339)
+	}
+	p := v.newPod
+	switch {
+	case p == nil && len(v.oldPods) == 0 && !v.available:
+		return v.node.Name + ": no pod yet"
+	case p == nil || v.newAvail:
+		return ""
+	case p.Failure != "":
+		return v.node.Name + ": " + p.Failure + since(p.NotReadySince)
+	case p.Ready:
+		return v.node.Name + ": Ready" + since(p.ReadySince) + ", not yet for minReadySeconds"
+	}
+	return v.node.Name + ": not Ready" + since(p.NotReadySince)
+}
+
+// InvalidSettingsMessage is the Failed message for settings annotations that do not parse: what
+// is wrong, and what to do. Nothing is replaced until they are fixed; a new template does not
+// help.
+func InvalidSettingsMessage(err error) string {
+	return err.Error() + "; no pods are replaced until the annotation is fixed: correct it in the manifest and apply it"
+}
+
+// rolloutEvent is the Event a rollout's phase change records: the condition's reason and
+// message, a warning for a failure, which also counts in daemonguard_rollout_failures_total.
+func rolloutEvent(phase rolloutapi.Phase, reason, msg string) Event {
+	switch phase {
+	case rolloutapi.PhaseFailed:
+		return Event{Type: corev1.EventTypeWarning, Reason: "RolloutFailed", Note: reason + ": " + msg, FailureReason: reason}
+	case rolloutapi.PhaseComplete:
+		return Event{Type: corev1.EventTypeNormal, Reason: "RolloutComplete", Note: msg}
+	case rolloutapi.PhasePaused:
+		return Event{Type: corev1.EventTypeNormal, Reason: "RolloutPaused", Note: msg}
+	}
+	return Event{Type: corev1.EventTypeNormal, Reason: "RolloutProgressing", Note: msg}
 }
 
 func skippedNote(skipped []string) string {

@@ -215,6 +215,99 @@ func TestBuildPlan(t *testing.T) {
 	}
 }
 
+// Every halt says its cause, which nodes' new pods are not available and since when (the first
+// three, and how many more), and what to do; later reconciles keep the cause the first one found.
+func TestHaltMessages(t *testing.T) {
+	notReadySince := func(at time.Time) nodeOpt {
+		return func(n *NodeState) { n.Pods[len(n.Pods)-1].NotReadySince = at }
+	}
+	deadlineHit := RolloutState{Revision: newRev, StepStarted: t0.Add(-time.Hour), Progress: t0.Add(-time.Hour)}
+	halted := RolloutState{Revision: newRev, FailedRevision: newRev, StepStarted: t0.Add(-time.Hour), Progress: t0.Add(-time.Hour)}
+	undo := "; no further pods are replaced; fix the template and apply it to roll forward, or roll back with: daemonguard rollout undo ds/agent -n mon"
+	tests := map[string]struct {
+		nodes    []NodeState
+		state    RolloutState
+		previous string // reason of the Failed condition before this reconcile
+		steps    string
+		reason   string
+		message  string
+	}{
+		"the progress deadline passes with new pods Running but never Ready": {
+			nodes: append([]NodeState{node("slow", pod(newRev, "notready"), notReadySince(t0.Add(-50*time.Minute)))}, olds(3)...),
+			state: deadlineHit, steps: "1,100%", reason: rolloutapi.ReasonProgressDeadline,
+			message: "step 1/2 (1): new pods not Ready within the progress deadline of 10m0s; new pods not available on 1 of 4 nodes: slow: not Ready since 2026-11-23T09:10:00Z" + undo,
+		},
+		"a failure on many nodes names three and counts the rest": {
+			nodes: []NodeState{
+				node("a", pod(newRev, "failing"), notReadySince(t0.Add(-2*time.Minute))), node("b", pod(newRev, "failing")),
+				node("c", pod(newRev, "notready"), notReadySince(t0.Add(-time.Minute))), node("d", pod(newRev, "failing")),
+				node("e", pod(newRev, "failing")), node("f", pod(oldRev, "ready")),
+			},
+			state: RolloutState{Revision: newRev, StepStarted: t0, Progress: t0}, reason: rolloutapi.ReasonPodFailure,
+			message: "step 1/1 (100%): new pods fail; new pods not available on 5 of 6 nodes: a: ImagePullBackOff since 2026-11-23T09:58:00Z, b: ImagePullBackOff, c: not Ready since 2026-11-23T09:59:00Z and 2 more" + undo,
+		},
+		"a node whose old pod is gone and whose new pod is not created yet": {
+			nodes: []NodeState{node("empty"), node("bad", pod(newRev, "failing"))},
+			state: RolloutState{Revision: newRev, StepStarted: t0, Progress: t0}, reason: rolloutapi.ReasonPodFailure,
+			message: "step 1/1 (100%): new pods fail; new pods not available on 2 of 2 nodes: bad: ImagePullBackOff, empty: no pod yet" + undo,
+		},
+		"a rollout halted by the deadline keeps saying so": {
+			nodes: append([]NodeState{node("slow", pod(newRev, "notready"), notReadySince(t0.Add(-50*time.Minute)))}, olds(3)...),
+			state: halted, previous: rolloutapi.ReasonProgressDeadline, reason: rolloutapi.ReasonProgressDeadline,
+			message: "step 1/1 (100%): new pods not Ready within the progress deadline of 10m0s; new pods not available on 1 of 4 nodes: slow: not Ready since 2026-11-23T09:10:00Z" + undo,
+		},
+		"a crash-looping pod between two crashes keeps the pod failure": {
+			nodes: append([]NodeState{node("loop", pod(newRev, "notready"), notReadySince(t0.Add(-3*time.Minute)))}, olds(1)...),
+			state: halted, previous: rolloutapi.ReasonPodFailure, reason: rolloutapi.ReasonPodFailure,
+			message: "step 1/1 (100%): new pods failed; new pods not available on 1 of 2 nodes: loop: not Ready since 2026-11-23T09:57:00Z" + undo,
+		},
+		"a reconcile that sees the halt's annotations before its condition finds the deadline passed": {
+			nodes: append([]NodeState{node("slow", pod(newRev, "notready"), notReadySince(t0.Add(-50*time.Minute)))}, olds(3)...),
+			state: halted, reason: rolloutapi.ReasonProgressDeadline,
+			message: "step 1/1 (100%): new pods not Ready within the progress deadline of 10m0s; new pods not available on 1 of 4 nodes: slow: not Ready since 2026-11-23T09:10:00Z" + undo,
+		},
+		"a failure of unknown cause names the revision": {
+			nodes: append([]NodeState{node("x", pod(newRev, "notready"))}, olds(1)...),
+			state: RolloutState{Revision: newRev, FailedRevision: newRev, StepStarted: t0, Progress: t0}, reason: rolloutapi.ReasonRolloutFailed,
+			message: "step 1/1 (100%): the rollout of revision new failed; new pods not available on 1 of 2 nodes: x: not Ready" + undo,
+		},
+		"a halted rollout whose new pods recovered": {
+			nodes: append([]NodeState{node("x", pod(newRev, "ready"))}, olds(1)...),
+			state: halted, previous: rolloutapi.ReasonProgressDeadline, reason: rolloutapi.ReasonProgressDeadline,
+			message: "step 1/1 (100%): new pods not Ready within the progress deadline of 10m0s; no new pod is unavailable now" + undo,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := BuildPlan(Input{Name: "agent", Namespace: "mon", TargetRevision: newRev, Nodes: tc.nodes, Settings: settings("1", tc.steps),
+				State: tc.state, PreviousFailure: tc.previous, Now: t0})
+			if p.Phase != rolloutapi.PhaseFailed || p.Reason != tc.reason {
+				t.Fatalf("phase %s/%s, want Failed/%s: %s", p.Phase, p.Reason, tc.reason, p.Message)
+			}
+			if p.Message != tc.message {
+				t.Errorf("message\n %q\nwant\n %q", p.Message, tc.message)
+			}
+			if want := (Event{Type: "Warning", Reason: "RolloutFailed", Note: tc.reason + ": " + tc.message, FailureReason: tc.reason}); p.Event != want {
+				t.Errorf("event %+v, want %+v", p.Event, want)
+			}
+			if len(p.Delete) > 0 {
+				t.Errorf("a halted rollout deletes %v", deletedNodes(p))
+			}
+		})
+	}
+}
+
+func TestInvalidSettingsMessageSaysWhatToDo(t *testing.T) {
+	_, err := ParseSettings(map[string]string{rolloutapi.AnnotationProgressDeadline: "soon"})
+	if err == nil {
+		t.Fatal("a progress deadline of \"soon\" parsed")
+	}
+	want := `daemonguard.io/progress-deadline "soon": must be a positive Go duration; no pods are replaced until the annotation is fixed: correct it in the manifest and apply it`
+	if got := InvalidSettingsMessage(err); got != want {
+		t.Errorf("message\n %q\nwant\n %q", got, want)
+	}
+}
+
 // A controller restarted at any point gets the same plan from the same cluster state and status
 // annotations: the plan depends on nothing else.
 func TestBuildPlanIsDeterministic(t *testing.T) {
@@ -298,6 +391,19 @@ func TestBuildPlanPropertiesHoldForRandomStates(t *testing.T) {
 			if x.pod.Ready {
 				availableNodes[d.Node] = true
 			}
+		}
+		if p.Phase == rolloutapi.PhaseFailed {
+			// Every halt names its cause, the nodes (at most listedNodes of them by name) and the
+			// way out; the Event says what the condition says.
+			if !strings.Contains(p.Message, "; no further pods are replaced; fix the template") || !strings.Contains(p.Message, "daemonguard rollout undo ds/") {
+				t.Fatalf("case %d: failure message %q lacks what to do", i, p.Message)
+			}
+			if named := strings.Count(p.Message, " since ") + strings.Count(p.Message, ": no pod yet"); named > listedNodes {
+				t.Fatalf("case %d: failure message names %d nodes: %q", i, named, p.Message)
+			}
+		}
+		if want := rolloutEvent(p.Phase, p.Reason, p.Message); p.Event != want || !strings.Contains(p.Event.Note, p.Message) {
+			t.Fatalf("case %d: event %+v, want %+v", i, p.Event, want)
 		}
 		availableDeleted := len(availableNodes)
 		if availableDeleted > 0 && p.Unavailable+availableDeleted > p.Budget {

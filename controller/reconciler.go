@@ -120,11 +120,15 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	}
 	matcher := nodes.NewMatcher(&ds.Spec.Template.Spec)
 	in := &Input{
+		Name: ds.Name, Namespace: ds.Namespace,
 		TargetRevision:  target,
 		Settings:        settings,
 		MinReadySeconds: ds.Spec.MinReadySeconds,
 		State:           state,
 		Now:             f.Now,
+	}
+	if c := activeCondition(ds.Status.Conditions); c != nil && c.Type == rolloutapi.ConditionFailed {
+		in.PreviousFailure = c.Reason
 	}
 	for _, n := range nodeList {
 		if !eligible(matcher, n) {
@@ -165,9 +169,15 @@ func (r *Reconciler) podState(p *corev1.Pod) PodState {
 		}
 		r.mu.Unlock()
 	}
+	s.NotReadySince = p.CreationTimestamp.Time
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			s.Ready, s.ReadySince = true, c.LastTransitionTime.Time
+		if c.Type != corev1.PodReady {
+			continue
+		}
+		if c.Status == corev1.ConditionTrue {
+			s.Ready, s.ReadySince, s.NotReadySince = true, c.LastTransitionTime.Time, time.Time{}
+		} else if !c.LastTransitionTime.IsZero() {
+			s.NotReadySince = c.LastTransitionTime.Time
 		}
 	}
 	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {

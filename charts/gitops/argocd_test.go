@@ -385,8 +385,9 @@ func (g *gitops) testRolloutHealth(t *testing.T) {
 		return h.Status == "Degraded"
 	})
 	last := seen[len(seen)-1]
-	if !strings.HasPrefix(last.Message, "PodFailure: new pods fail:") || !strings.Contains(last.Message, "ImagePullBackOff") {
-		t.Errorf("Degraded message %q, want daemonguard's PodFailure naming ImagePullBackOff", last.Message)
+	if !strings.HasPrefix(last.Message, "PodFailure: step ") || !strings.Contains(last.Message, ": new pods fail; ") || !strings.Contains(last.Message, ": ImagePullBackOff since ") ||
+		!strings.Contains(last.Message, "daemonguard rollout undo ds/node-agent") {
+		t.Errorf("Degraded message %q, want daemonguard's PodFailure naming ImagePullBackOff, since when, and the undo command", last.Message)
 	}
 	a, err := getApp(context.Background(), g.argo, g.app)
 	if err != nil {

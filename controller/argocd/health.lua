@@ -138,26 +138,21 @@ local function daemonguard(metadata, spec, status, annotations)
     return "Suspended", first(str(c.message), str(c.reason), "Rollout paused")
   end
 
-  local step = str(field(annotations, STEP_ANNOTATION))
-  local updatedNote = str(field(annotations, UPDATED_ANNOTATION))
-
+  -- The controller writes its status annotations and its conditions in two writes, so they can
+  -- disagree for a moment: a message is taken from one source. The condition's message names the
+  -- step and the counts; the annotations are the fallback when it has none.
   c = found.Progressing
   if c ~= nil then
-    local progress = ""
-    if step ~= "" then
-      progress = "step " .. step
+    local message = str(c.message)
+    if message ~= "" then
+      return "Progressing", message
     end
-    if updatedNote ~= "" then
-      if progress ~= "" then
-        progress = progress .. ", "
-      end
-      progress = progress .. "updated " .. updatedNote
+    local step = str(field(annotations, STEP_ANNOTATION))
+    local updated = str(field(annotations, UPDATED_ANNOTATION))
+    if step ~= "" and updated ~= "" then
+      return "Progressing", "step " .. step .. ", updated " .. updated
     end
-    local message = first(str(c.message), str(c.reason), "")
-    if progress ~= "" and message ~= "" then
-      return "Progressing", progress .. ": " .. message
-    end
-    return "Progressing", first(progress, message, "Rollout in progress")
+    return "Progressing", first(str(c.reason), "Rollout in progress", "")
   end
 
   c = found.Complete
@@ -167,11 +162,8 @@ local function daemonguard(metadata, spec, status, annotations)
   if updated < desired or available < desired then
     -- daemonguard is done deleting old pods but the DaemonSet is not there yet: new pods are
     -- still starting, a node joined, or a node daemonguard left out still runs an old pod.
-    local message = "Rollout complete, waiting for pods: " .. tostring(updated) .. " of " .. tostring(desired) .. " updated, " .. tostring(available) .. " of " .. tostring(desired) .. " available"
-    if updatedNote ~= "" then
-      message = message .. " (daemonguard: updated " .. updatedNote .. ")"
-    end
-    return "Progressing", message
+    -- The DaemonSet controller's counts alone.
+    return "Progressing", "Rollout complete, waiting for pods: " .. tostring(updated) .. " of " .. tostring(desired) .. " updated, " .. tostring(available) .. " of " .. tostring(desired) .. " available"
   end
   return "Healthy", first(str(c.message), str(c.reason), "Rollout complete")
 end

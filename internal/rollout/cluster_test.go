@@ -425,6 +425,20 @@ func TestNamespaceFromContext(t *testing.T) {
 	}
 }
 
+// startController runs daemonguard's rollout controller until the test ends.
+func startController(t *testing.T) {
+	t.Helper()
+	ctl, err := harness.StartController(context.Background(), cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ctl.Stop(); err != nil {
+			t.Errorf("controller: %v", err)
+		}
+	})
+}
+
 // syncBuffer is a bytes.Buffer safe to read while a command writes it.
 type syncBuffer struct {
 	mu  sync.Mutex
@@ -524,10 +538,11 @@ func TestStatusFollowsTheRolloutController(t *testing.T) {
 	}
 	waitOutput("Waiting for daemonguard's rollout controller")
 	report(t, ns, "agent", map[string]string{rolloutapi.StatusRevision: hash, rolloutapi.StatusStep: "1/3: 1", rolloutapi.StatusUpdated: "0/4",
-		rolloutapi.StatusNextNodes: "worker-0 (workers before control-plane nodes, then by name)"}, rolloutapi.ConditionProgressing, "Progressing", "")
-	waitOutput("at step 1/3 (1): 0 of 4 pods updated; next: worker-0...")
+		rolloutapi.StatusNextNodes: "worker-0 (workers before control-plane nodes, then by name)"}, rolloutapi.ConditionProgressing, "RolloutProgressing",
+		"step 1/3 (1): 0 of 4 nodes updated, 0 unavailable of budget 1; next: worker-0")
+	waitOutput(`Waiting for daemon set "agent" rollout to finish: step 1/3 (1): 0 of 4 nodes updated, 0 unavailable of budget 1; next: worker-0...`)
 	report(t, ns, "agent", map[string]string{rolloutapi.StatusStep: "2/3: pause", rolloutapi.StatusUpdated: "1/4", rolloutapi.StatusNextNodes: ""},
-		rolloutapi.ConditionPaused, "PausedAtStep", "step 2/3: pause: paused until daemonguard.io/resume changes")
+		rolloutapi.ConditionPaused, "PausedAtStep", "step 2/3 (pause): paused until daemonguard.io/resume changes; 1 of 4 nodes updated")
 	waitOutput("is paused: PausedAtStep")
 	report(t, ns, "agent", map[string]string{rolloutapi.StatusStep: "3/3: done", rolloutapi.StatusUpdated: "4/4"},
 		rolloutapi.ConditionComplete, "RolloutComplete", "4 of 4 nodes run revision "+hash)
@@ -578,15 +593,7 @@ spec:
 // roll-back to completion, not misled by the failure of the abandoned revision.
 func TestWithTheRolloutController(t *testing.T) {
 	localcluster.NeedCluster(t)
-	ctl, err := harness.StartController(context.Background(), cluster)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := ctl.Stop(); err != nil {
-			t.Errorf("controller: %v", err)
-		}
-	}()
+	startController(t)
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, controlledDS, "apply", "-n", ns, "-f", "-")
 	out, _ := mustRun(t, "status", "ds/web", "-n", ns, "--timeout=2m")
@@ -631,7 +638,7 @@ func TestWithTheRolloutController(t *testing.T) {
 	// A failing image: the canary pod cannot pull it, the controller reports Failed, status exits 1.
 	kubectl(t, "", "annotate", "-n", ns, "ds/web", "daemonguard.io/steps-")
 	kubectl(t, "", "set", "image", "-n", ns, "ds/web", "web=nginx:1.91")
-	_, _, err = run(t, "status", "ds/web", "-n", ns, "--timeout=2m")
+	_, _, err := run(t, "status", "ds/web", "-n", ns, "--timeout=2m")
 	var failed *rollout.FailedError
 	if !errors.As(err, &failed) || !strings.Contains(err.Error(), "ImagePullBackOff") {
 		t.Fatalf("status of a failing rollout returned %v", err)

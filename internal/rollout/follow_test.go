@@ -28,8 +28,8 @@ func progress(updated, desired int32) Update {
 
 var (
 	doneUpdate   = Update{Status: Status{Name: "agent", Phase: rolloutapi.PhaseComplete, Done: true, Updated: 4, Available: 4, Desired: 4, Message: `daemon set "agent" successfully rolled out`}}
-	failedUpdate = Update{Status: Status{Name: "agent", Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 1, Desired: 4, Message: "rollout failed: PodFailure"}}
-	pausedUpdate = Update{Status: Status{Name: "agent", Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 2, Desired: 4, Step: "2/3", StepSpec: "pause", Message: "rollout is paused: PausedAtStep"}}
+	failedUpdate = Update{Status: Status{Name: "agent", Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 1, Desired: 4, ControllerCounts: true, Reported: "failed", Message: "rollout failed: PodFailure"}}
+	pausedUpdate = Update{Status: Status{Name: "agent", Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 2, Desired: 4, ControllerCounts: true, Reported: "paused", Step: "2/3", StepSpec: "pause", Message: "rollout is paused: PausedAtStep"}}
 )
 
 func TestFollow(t *testing.T) {
@@ -88,9 +88,9 @@ func TestFollow(t *testing.T) {
 			wantErr: func(err error) bool { var f *FailedError; return errors.As(err, &f) },
 			wantOut: "\r\033[K[#####---------------] 1/4 updated, 1 available\n" +
 				"rollout is paused: PausedAtStep\n" +
-				"\r\033[K[##########----------] 2/4 updated, step 2/3 (pause), paused" +
-				"\r\033[K[##########----------] 2/4 updated, step 2/3 (pause), paused" +
-				"\r\033[K[#####---------------] 1/4 updated, failed\n",
+				"\r\033[K[##########----------] 2/4 nodes updated, step 2/3 (pause), paused" +
+				"\r\033[K[##########----------] 2/4 nodes updated, step 2/3 (pause), paused" +
+				"\r\033[K[#####---------------] 1/4 nodes updated, failed\n",
 		},
 		"a terminal with --watch=false ends the line and prints the message": {
 			updates: []Update{progress(1, 4)}, terminal: true, noWatch: true,

@@ -27,14 +27,15 @@ func Bar(done, total int32, width int) string {
 const barWidth = 20
 
 // ProgressLine is the single line redrawn on a terminal, e.g.
-// "[#########-----------] 9/20 updated, step 3/5 (25%), next: worker-3, worker-4",
-// cut to width runes (no cut when width < 1).
+// "[#########-----------] 9/20 nodes updated, step 3/5 (25%), next: worker-3, worker-4",
+// cut to width runes (no cut when width < 1). Its counts come from one source (see Status).
 func ProgressLine(s Status, width int) string {
 	var b strings.Builder
 	b.WriteString(Bar(s.Updated, s.Desired, barWidth))
-	fmt.Fprintf(&b, " %d/%d updated", s.Updated, s.Desired)
-	if !s.Managed || s.Phase == rolloutapi.PhaseComplete {
-		fmt.Fprintf(&b, ", %d available", s.Available)
+	if s.ControllerCounts {
+		fmt.Fprintf(&b, " %d/%d nodes updated", s.Updated, s.Desired)
+	} else {
+		fmt.Fprintf(&b, " %d/%d updated, %d available", s.Updated, s.Desired, s.Available)
 	}
 	if s.Step != "" {
 		b.WriteString(", step " + s.Step)
@@ -42,13 +43,8 @@ func ProgressLine(s Status, width int) string {
 			b.WriteString(" (" + s.StepSpec + ")")
 		}
 	}
-	switch s.Phase {
-	case rolloutapi.PhasePaused:
-		b.WriteString(", paused")
-	case rolloutapi.PhaseFailed:
-		b.WriteString(", failed")
-	case rolloutapi.PhaseWaiting:
-		b.WriteString(", waiting")
+	if state := progressState(s); state != "" {
+		b.WriteString(", " + state)
 	}
 	if s.Next != "" && !s.Done {
 		b.WriteString(", next: " + s.Next)
@@ -66,4 +62,22 @@ func Truncate(s string, width int) string {
 	}
 	r := []rune(s)
 	return string(r[:width-1]) + "…"
+}
+
+// progressState is the word the progress line puts after the step: from the controller's status
+// annotations, like the counts and the step beside it, when those are shown (ControllerCounts);
+// otherwise from the phase.
+func progressState(s Status) string {
+	if s.ControllerCounts {
+		return s.Reported
+	}
+	switch s.Phase {
+	case rolloutapi.PhasePaused:
+		return "paused"
+	case rolloutapi.PhaseFailed:
+		return "failed"
+	case rolloutapi.PhaseWaiting:
+		return "waiting"
+	}
+	return ""
 }

@@ -36,18 +36,18 @@ func TestBar(t *testing.T) {
 }
 
 func TestProgressLine(t *testing.T) {
-	managedProgress := Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 9, Desired: 20, Step: "3/5", StepSpec: "25%", Next: "worker-3, worker-4"}
+	managedProgress := Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 9, Desired: 20, ControllerCounts: true, Step: "3/5", StepSpec: "25%", Next: "worker-3, worker-4"}
 	tests := map[string]struct {
 		s     Status
 		width int
 		want  string
 	}{
 		"managed progress shows step and next nodes": {
-			s: managedProgress, want: "[#########-----------] 9/20 updated, step 3/5 (25%), next: worker-3, worker-4",
+			s: managedProgress, want: "[#########-----------] 9/20 nodes updated, step 3/5 (25%), next: worker-3, worker-4",
 		},
 		"managed paused says so": {
-			s:    Status{Managed: true, Phase: rolloutapi.PhasePaused, Updated: 2, Desired: 4, Step: "2/3", StepSpec: "pause"},
-			want: "[##########----------] 2/4 updated, step 2/3 (pause), paused",
+			s:    Status{Managed: true, Phase: rolloutapi.PhasePaused, Updated: 2, Desired: 4, ControllerCounts: true, Reported: "paused", Step: "2/3", StepSpec: "pause"},
+			want: "[##########----------] 2/4 nodes updated, step 2/3 (pause), paused",
 		},
 		"unmanaged progress shows availability": {
 			s:    Status{Phase: rolloutapi.PhaseProgressing, Updated: 3, Available: 2, Desired: 4},
@@ -58,7 +58,7 @@ func TestProgressLine(t *testing.T) {
 			want: "[--------------------] 0/4 updated, 4 available, waiting",
 		},
 		"a narrow terminal cuts the line": {
-			s: managedProgress, width: 30, want: "[#########-----------] 9/20 u…",
+			s: managedProgress, width: 30, want: "[#########-----------] 9/20 n…",
 		},
 	}
 	for name, tc := range tests {

@@ -22,7 +22,18 @@ type Status struct {
 	// Warning is set when the configuration looks wrong (e.g. managed annotation on RollingUpdate).
 	Warning string
 
+	// Updated, Available and Desired count nodes (a DaemonSet runs one pod per node). They are
+	// the DaemonSet controller's (status.updatedNumberScheduled etc.: nodes running a pod of the
+	// current template, nodes with an available pod, nodes that should run one) unless
+	// ControllerCounts: then Updated and Desired are daemonguard's rollout controller's
+	// (status.daemonguard.io/updated: reachable nodes whose pod runs the target revision and is
+	// available, of the reachable nodes), and Available is not known.
 	Updated, Available, Desired int32
+	ControllerCounts            bool
+	// Reported is, with ControllerCounts, the state the status annotations report: "failed"
+	// (status.daemonguard.io/failed-revision names the revision), "paused" (at a pause step, or
+	// daemonguard.io/paused) or "".
+	Reported string
 	// Step is the managed rollout's current step as "<index>/<count>" and StepSpec the step
 	// itself ("25%", "pause", "pause:5m"), from status.daemonguard.io/step.
 	Step, StepSpec string
@@ -91,17 +102,29 @@ func evaluateRollingUpdate(ds *appsv1.DaemonSet, s *Status) {
 
 func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
 	a := ds.Annotations
-	reported, err := rolloutapi.DecodeStatus(a)
+	st := ds.Status
+	// The rollout controller reports in two writes, status annotations first and conditions
+	// second, so a snapshot can hold the new annotations and the previous condition. Each line is
+	// therefore built from one source: the message from the condition alone (whose message names
+	// the step and the counts), the progress line from the status annotations alone.
+	rep, err := rolloutapi.DecodeStatus(a)
 	if err != nil {
 		s.Warning = "malformed rollout status annotations left out: " + err.Error()
 	}
-	if c := reported.Counts; c != nil {
-		s.Updated, s.Desired = int32(c.Updated), int32(c.Desired)
+	reported := func() {
+		if c := rep.Counts; c != nil {
+			s.Updated, s.Available, s.Desired, s.ControllerCounts = int32(c.Updated), 0, int32(c.Desired), true
+		}
+		s.Step, s.StepSpec = rep.Step.Position(), rep.Step.Label()
+		s.Next, s.NextReason = strings.Join(rep.NextNodes, ", "), rep.NextReason
+		switch {
+		case rep.Step.Done():
+		case rep.FailedRevision != "" && rep.FailedRevision == rep.Revision:
+			s.Reported = "failed"
+		case a[rolloutapi.AnnotationPaused] == "true" || rep.Step.Spec == "pause" || strings.HasPrefix(rep.Step.Spec, "pause:"):
+			s.Reported = "paused"
+		}
 	}
-	s.Step, s.StepSpec = reported.Step.Position(), reported.Step.Label()
-	s.Next, s.NextReason = strings.Join(reported.NextNodes, ", "), reported.NextReason
-
-	st := ds.Status
 	failed := condition(ds, rolloutapi.ConditionFailed)
 	paused := condition(ds, rolloutapi.ConditionPaused)
 	complete := condition(ds, rolloutapi.ConditionComplete)
@@ -117,10 +140,10 @@ func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
 		s.Message = "Waiting for daemon set spec update to be observed..."
 		return
 	}
-	target := reported.Revision
+	target := rep.Revision
 	if currentRevision != "" && target != "" && !sameRevision(target, currentRevision, ds.Name) {
-		// The conditions describe the previous revision (e.g. its failure) until the controller
-		// has seen the new one.
+		// The conditions and annotations describe the previous revision (e.g. its failure) until
+		// the controller has seen the new one; the counts are the DaemonSet controller's.
 		s.Phase = rolloutapi.PhaseWaiting
 		s.Message = fmt.Sprintf("Waiting for daemonguard's rollout controller to start rolling out revision %s of daemon set %q (it still reports on revision %s)", currentRevision, ds.Name, target)
 		return
@@ -135,7 +158,7 @@ func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
 		if ref == "" {
 			ref = target
 		}
-		if fr := reported.FailedRevision; fr == "" || ref != "" && !sameRevision(fr, ref, ds.Name) {
+		if fr := rep.FailedRevision; fr == "" || ref != "" && !sameRevision(fr, ref, ds.Name) {
 			failed, staleFailure = nil, fr
 			if staleFailure == "" {
 				staleFailure = "an earlier revision"
@@ -147,41 +170,35 @@ func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
 		s.Phase = rolloutapi.PhaseWaiting
 		s.Message = fmt.Sprintf("Waiting for daemonguard's rollout controller to report on the current revision of daemon set %q (its Failed condition is about %s)", ds.Name, staleFailure)
 	case failed != nil:
+		reported()
 		s.Phase, s.Failed = rolloutapi.PhaseFailed, true
-		s.Message = fmt.Sprintf("rollout of daemon set %q failed%s%s", ds.Name, stepSuffix(s, failed), reasonSuffix(failed))
+		s.Message = fmt.Sprintf("rollout of daemon set %q failed%s", ds.Name, reasonSuffix(failed))
 	case paused != nil:
+		reported()
 		s.Phase, s.Paused = rolloutapi.PhasePaused, true
-		s.Message = fmt.Sprintf("rollout of daemon set %q is paused%s%s", ds.Name, stepSuffix(s, paused), reasonSuffix(paused))
-		if a[rolloutapi.AnnotationPaused] == "true" || s.StepSpec == "pause" {
-			s.Message += fmt.Sprintf("; resume with: daemonguard rollout resume ds/%s -n %s", ds.Name, ds.Namespace)
-		}
+		s.Message = fmt.Sprintf("rollout of daemon set %q is paused%s", ds.Name, reasonSuffix(paused))
 	case complete != nil && st.UpdatedNumberScheduled >= st.DesiredNumberScheduled && st.NumberAvailable >= st.DesiredNumberScheduled:
 		// The controller's verdict plus the built-in controller's counts: a node that joined after
 		// the controller said Complete may still be starting its pod.
 		s.Phase, s.Done = rolloutapi.PhaseComplete, true
-		s.Updated, s.Available, s.Desired = st.UpdatedNumberScheduled, st.NumberAvailable, st.DesiredNumberScheduled
 		s.Message = fmt.Sprintf("daemon set %q successfully rolled out", ds.Name)
 		if complete.Message != "" {
 			s.Message += " (" + complete.Message + ")"
 		}
 	case complete != nil:
+		// Complete by the controller's count, not yet by the DaemonSet controller's: a pod still
+		// starting (a node joined), or a report not yet written. The DaemonSet's counts alone.
 		s.Phase = rolloutapi.PhaseProgressing
-		s.Message = fmt.Sprintf("Waiting for daemon set %q rollout to finish: %d out of %d new pods have been updated, %d available",
+		s.Message = fmt.Sprintf("Waiting for daemon set %q rollout to finish: %d out of %d new pods have been updated, %d available...",
 			ds.Name, st.UpdatedNumberScheduled, st.DesiredNumberScheduled, st.NumberAvailable)
-		if complete.Message != "" {
-			s.Message += " (daemonguard: " + complete.Message + ")"
-		}
-		s.Message += "..."
 	case progressing != nil:
+		reported()
 		s.Phase = rolloutapi.PhaseProgressing
-		msg := fmt.Sprintf("Waiting for daemon set %q rollout to finish%s: %d of %d pods updated", ds.Name, stepSuffix(s, nil), s.Updated, s.Desired)
-		if s.Next != "" {
-			msg += "; next: " + s.Next
-		}
 		if progressing.Message != "" {
-			msg += " (" + progressing.Message + ")"
+			s.Message = fmt.Sprintf("Waiting for daemon set %q rollout to finish: %s...", ds.Name, progressing.Message)
+		} else {
+			s.Message = fmt.Sprintf("Waiting for daemon set %q rollout to finish (%s)...", ds.Name, first(progressing.Reason, "no report yet"))
 		}
-		s.Message = msg + "..."
 	default:
 		s.Phase = rolloutapi.PhaseWaiting
 		s.Message = fmt.Sprintf("Waiting for daemonguard's rollout controller to report on daemon set %q (no rollout condition yet; if this persists, check that the controller is running)", ds.Name)
@@ -189,6 +206,13 @@ func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
 			s.Message += "; the rollout is set to pause (" + rolloutapi.AnnotationPaused + ": \"true\")"
 		}
 	}
+}
+
+func first(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // sameRevision compares the controller's status.daemonguard.io/revision with the current
@@ -206,20 +230,6 @@ func condition(ds *appsv1.DaemonSet, t appsv1.DaemonSetConditionType) *appsv1.Da
 		}
 	}
 	return nil
-}
-
-// stepSuffix names the current step, unless the condition's message already does.
-func stepSuffix(s *Status, c *appsv1.DaemonSetCondition) string {
-	if c != nil && s.Step != "" && strings.Contains(c.Message, s.Step) {
-		return ""
-	}
-	switch {
-	case s.Step != "" && s.StepSpec != "":
-		return fmt.Sprintf(" at step %s (%s)", s.Step, s.StepSpec)
-	case s.Step != "":
-		return " at step " + s.Step
-	}
-	return ""
 }
 
 func reasonSuffix(c *appsv1.DaemonSetCondition) string {

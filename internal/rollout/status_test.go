@@ -67,7 +67,7 @@ func cond(t appsv1.DaemonSetConditionType, reason, message string) dsOption {
 }
 
 func TestEvaluate(t *testing.T) {
-	progressing := []dsOption{managed, counts(4, 4, 20), cond(rolloutapi.ConditionProgressing, "Progressing", "replacing pods"),
+	progressing := []dsOption{managed, counts(4, 4, 20), cond(rolloutapi.ConditionProgressing, "RolloutProgressing", "step 3/5 (25%): 9 of 20 nodes updated, 1 unavailable of budget 2; next: worker-3, worker-4"),
 		annotate(rolloutapi.StatusStep, "3/5: 25%", rolloutapi.StatusUpdated, "9/20",
 			rolloutapi.StatusNextNodes, "worker-3,worker-4 (workers before control-plane nodes, then by name)")}
 	tests := map[string]struct {
@@ -111,32 +111,40 @@ func TestEvaluate(t *testing.T) {
 			want: Status{Phase: rolloutapi.PhaseProgressing, Updated: 2, Available: 4, Desired: 4},
 			msg:  []string{"2 out of 4 new pods"},
 		},
-		"managed, progressing: step, updated and next nodes from the status annotations": {
+		"managed, progressing: the message is the condition's, the counts for the progress line the status annotations'": {
 			ds:   fixture(progressing...),
-			want: Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 9, Available: 4, Desired: 20, Step: "3/5", StepSpec: "25%", Next: "worker-3, worker-4", NextReason: "workers before control-plane nodes, then by name"},
-			msg:  []string{"at step 3/5 (25%): 9 of 20 pods updated; next: worker-3, worker-4 (replacing pods)..."},
+			want: Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 9, Desired: 20, ControllerCounts: true, Step: "3/5", StepSpec: "25%", Next: "worker-3, worker-4", NextReason: "workers before control-plane nodes, then by name"},
+			msg:  []string{`Waiting for daemon set "agent" rollout to finish: step 3/5 (25%): 9 of 20 nodes updated, 1 unavailable of budget 2; next: worker-3, worker-4...`},
+		},
+		"managed, progressing condition without a message: the reason, no counts": {
+			ds:     fixture(managed, cond(rolloutapi.ConditionProgressing, "RolloutProgressing", "")),
+			want:   Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 4, Available: 4, Desired: 4},
+			msg:    []string{`rollout to finish (RolloutProgressing)...`},
+			notMsg: []string{"of 4"},
 		},
 		"managed, complete and every pod updated and available: done": {
 			ds:       fixture(managed, counts(4, 4, 4), cond(rolloutapi.ConditionComplete, "RolloutComplete", "4 of 4 nodes run revision abc"), annotate(rolloutapi.StatusStep, "1/1: done")),
 			revision: "abc",
-			want:     Status{Managed: true, Phase: rolloutapi.PhaseComplete, Done: true, Updated: 4, Available: 4, Desired: 4, Step: "1/1", StepSpec: "done"},
+			want:     Status{Managed: true, Phase: rolloutapi.PhaseComplete, Done: true, Updated: 4, Available: 4, Desired: 4},
 			msg:      []string{`successfully rolled out (4 of 4 nodes run revision abc)`},
 		},
-		"managed, complete but a new node's pod is not available yet: waiting": {
-			ds:   fixture(managed, counts(5, 4, 5), cond(rolloutapi.ConditionComplete, "RolloutComplete", "")),
-			want: Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 5, Available: 4, Desired: 5},
-			msg:  []string{"5 out of 5 new pods have been updated, 4 available"},
+		"managed, complete but a new node's pod is not available yet: waiting, with the DaemonSet's counts alone": {
+			ds:     fixture(managed, counts(5, 4, 5), cond(rolloutapi.ConditionComplete, "RolloutComplete", "4 of 4 nodes run revision abc"), annotate(rolloutapi.StatusUpdated, "4/4")),
+			want:   Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 5, Available: 4, Desired: 5},
+			msg:    []string{"5 out of 5 new pods have been updated, 4 available..."},
+			notMsg: []string{"4 of 4"},
 		},
 		"managed, complete but generation not observed: waiting for the spec": {
 			ds:   fixture(managed, unobserved, cond(rolloutapi.ConditionComplete, "RolloutComplete", "")),
 			want: Status{Managed: true, Phase: rolloutapi.PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
 			msg:  []string{"spec update to be observed"},
 		},
-		"managed, failed: exit with reason and message": {
-			ds: fixture(managed, counts(1, 4, 4), cond(rolloutapi.ConditionFailed, "PodFailure", "new pods fail: agent-x on worker-0: ImagePullBackOff"),
-				annotate(rolloutapi.StatusStep, "1/2: 1", rolloutapi.StatusFailedRevision, "abc")),
-			want: Status{Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 1, Available: 4, Desired: 4, Step: "1/2", StepSpec: "1"},
-			msg:  []string{`rollout of daemon set "agent" failed at step 1/2 (1): PodFailure: new pods fail: agent-x on worker-0: ImagePullBackOff`},
+		"managed, failed: exit with the condition's reason and message, which name the step": {
+			ds: fixture(managed, counts(1, 4, 4), cond(rolloutapi.ConditionFailed, "PodFailure", "step 1/2 (1): new pods fail; new pods not available on 1 of 4 nodes: worker-0: ImagePullBackOff"),
+				annotate(rolloutapi.StatusStep, "2/2: 100%", rolloutapi.StatusFailedRevision, "abc", rolloutapi.StatusUpdated, "0/4")),
+			want:   Status{Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 0, Desired: 4, ControllerCounts: true, Reported: "failed", Step: "2/2", StepSpec: "100%"},
+			msg:    []string{`rollout of daemon set "agent" failed: PodFailure: step 1/2 (1): new pods fail; new pods not available on 1 of 4 nodes: worker-0: ImagePullBackOff`},
+			notMsg: []string{"2/2", "0 of 4"},
 		},
 		"managed, failed on an older revision than the current template: waiting for the controller": {
 			ds:       fixture(managed, cond(rolloutapi.ConditionFailed, "PodFailure", "new pods fail")),
@@ -152,7 +160,7 @@ func TestEvaluate(t *testing.T) {
 		"managed, failed with the current revision known and matching: failed": {
 			ds:       fixture(managed, annotate(rolloutapi.StatusFailedRevision, "abc"), cond(rolloutapi.ConditionFailed, "ProgressDeadlineExceeded", "step 1/1: 100% made no progress for 10m0s")),
 			revision: "abc",
-			want:     Status{Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 4, Available: 4, Desired: 4},
+			want:     Status{Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 4, Available: 4, Desired: 4, Reported: "failed"},
 			msg:      []string{"failed: ProgressDeadlineExceeded: step 1/1: 100% made no progress"},
 		},
 		"managed, annotations already name the new revision but Failed is the old one's: waiting": {
@@ -177,28 +185,25 @@ func TestEvaluate(t *testing.T) {
 			want:     Status{Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 4, Available: 4, Desired: 4},
 			msg:      []string{"InvalidSettings: daemonguard.io/steps: bad"},
 		},
-		"managed, paused by annotation: paused with a resume hint": {
+		"managed, paused by annotation: the condition's message, with its resume command": {
 			ds: fixture(managed, counts(2, 4, 4), annotate(rolloutapi.AnnotationPaused, "true", rolloutapi.StatusStep, "2/3: 50%", rolloutapi.StatusUpdated, "2/4"),
-				cond(rolloutapi.ConditionPaused, "PausedByAnnotation", "paused by daemonguard.io/paused=true at step 2/3: 50%; 2 of 4 nodes updated")),
-			want: Status{Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 2, Available: 4, Desired: 4, Step: "2/3", StepSpec: "50%"},
-			msg:  []string{`is paused: PausedByAnnotation: paused by daemonguard.io/paused=true at step 2/3: 50%`, "resume with: daemonguard rollout resume ds/agent -n mon"},
+				cond(rolloutapi.ConditionPaused, "PausedByAnnotation", "step 2/3 (50%): paused by daemonguard.io/paused=true; 2 of 4 nodes updated; resume with: daemonguard rollout resume ds/agent -n mon")),
+			want: Status{Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 2, Desired: 4, ControllerCounts: true, Reported: "paused", Step: "2/3", StepSpec: "50%"},
+			msg:  []string{`rollout of daemon set "agent" is paused: PausedByAnnotation: step 2/3 (50%): paused by daemonguard.io/paused=true; 2 of 4 nodes updated; resume with: daemonguard rollout resume ds/agent -n mon`},
 		},
-		"managed, indefinite pause step: paused with a resume hint": {
-			ds:   fixture(managed, annotate(rolloutapi.StatusStep, "2/3: pause"), cond(rolloutapi.ConditionPaused, "PausedAtStep", "")),
-			want: Status{Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 4, Available: 4, Desired: 4, Step: "2/3", StepSpec: "pause"},
-			msg:  []string{"paused at step 2/3 (pause): PausedAtStep", "resume with"},
-		},
-		"managed, timed pause step: paused without a resume hint": {
-			ds:     fixture(managed, annotate(rolloutapi.StatusStep, "2/3: pause:5m"), cond(rolloutapi.ConditionPaused, "TimedPause", "step 2/3: pause:5m: waiting 4m more")),
-			want:   Status{Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 4, Available: 4, Desired: 4, Step: "2/3", StepSpec: "pause:5m"},
-			msg:    []string{"is paused: TimedPause: step 2/3: pause:5m: waiting 4m more"},
-			notMsg: []string{"resume with", "at step"},
+		"managed, a timed pause whose next step the annotations already show: the step of the condition alone": {
+			ds: fixture(managed, annotate(rolloutapi.StatusStep, "3/3: 100%", rolloutapi.StatusUpdated, "1/5"),
+				cond(rolloutapi.ConditionPaused, "TimedPause", "step 2/3 (pause:5m): waiting 4m0s more; 1 of 5 nodes updated")),
+			want:   Status{Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 1, Desired: 5, ControllerCounts: true, Step: "3/3", StepSpec: "100%"},
+			msg:    []string{`rollout of daemon set "agent" is paused: TimedPause: step 2/3 (pause:5m): waiting 4m0s more; 1 of 5 nodes updated`},
+			notMsg: []string{"3/3", "resume"},
 		},
 		"managed, malformed status annotations: left out, with a warning": {
 			ds: fixture(managed, annotate(rolloutapi.StatusUpdated, "9 of 20", rolloutapi.StatusStep, "3/5: 25%"),
 				cond(rolloutapi.ConditionProgressing, "RolloutProgressing", "")),
-			want: Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 4, Available: 4, Desired: 4, Step: "3/5", StepSpec: "25%"},
-			msg:  []string{"4 of 4 pods updated"},
+			want:   Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 4, Available: 4, Desired: 4, Step: "3/5", StepSpec: "25%"},
+			msg:    []string{"rollout to finish (RolloutProgressing)..."},
+			notMsg: []string{"9"},
 		},
 		"managed, no condition yet: waiting for the controller": {
 			ds:   fixture(managed, annotate(rolloutapi.StatusRevision, "")),

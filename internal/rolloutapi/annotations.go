@@ -41,7 +41,8 @@ const (
 	StatusStepStarted = StatusPrefix + "step-started"
 	// StatusPauseToken is the value of AnnotationResume when the current indefinite pause began.
 	StatusPauseToken = StatusPrefix + "pause-token"
-	// StatusUpdated is "<updated>/<desired>" pods at the target revision and available.
+	// StatusUpdated is "<updated>/<desired>" nodes: reachable nodes whose pod runs the target
+	// revision and is available, of the reachable nodes the DaemonSet should run on.
 	StatusUpdated = StatusPrefix + "updated"
 	// StatusNextNodes names the nodes whose pods are replaced next, and why in that order:
 	// "worker-3,worker-4 (<reason>)".
@@ -67,6 +68,17 @@ var RolloutConditions = []appsv1.DaemonSetConditionType{ConditionProgressing, Co
 // ReasonInvalidSettings is the Failed reason for settings annotations the controller cannot
 // parse. It is about the settings, not a revision: no new template clears it, only fixed settings.
 const ReasonInvalidSettings = "InvalidSettings"
+
+// Reasons of the Failed condition the rollout controller sets when it halts the rollout of a
+// revision; a new template clears them.
+const (
+	// ReasonPodFailure: new pods fail for a reason that will not fix itself (ImagePullBackOff, ...).
+	ReasonPodFailure = "PodFailure"
+	// ReasonProgressDeadline: new pods did not become available within the progress deadline.
+	ReasonProgressDeadline = "ProgressDeadlineExceeded"
+	// ReasonRolloutFailed: the revision failed earlier, for a reason not known any more.
+	ReasonRolloutFailed = "RolloutFailed"
+)
 
 // Phase classifies a rollout's state. The controller reports the four phases named after its
 // conditions; a reader adds Waiting and NotRolling.

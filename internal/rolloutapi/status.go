@@ -26,7 +26,8 @@ type Status struct {
 	ProgressUpdated int
 }
 
-// Counts is "<updated>/<desired>": pods at the target revision and available, of those desired.
+// Counts is "<updated>/<desired>" nodes: reachable nodes whose pod runs the target revision and
+// is available, of the reachable nodes the DaemonSet should run on.
 type Counts struct {
 	Updated, Desired int
 }

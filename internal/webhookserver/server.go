@@ -34,6 +34,7 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/daemonguard/daemonguard/internal/audit"
+	"github.com/daemonguard/daemonguard/internal/kubeevents"
 	"github.com/daemonguard/daemonguard/internal/leadership"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/selftls"
@@ -167,9 +168,12 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)
 	}
-	eventClient := events.NewEventBroadcasterAdapterWithContext(ctx, clientset)
-	eventClient.StartRecordingToSink(ctx.Done())
-	defer eventClient.Shutdown()
+	// Stopped after the manager, when the last reload and audit have recorded their Events.
+	eventClient, err := kubeevents.Start(clientset, log.WithName("events"))
+	if err != nil {
+		return err
+	}
+	defer eventClient.Stop()
 	reloader := &policyReloader{
 		client: mgr.GetClient(), namespace: opts.Namespace, selector: policySelector,
 		engine: engine, builtin: builtin, builtinParams: builtinParams,

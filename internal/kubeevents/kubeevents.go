@@ -1,0 +1,119 @@
+// Package kubeevents sends a component's Kubernetes Events to the API server and stops in order.
+//
+// client-go's broadcaster writes each Event on its own goroutine with the context it was started
+// with: a component that cancels that context as it stops aborts the writes under way, and
+// client-go reports each one ("Unable to write event ... context canceled") through klog, on the
+// process's stderr. Here the component stops the broadcaster itself, after its last Event: the
+// writes under way finish, each bounded by writeTimeout, and whatever client-go has to say about
+// writing Events goes to the component's logger.
+package kubeevents
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+)
+
+// writeTimeout bounds one write of an Event, so stopping never waits on an API server that is gone.
+const writeTimeout = 10 * time.Second
+
+// Broadcaster sends the Events of its recorders to the API server until Stop.
+type Broadcaster struct {
+	broadcaster events.EventBroadcaster
+	sink        *trackedSink
+	cancel      context.CancelFunc
+	log         logr.Logger
+}
+
+// Start starts sending Events (events.k8s.io/v1) with client; log receives client-go's messages
+// about writing them.
+func Start(client kubernetes.Interface, log logr.Logger) (*Broadcaster, error) {
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), log))
+	sink := newTrackedSink(&events.EventSinkImpl{Interface: client.EventsV1()})
+	b := &Broadcaster{broadcaster: events.NewBroadcaster(sink), sink: sink, cancel: cancel, log: log}
+	if err := b.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("start recording events: %w", err)
+	}
+	return b, nil
+}
+
+// NewRecorder returns a recorder whose Events name reportingController as their source.
+func (b *Broadcaster) NewRecorder(reportingController string) events.EventRecorderLogger {
+	return b.broadcaster.NewRecorder(scheme.Scheme, reportingController).WithLogger(b.log)
+}
+
+// Stop ends the broadcaster once its recorders are no longer used: Events already recorded are
+// handed to the sink, the writes under way finish, then retries and series updates end.
+func (b *Broadcaster) Stop() {
+	b.broadcaster.Shutdown()
+	b.sink.wait()
+	b.cancel()
+}
+
+// trackedSink writes Events independently of the broadcaster's context, each within
+// writeTimeout, and counts the writes under way.
+type trackedSink struct {
+	sink     events.EventSink
+	mu       sync.Mutex
+	idle     *sync.Cond
+	inFlight int
+}
+
+func newTrackedSink(sink events.EventSink) *trackedSink {
+	s := &trackedSink{sink: sink}
+	s.idle = sync.NewCond(&s.mu)
+	return s
+}
+
+// begin counts a write and returns its context and the function that ends it.
+func (s *trackedSink) begin(ctx context.Context) (context.Context, func()) {
+	s.mu.Lock()
+	s.inFlight++
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	return ctx, func() {
+		cancel()
+		s.mu.Lock()
+		s.inFlight--
+		if s.inFlight == 0 {
+			s.idle.Broadcast()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// wait returns when no write is under way.
+func (s *trackedSink) wait() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.inFlight > 0 {
+		s.idle.Wait()
+	}
+}
+
+func (s *trackedSink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	ctx, end := s.begin(ctx)
+	defer end()
+	return s.sink.Create(ctx, e)
+}
+
+func (s *trackedSink) Update(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	ctx, end := s.begin(ctx)
+	defer end()
+	return s.sink.Update(ctx, e)
+}
+
+func (s *trackedSink) Patch(ctx context.Context, e *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
+	ctx, end := s.begin(ctx)
+	defer end()
+	return s.sink.Patch(ctx, e, data)
+}
