@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/daemonguard/daemonguard/internal/rollout"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/internal/rolloutcli"
 )
 
 // kubeFlags are the kubectl-style connection flags shared by the rollout subcommands.
@@ -50,7 +50,7 @@ func (k *kubeFlags) connect() (kubernetes.Interface, string, error) {
 
 // daemonSet parses the arguments and fetches the DaemonSet.
 func (k *kubeFlags) daemonSet(ctx context.Context, args []string) (kubernetes.Interface, *appsv1.DaemonSet, error) {
-	name, err := rollout.ParseArgs(args)
+	name, err := rolloutcli.ParseArgs(args)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -112,7 +112,7 @@ status changes.`,
   daemonguard rollout status node-agent --watch=false`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := rollout.ParseArgs(args)
+			name, err := rolloutcli.ParseArgs(args)
 			if err != nil {
 				return err
 			}
@@ -127,9 +127,9 @@ status changes.`,
 			defer cancel()
 			out := cmd.OutOrStdout()
 			tty, width := terminal(out)
-			_, err = rollout.Follow(ctx, rollout.FollowOptions{
+			_, err = rolloutcli.Follow(ctx, rolloutcli.FollowOptions{
 				Out: out, Terminal: tty, Width: width, Watch: watch, Timeout: timeout,
-			}, rollout.Watch(ctx, c, ns, name))
+			}, rolloutcli.Watch(ctx, c, ns, name))
 			if errors.Is(err, context.Canceled) && cmd.Context().Err() != nil {
 				return fmt.Errorf("interrupted while following the rollout of daemon set %q", name)
 			}
@@ -170,24 +170,24 @@ func newRolloutHistoryCommand(k *kubeFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			revs, err := rollout.Revisions(cmd.Context(), c, ds)
+			revs, err := rolloutcli.Revisions(cmd.Context(), c, ds)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			if revision == 0 {
 				fmt.Fprintf(out, "daemonset.apps/%s\n", ds.Name)
-				return rollout.PrintHistory(out, revs)
+				return rolloutcli.PrintHistory(out, revs)
 			}
 			for _, r := range revs {
 				if r.Revision != revision {
 					continue
 				}
-				tmpl, err := rollout.RevisionTemplate(ds, r)
+				tmpl, err := rolloutcli.RevisionTemplate(ds, r)
 				if err != nil {
 					return err
 				}
-				text, err := rollout.TemplateYAML(tmpl)
+				text, err := rolloutcli.TemplateYAML(tmpl)
 				if err != nil {
 					return err
 				}
@@ -203,20 +203,20 @@ func newRolloutHistoryCommand(k *kubeFlags) *cobra.Command {
 
 // dryRunFlag adds kubectl's --dry-run[=none|client|server] (bare --dry-run means client).
 func dryRunFlag(cmd *cobra.Command, value *string) {
-	cmd.Flags().StringVar(value, "dry-run", string(rollout.DryRunNone), `"none", "client" (print, send nothing) or "server" (send as a dry run: validated, not persisted)`)
-	cmd.Flags().Lookup("dry-run").NoOptDefVal = string(rollout.DryRunClient)
+	cmd.Flags().StringVar(value, "dry-run", string(rolloutcli.DryRunNone), `"none", "client" (print, send nothing) or "server" (send as a dry run: validated, not persisted)`)
+	cmd.Flags().Lookup("dry-run").NoOptDefVal = string(rolloutcli.DryRunClient)
 }
 
-func parseDryRun(v string) (rollout.DryRun, error) {
-	switch d := rollout.DryRun(v); d {
-	case rollout.DryRunNone, rollout.DryRunClient, rollout.DryRunServer:
+func parseDryRun(v string) (rolloutcli.DryRun, error) {
+	switch d := rolloutcli.DryRun(v); d {
+	case rolloutcli.DryRunNone, rolloutcli.DryRunClient, rolloutcli.DryRunServer:
 		return d, nil
 	}
 	return "", fmt.Errorf("--dry-run %q is not one of none, client, server", v)
 }
 
-func dryRunSuffix(d rollout.DryRun) string {
-	if d == rollout.DryRunNone {
+func dryRunSuffix(d rolloutcli.DryRun) string {
+	if d == rolloutcli.DryRunNone {
 		return ""
 	}
 	return fmt.Sprintf(" (%s dry run)", d)
@@ -251,7 +251,7 @@ overwrites an undo made in the cluster.`,
 				return err
 			}
 			warnGitOps(cmd.ErrOrStderr(), ds, "undo", "revert the change in git instead, and let the sync roll it out")
-			res, err := rollout.Undo(cmd.Context(), c, ds, toRevision, mode)
+			res, err := rolloutcli.Undo(cmd.Context(), c, ds, toRevision, mode)
 			if err != nil {
 				return err
 			}
@@ -260,8 +260,8 @@ overwrites an undo made in the cluster.`,
 			case res.Skipped:
 				_, err = fmt.Fprintf(out, "daemonset.apps/%s skipped rollback (current template already matches revision %d)\n", ds.Name, res.To)
 				return err
-			case mode == rollout.DryRunClient:
-				text, err := rollout.TemplateYAML(res.Template)
+			case mode == rolloutcli.DryRunClient:
+				text, err := rolloutcli.TemplateYAML(res.Template)
 				if err != nil {
 					return err
 				}
@@ -269,7 +269,7 @@ overwrites an undo made in the cluster.`,
 				return err
 			}
 			fmt.Fprintf(out, "daemonset.apps/%s rolled back to revision %d%s\n", ds.Name, res.To, dryRunSuffix(mode))
-			if mode == rollout.DryRunNone {
+			if mode == rolloutcli.DryRunNone {
 				noteAfterTemplateChange(cmd.ErrOrStderr(), ds)
 			}
 			return nil
@@ -298,11 +298,11 @@ controller (built-in, or daemonguard's for managed DaemonSets, with its steps an
 			if err != nil {
 				return err
 			}
-			if err := rollout.Restart(cmd.Context(), c, ds, time.Now(), mode); err != nil {
+			if err := rolloutcli.Restart(cmd.Context(), c, ds, time.Now(), mode); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "daemonset.apps/%s restarted%s\n", ds.Name, dryRunSuffix(mode))
-			if mode == rollout.DryRunNone {
+			if mode == rolloutcli.DryRunNone {
 				noteAfterTemplateChange(cmd.ErrOrStderr(), ds)
 			}
 			return nil
@@ -325,7 +325,7 @@ controller cannot pause, so unmanaged DaemonSets are refused.`,
 			if err != nil {
 				return err
 			}
-			res, err := rollout.Pause(cmd.Context(), c, ds, rollout.DryRunNone)
+			res, err := rolloutcli.Pause(cmd.Context(), c, ds, rolloutcli.DryRunNone)
 			if err != nil {
 				return err
 			}
@@ -353,7 +353,7 @@ managed by daemonguard's rollout controller: the first undoes pause, the second 
 			if err != nil {
 				return err
 			}
-			res, err := rollout.Resume(cmd.Context(), c, ds, time.Now(), rollout.DryRunNone)
+			res, err := rolloutcli.Resume(cmd.Context(), c, ds, time.Now(), rolloutcli.DryRunNone)
 			if err != nil {
 				return err
 			}
@@ -366,7 +366,7 @@ managed by daemonguard's rollout controller: the first undoes pause, the second 
 
 // warnGitOps warns that an in-cluster change to a DaemonSet synced from git does not last.
 func warnGitOps(w io.Writer, ds *appsv1.DaemonSet, verb, instead string) {
-	if g, ok := rollout.DetectGitOps(ds); ok {
+	if g, ok := rolloutcli.DetectGitOps(ds); ok {
 		fmt.Fprintf(w, "Warning: daemon set %q looks managed by %s (%s): an %s in the cluster is reverted by the next sync; %s\n",
 			ds.Name, g.Tool, g.Evidence, verb, instead)
 	}
@@ -374,7 +374,7 @@ func warnGitOps(w io.Writer, ds *appsv1.DaemonSet, verb, instead string) {
 
 // gitOpsHint reminds that pause/resume annotations belong in git when the DaemonSet is synced from it.
 func gitOpsHint(w io.Writer, ds *appsv1.DaemonSet, what string) {
-	if g, ok := rollout.DetectGitOps(ds); ok {
+	if g, ok := rolloutcli.DetectGitOps(ds); ok {
 		fmt.Fprintf(w, "Warning: daemon set %q looks managed by %s (%s): commit %s to its manifest in git, or a sync may undo this change\n",
 			ds.Name, g.Tool, g.Evidence, what)
 		return

@@ -6,7 +6,7 @@ import (
 )
 
 // Argument and flag errors are reported before any cluster is contacted (the kubeconfig given
-// does not exist). The commands against a cluster are tested in internal/rollout.
+// does not exist). The commands against a cluster are tested in internal/rolloutcli.
 func TestRolloutArgumentErrors(t *testing.T) {
 	const noKubeconfig = "/nonexistent/kubeconfig"
 	tests := map[string]struct {

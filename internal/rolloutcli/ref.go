@@ -1,9 +1,9 @@
-// Package rollout is the logic behind `daemonguard rollout`: reading a DaemonSet's rollout state
+// Package rolloutcli is the logic behind `daemonguard rollout`: reading a DaemonSet's rollout state
 // (from daemonguard's rollout controller for managed DaemonSets, from the built-in DaemonSet
 // controller's status otherwise), following it, and the kubectl-compatible history, undo,
 // restart, pause and resume operations. Evaluating, rendering and choosing are pure functions;
 // the few functions taking a client only fetch and patch.
-package rollout
+package rolloutcli
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package rollout_test
+package rolloutcli_test
 
 // Integration tests: `daemonguard rollout ...` run in-process (cli.New) against the real local
 // control plane, whose DaemonSet controller creates the ControllerRevisions and rolls
@@ -29,8 +29,8 @@ import (
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
-	"github.com/daemonguard/daemonguard/internal/rollout"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/internal/rolloutcli"
 )
 
 var cluster *localcluster.Cluster
@@ -93,7 +93,7 @@ func getDS(t *testing.T, ns, name string) *appsv1.DaemonSet {
 // revisions returns the DaemonSet's ControllerRevisions by number.
 func revisions(t *testing.T, ns, name string) map[int64]*appsv1.ControllerRevision {
 	t.Helper()
-	revs, err := rollout.Revisions(context.Background(), cluster.Client, getDS(t, ns, name))
+	revs, err := rolloutcli.Revisions(context.Background(), cluster.Client, getDS(t, ns, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func image(ds *appsv1.DaemonSet) string { return ds.Spec.Template.Spec.Container
 
 func revisionImage(t *testing.T, ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision) string {
 	t.Helper()
-	tmpl, err := rollout.RevisionTemplate(ds, rev)
+	tmpl, err := rolloutcli.RevisionTemplate(ds, rev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,12 +241,12 @@ func TestUnmanagedRollingUpdateDaemonSet(t *testing.T) {
 		t.Errorf("restart output:\n%s", out)
 	}
 	restarted := getDS(t, ns, "nginx-ds")
-	at := restarted.Spec.Template.Annotations[rollout.RestartedAtAnnotation]
+	at := restarted.Spec.Template.Annotations[rolloutcli.RestartedAtAnnotation]
 	if _, err := time.Parse(time.RFC3339, at); err != nil {
-		t.Errorf("template annotation %s = %q, want an RFC 3339 time", rollout.RestartedAtAnnotation, at)
+		t.Errorf("template annotation %s = %q, want an RFC 3339 time", rolloutcli.RestartedAtAnnotation, at)
 	}
 	revs4 := waitRevisions(t, ns, "nginx-ds", 2, 3, 4)
-	if tmpl, _ := rollout.RevisionTemplate(restarted, revs4[4]); tmpl.Annotations[rollout.RestartedAtAnnotation] != at {
+	if tmpl, _ := rolloutcli.RevisionTemplate(restarted, revs4[4]); tmpl.Annotations[rolloutcli.RestartedAtAnnotation] != at {
 		t.Errorf("revision 4 does not record the restart annotation")
 	}
 	mustRun(t, "status", "ds/nginx-ds", "-n", ns, "--timeout=2m")
@@ -283,7 +283,7 @@ func TestStatusTimesOut(t *testing.T) {
 
 	start := time.Now()
 	out, _, err := run(t, "status", "ds/slow", "-n", ns, "--timeout=1s")
-	var te *rollout.TimeoutError
+	var te *rolloutcli.TimeoutError
 	if !errors.As(err, &te) || !strings.Contains(err.Error(), `timed out after 1s waiting for the rollout of daemon set "slow"`) {
 		t.Fatalf("status --timeout=1s returned %v\n%s", err, out)
 	}
@@ -462,7 +462,7 @@ func (b *syncBuffer) String() string {
 func report(t *testing.T, ns, name string, annotations map[string]string, phase appsv1.DaemonSetConditionType, reason, message string) {
 	t.Helper()
 	ctx := context.Background()
-	patch, err := rollout.AnnotationsPatch(annotations)
+	patch, err := rolloutcli.AnnotationsPatch(annotations)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,7 +558,7 @@ func TestStatusFollowsTheRolloutController(t *testing.T) {
 	// A failure of the current revision: exit 1 with the controller's reason and message.
 	report(t, ns, "agent", map[string]string{rolloutapi.StatusFailedRevision: hash}, rolloutapi.ConditionFailed, "PodFailure", "new pods fail: agent-x on worker-0: ImagePullBackOff")
 	_, _, err := run(t, "status", "ds/agent", "-n", ns, "--timeout=1m")
-	var failed *rollout.FailedError
+	var failed *rolloutcli.FailedError
 	if !errors.As(err, &failed) || !strings.Contains(err.Error(), "PodFailure: new pods fail: agent-x on worker-0: ImagePullBackOff") {
 		t.Fatalf("status of a failed rollout returned %v", err)
 	}
@@ -568,7 +568,7 @@ func TestStatusFollowsTheRolloutController(t *testing.T) {
 	kubectl(t, "", "set", "image", "-n", ns, "ds/agent", "agent=agent:2")
 	newHash := currentHash(t, ns, "agent", 2)
 	stdout, _, err := run(t, "status", "ds/agent", "-n", ns, "--timeout=2s")
-	var timeout *rollout.TimeoutError
+	var timeout *rolloutcli.TimeoutError
 	if !errors.As(err, &timeout) || !strings.Contains(stdout, "start rolling out revision "+newHash) {
 		t.Fatalf("status right after a new template returned %v\n%s", err, stdout)
 	}
@@ -639,7 +639,7 @@ func TestWithTheRolloutController(t *testing.T) {
 	kubectl(t, "", "annotate", "-n", ns, "ds/web", "daemonguard.io/steps-")
 	kubectl(t, "", "set", "image", "-n", ns, "ds/web", "web=nginx:1.91")
 	_, _, err := run(t, "status", "ds/web", "-n", ns, "--timeout=2m")
-	var failed *rollout.FailedError
+	var failed *rolloutcli.FailedError
 	if !errors.As(err, &failed) || !strings.Contains(err.Error(), "ImagePullBackOff") {
 		t.Fatalf("status of a failing rollout returned %v", err)
 	}

@@ -1,4 +1,4 @@
-package rollout_test
+package rolloutcli_test
 
 import (
 	"context"
@@ -16,14 +16,14 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/localcluster"
-	"github.com/daemonguard/daemonguard/internal/rollout"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/internal/rolloutcli"
 )
 
 // recorder keeps every version of one DaemonSet its watch delivers, as `rollout status` sees them.
 type recorder struct {
 	mu   sync.Mutex
-	seq  []rollout.Snapshot
+	seq  []rolloutcli.Snapshot
 	stop context.CancelFunc
 	done chan struct{}
 }
@@ -46,10 +46,10 @@ func record(t *testing.T, ns, name string) *recorder {
 			}
 			hash := ""
 			if rolloutapi.IsManaged(ds) {
-				hash, _ = rollout.CurrentRevisionHash(ctx, cluster.Client, ds)
+				hash, _ = rolloutcli.CurrentRevisionHash(ctx, cluster.Client, ds)
 			}
 			r.mu.Lock()
-			r.seq = append(r.seq, rollout.TrimSnapshot(ds, hash))
+			r.seq = append(r.seq, rolloutcli.TrimSnapshot(ds, hash))
 			r.mu.Unlock()
 		}
 	}()
@@ -65,9 +65,9 @@ func (r *recorder) finish(t *testing.T, name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, s := range r.seq {
-		st := rollout.Evaluate(s.DaemonSet, s.CurrentRevision)
-		progress := rollout.ProgressLine(st, 0)
-		if bad := rollout.Contradictions(st, st.Message, progress); len(bad) > 0 {
+		st := rolloutcli.Evaluate(s.DaemonSet, s.CurrentRevision)
+		progress := rolloutcli.ProgressLine(st, 0)
+		if bad := rolloutcli.Contradictions(st, st.Message, progress); len(bad) > 0 {
 			t.Errorf("%s #%d: %v\n  %s\n  %s", name, i, bad, st.Message, progress)
 		}
 	}
