@@ -398,6 +398,15 @@ func TestNamespaceFromContext(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, onDeleteDS, "apply", "-n", ns, "-f", "-")
+	// The DaemonSet controller writes the first revision after the DaemonSet is stored; until then
+	// history has nothing to list.
+	cluster.WaitFor(t, time.Minute, "the DaemonSet's first ControllerRevision", func(ctx context.Context) (bool, string) {
+		revs, err := cluster.Client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(revs.Items) > 0, fmt.Sprintf("%d revisions", len(revs.Items))
+	})
 
 	cfg, err := clientcmd.LoadFromFile(cluster.KubeconfigPath)
 	if err != nil {
