@@ -48,9 +48,10 @@ type daemonSetRequest struct {
 
 // gatherDaemonSet decodes a DaemonSet request and reads the facts its evaluation needs, in one
 // step: the namespace's labels and, with needNodes (the inject policy never reads nodes), what
-// the nodes say of the template (policy.Input.Cluster). It ends the request early when it is malformed (400), exempt, opted out by label, or
-// the rollout controller's status-only update. Facts that cannot be read are left out rather than
-// guessed, which turns off the checks that need them.
+// the nodes say of the template (policy.Input.Cluster). It ends the request early when it is
+// malformed (400), exempt, opted out by label, or the rollout controller's status-only update.
+// Facts that cannot be read are left out rather than guessed, which turns off the checks that
+// need them.
 func (h *Handlers) gatherDaemonSet(ctx context.Context, req admission.Request, needNodes bool) daemonSetRequest {
 	end := func(r admission.Response) daemonSetRequest { return daemonSetRequest{end: &r} }
 	if k := req.Kind; k.Group != "apps" || k.Version != "v1" || k.Kind != "DaemonSet" {

@@ -51,8 +51,10 @@ func (b *Broadcaster) NewRecorder(reportingController string) events.EventRecord
 	return b.broadcaster.NewRecorder(scheme.Scheme, reportingController).WithLogger(b.log)
 }
 
-// Stop ends the broadcaster once its recorders are no longer used: Events already recorded are
-// handed to the sink, the writes under way finish, then retries and series updates end.
+// Stop ends the broadcaster once its recorders are no longer used: the writes under way finish,
+// then retries and series updates end. Delivery stays best effort, as with client-go's own
+// broadcaster: an Event recorded moments before Stop that has not reached the sink yet is
+// dropped.
 func (b *Broadcaster) Stop() {
 	b.broadcaster.Shutdown()
 	b.sink.wait()

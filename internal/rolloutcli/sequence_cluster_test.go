@@ -78,7 +78,7 @@ func (r *recorder) finish(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	header := ("# Recorded by TestRecordStatusSequences (RECORD_STATUS=1 go test -run TestRecordStatusSequences ./internal/rollout/):\n# every version of the DaemonSet the watch of `rollout status` delivered, trimmed to what it reads.\n")
+	header := ("# Recorded by TestRecordStatusSequences (RECORD_STATUS=1 go test -run TestRecordStatusSequences ./internal/rolloutcli/):\n# every version of the DaemonSet the watch of `rollout status` delivered, trimmed to what it reads.\n")
 	if err := os.WriteFile(filepath.Join("testdata", "sequences", name+".yaml"), append([]byte(header), data...), 0o644); err != nil {
 		t.Fatal(err)
 	}

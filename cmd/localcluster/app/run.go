@@ -76,9 +76,6 @@ With --webhook=false only the rollout controller runs, against any cluster.`,
 				}
 				defer os.RemoveAll(certDir)
 				url := "https://127.0.0.1:" + strconv.Itoa(port)
-				if err := register(ctx, client, url, namespace); err != nil {
-					return err
-				}
 				defer func() {
 					// The DaemonSet webhooks fail closed: a configuration left behind would reject
 					// every DaemonSet write once this process is gone.
@@ -90,6 +87,10 @@ With --webhook=false only the rollout controller runs, against any cluster.`,
 					}
 					fmt.Fprintf(cmd.ErrOrStderr(), "Removed the webhook configurations %q.\n", runName)
 				}()
+				// Registered after the cleanup is deferred: a failure halfway leaves nothing behind.
+				if err := register(ctx, client, url, namespace); err != nil {
+					return err
+				}
 				running++
 				go func() {
 					errs <- webhookserver.Run(runCtx, webhookserver.Options{
