@@ -20,24 +20,39 @@ import (
 )
 
 // Every replica serves admission, so every replica must follow the policy ConfigMaps, not only the
-// one elected to run the audit: with two replicas behind the Service, a replica that kept the
-// built-in set would admit half the writes a team's policy denies.
-func TestReplicaThatIsNotLeaderLoadsPolicyConfigMaps(t *testing.T) {
+// one elected to run the audit, and must not report ready before it has read them: with two
+// replicas behind the Service, a replica on the built-in set would admit half the writes a team's
+// policy denies.
+func TestReplicaThatIsNotLeaderIsReadyWithPolicyConfigMapsLoaded(t *testing.T) {
 	startWebhook(t) // the leader: it holds the Lease for as long as the package's tests run
 	ctx := context.Background()
 
+	cms := cluster.Client.CoreV1().ConfigMaps(webhookNamespace)
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "second-replica", Labels: map[string]string{webhookserver.PolicyConfigMapLabel: "true"}},
+		Data: map[string]string{"second_replica.rego": `package daemonguard.policies.second_replica
+
+violation contains {"field": "metadata.name", "msg": "second-replica-probe is not allowed"} if {
+	input.object.metadata.name == "second-replica-probe"
+}
+`},
+	}
+	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cms.Delete(context.Background(), cm.Name, metav1.DeleteOptions{}) })
 	certDir, _, port, err := harness.ServingEndpoint(cluster, "second-replica-tls")
 	if err != nil {
 		t.Fatal(err)
 	}
-	metricsPort := harness.FreePort(t)
+	metricsPort, healthPort := harness.FreePort(t), harness.FreePort(t)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
 		done <- webhookserver.Run(runCtx, webhookserver.Options{
 			RESTConfig: cluster.RESTConfig, Namespace: webhookNamespace,
 			Host: "127.0.0.1", Port: port, CertDir: certDir,
-			MetricsAddr: "127.0.0.1:" + strconv.Itoa(metricsPort), HealthAddr: "0",
+			MetricsAddr: "127.0.0.1:" + strconv.Itoa(metricsPort), HealthAddr: "127.0.0.1:" + strconv.Itoa(healthPort),
 			FailureMode: webhook.FailClosed, LeaderElection: true, Log: logr.Discard(),
 		})
 	}()
@@ -61,35 +76,25 @@ func TestReplicaThatIsNotLeaderLoadsPolicyConfigMaps(t *testing.T) {
 		defer resp.Body.Close()
 		return s, json.NewDecoder(resp.Body).Decode(&s)
 	}
-	cluster.WaitFor(t, time.Minute, "the second replica serves /policy-status", func(ctx context.Context) (bool, string) {
-		_, err := status(ctx)
-		return err == nil, fmt.Sprint(err)
+	// Ready means loaded: a replica the Service sends reviews to already enforces the ConfigMaps.
+	cluster.WaitFor(t, time.Minute, "the second replica is ready", func(ctx context.Context) (bool, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort), nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
 	})
+	module := "configmap/second-replica/second_replica.rego"
+	if s, err := status(ctx); err != nil || !slices.Contains(s.Modules, module) {
+		t.Errorf("the replica was ready before it loaded %s: modules %v (%v)", module, s.Modules, err)
+	}
 	leases, err := cluster.Client.CoordinationV1().Leases(webhookNamespace).Get(ctx, "daemonguard-webhook", metav1.GetOptions{})
 	if err != nil || leases.Spec.HolderIdentity == nil {
 		t.Fatalf("the first replica holds no Lease: %v", err)
 	}
-
-	cms := cluster.Client.CoreV1().ConfigMaps(webhookNamespace)
-	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "second-replica", Labels: map[string]string{webhookserver.PolicyConfigMapLabel: "true"}},
-		Data: map[string]string{"second_replica.rego": `package daemonguard.policies.second_replica
-
-violation contains {"field": "metadata.name", "msg": "second-replica-probe is not allowed"} if {
-	input.object.metadata.name == "second-replica-probe"
-}
-`},
-	}
-	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cms.Delete(context.Background(), cm.Name, metav1.DeleteOptions{}) })
-	module := "configmap/second-replica/second_replica.rego"
-	cluster.WaitFor(t, time.Minute, "the replica that is not leader loads the ConfigMap's module", func(ctx context.Context) (bool, string) {
-		s, err := status(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		return slices.Contains(s.Modules, module), fmt.Sprintf("modules %v", s.Modules)
-	})
 }

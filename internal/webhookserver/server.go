@@ -6,10 +6,12 @@ package webhookserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -197,6 +199,20 @@ func Run(ctx context.Context, opts Options) error {
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true), NeedLeaderElection: ptr.To(false)}).Complete(reloader); err != nil {
 		return err
 	}
+	// The first reload runs once the cache has synced, also when no policy ConfigMap exists (the
+	// controller above is only called for ConfigMaps that do); the replica is not ready before it,
+	// so a new replica never admits what the ConfigMaps' policies deny.
+	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return nil // stopped before the cache synced
+		}
+		if _, err := reloader.Reconcile(ctx, reconcile.Request{}); err != nil {
+			log.Error(err, "Reading the policy ConfigMaps failed; the replica is not ready until a reload reads them")
+		}
+		return nil
+	})); err != nil {
+		return err
+	}
 	if opts.AuditInterval > 0 {
 		auditor := &audit.Auditor{
 			Reader: mgr.GetCache(), Engine: engine, Interval: opts.AuditInterval, Exempt: exempt,
@@ -225,6 +241,9 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("policies", reloader.ready); err != nil {
 		return err
 	}
 	if opts.MetricsAddr != "0" {
@@ -283,6 +302,7 @@ type policyReloader struct {
 	log           logr.Logger
 	mu            sync.Mutex // one reload at a time
 	status        atomicStatus
+	loaded        atomic.Bool     // the ConfigMaps have been read once: until then only the built-ins serve
 	inProcess     *inProcessCheck // nil when the webhook injects
 }
 
@@ -302,6 +322,7 @@ func (r *policyReloader) Reconcile(ctx context.Context, _ reconcile.Request) (re
 	if err := r.client.List(ctx, &list, client.InNamespace(r.namespace), client.MatchingLabelsSelector{Selector: r.selector}); err != nil {
 		return reconcile.Result{}, err
 	}
+	defer r.loaded.Store(true)
 	modules, params, set, err := r.compile(ctx, list.Items)
 	if err != nil {
 		policyReloads.WithLabelValues("failure").Inc()
@@ -343,6 +364,15 @@ func (r *policyReloader) compile(ctx context.Context, cms []corev1.ConfigMap) ([
 	}
 	set, err := policy.Compile(ctx, modules, params)
 	return modules, params, set, err
+}
+
+// ready is the readiness check: a replica is ready once it has read the policy ConfigMaps, whether
+// their set loaded or was rejected (then the set it had before serves).
+func (r *policyReloader) ready(*http.Request) error {
+	if !r.loaded.Load() {
+		return errors.New("the policy ConfigMaps are not loaded yet")
+	}
+	return nil
 }
 
 // ServeHTTP serves /policy-status.
