@@ -73,22 +73,32 @@ func planPolicyErrors(cms []corev1.ConfigMap, reloadErr error) []policyErrorWrit
 }
 
 // policyErrorValue is the annotation's value for a ConfigMap the reload error blames: its first
-// Rego error (file, line, code, message) when the error list locates any in this ConfigMap,
-// otherwise the first line of the error.
+// Rego error (file, line, code, message) when the error list locates any in this ConfigMap, else
+// the first located Rego error of the set, otherwise the first line of the error.
 func policyErrorValue(cm *corev1.ConfigMap, reloadErr error) string {
 	prefix := "configmap/" + cm.Name + "/"
-	var mine []*ast.Error
+	var mine, located []*ast.Error
 	for _, e := range regoErrors(reloadErr) {
-		if e.Location != nil && strings.HasPrefix(e.Location.File, prefix) {
+		if e.Location == nil {
+			continue
+		}
+		located = append(located, e)
+		if strings.HasPrefix(e.Location.File, prefix) {
 			mine = append(mine, e)
 		}
 	}
+	pick, scope := mine, "in this ConfigMap"
+	if len(mine) == 0 {
+		// E.g. a ConfigMap that replaces daemonguard.lib breaks the built-ins that use it: the
+		// errors are located in their files, which still say where to look.
+		pick, scope = located, "in the policy set"
+	}
 	var msg string
-	if len(mine) > 0 {
-		first := mine[0]
+	if len(pick) > 0 {
+		first := pick[0]
 		msg = fmt.Sprintf("%s:%d: %s: %s", first.Location.File, first.Location.Row, first.Code, first.Message)
-		if len(mine) > 1 {
-			msg += fmt.Sprintf(" (and %d more in this ConfigMap)", len(mine)-1)
+		if len(pick) > 1 {
+			msg += fmt.Sprintf(" (and %d more %s)", len(pick)-1, scope)
 		}
 	} else {
 		msg, _, _ = strings.Cut(reloadErr.Error(), "\n")

@@ -88,6 +88,11 @@ func TestPlanPolicyErrors(t *testing.T) {
 				"b": {"evaluate enforcement rules: boom; data sha256:"},
 			},
 		},
+		"errors located only in the built-ins give the first of them, not a bare count": {
+			cms:     []corev1.ConfigMap{policyConfigMap("lib", withFile("lib.rego", "package daemonguard.lib\n\nx := 1\n"))},
+			compile: true,
+			want:    map[string][]string{"lib": {".rego:", ": rego_", "more in the policy set)"}},
+		},
 		"a loaded set removes the annotation": {
 			cms:  []corev1.ConfigMap{policyConfigMap("fixed", withFile("no_latest.rego", goodRego), withPolicyError("old error"))},
 			want: map[string][]string{"fixed": nil},
