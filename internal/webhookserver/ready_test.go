@@ -2,6 +2,7 @@ package webhookserver
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -53,5 +54,32 @@ func TestReadyOnlyOnceTheConfigMapsAreRead(t *testing.T) {
 				t.Errorf("healthy %v, want %v", got, c.wantHealthy)
 			}
 		})
+	}
+}
+
+// A replica that starts while a policy ConfigMap is broken has no last good set of its own: it
+// serves the ConfigMaps the error does not blame, not the built-ins alone.
+func TestFreshReplicaServesTheConfigMapsTheErrorDoesNotBlame(t *testing.T) {
+	r := newTestReloader(t)
+	valid := policyConfigMap("team", withFile("no_latest.rego", goodRego))
+	broken := policyConfigMap("broken", withFile("broken.rego", parseErrorRego))
+	initial, err := policy.Compile(context.Background(), r.builtin, r.builtinParams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.client = fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(&valid, &broken).Build()
+	r.namespace, r.log = "daemonguard", logr.Discard()
+	r.selector = labels.SelectorFromSet(labels.Set{PolicyConfigMapLabel: "true"})
+	r.engine, r.recorder = policy.NewEngine(initial), events.NewFakeRecorder(10)
+
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	modules := r.engine.Set().Modules()
+	if !slices.Contains(modules, "configmap/team/no_latest.rego") || slices.Contains(modules, "configmap/broken/broken.rego") {
+		t.Errorf("serving %v, want the valid ConfigMap's module and not the broken one's", modules)
+	}
+	if st := r.status.Load(); st.Healthy || !slices.Equal(st.Modules, modules) {
+		t.Errorf("status %+v, want unhealthy with the modules served", st)
 	}
 }

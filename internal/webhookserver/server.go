@@ -303,6 +303,7 @@ type policyReloader struct {
 	mu            sync.Mutex // one reload at a time
 	status        atomicStatus
 	loaded        atomic.Bool     // the ConfigMaps have been read once: until then only the built-ins serve
+	hasGoodSet    bool            // a set compiled from the ConfigMaps has loaded in this process (under mu)
 	inProcess     *inProcessCheck // nil when the webhook injects
 }
 
@@ -330,6 +331,9 @@ func (r *policyReloader) Reconcile(ctx context.Context, _ reconcile.Request) (re
 		prev := r.status.Load()
 		r.status.Store(PolicyStatus{Healthy: false, LastError: err.Error(), Modules: prev.Modules, LoadedAt: prev.LoadedAt})
 		r.log.Error(err, "Policy set rejected; the last good set keeps serving")
+		if !r.hasGoodSet {
+			r.serveWithoutBlamed(ctx, list.Items, err)
+		}
 		for i := range list.Items {
 			cm := &list.Items[i]
 			if blamesConfigMap(err.Error(), cm.Name) {
@@ -340,6 +344,7 @@ func (r *policyReloader) Reconcile(ctx context.Context, _ reconcile.Request) (re
 		return reconcile.Result{}, nil // retrying cannot fix the Rego; the next ConfigMap change will
 	}
 	r.engine.Swap(set)
+	r.hasGoodSet = true
 	policyReloads.WithLabelValues("success").Inc()
 	policySetHealthy.Set(1)
 	r.status.Store(PolicyStatus{Healthy: true, Modules: set.Modules(), LoadedAt: time.Now(), InProcessInjection: r.status.Load().InProcessInjection})
@@ -349,6 +354,32 @@ func (r *policyReloader) Reconcile(ctx context.Context, _ reconcile.Request) (re
 	r.log.Info("Policy set loaded", "modules", len(set.Modules()), "configMaps", len(list.Items))
 	r.writePolicyErrors(ctx, planPolicyErrors(list.Items, nil))
 	return reconcile.Result{}, nil
+}
+
+// serveWithoutBlamed is what a replica that has never loaded a set from the ConfigMaps (one that
+// started after a broken commit) serves instead of the built-ins alone: the set of the ConfigMaps
+// the error does not blame, so the teams' valid policies are enforced on this replica as on
+// the replicas that keep their last good set. It stays unhealthy: the blamed ConfigMaps are not.
+func (r *policyReloader) serveWithoutBlamed(ctx context.Context, cms []corev1.ConfigMap, reloadErr error) {
+	var keep []corev1.ConfigMap
+	for _, cm := range cms {
+		if !blamesConfigMap(reloadErr.Error(), cm.Name) {
+			keep = append(keep, cm)
+		}
+	}
+	if len(keep) == 0 {
+		return
+	}
+	_, _, set, err := r.compile(ctx, keep)
+	if err != nil {
+		r.log.Error(err, "Policy set without the rejected ConfigMaps rejected too; the built-ins keep serving")
+		return
+	}
+	r.engine.Swap(set)
+	prev := r.status.Load()
+	prev.Modules, prev.LoadedAt = set.Modules(), time.Now()
+	r.status.Store(prev)
+	r.log.Info("Policy set loaded without the rejected ConfigMaps", "modules", len(set.Modules()), "configMaps", len(keep))
 }
 
 // compile puts the ConfigMaps' policies over the built-ins and compiles the set; errors name
