@@ -5,11 +5,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/daemonguard/daemonguard/controller"
+	"github.com/daemonguard/daemonguard/controller/rollout"
 )
 
 func newControllerCommand() *cobra.Command {
-	opts := controller.Options{}
+	opts := rollout.Options{}
 	var kubeconfig string
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -23,7 +23,7 @@ func newControllerCommand() *cobra.Command {
 			opts.RESTConfig = cfg
 			opts.Log = zap.New()
 			ctrl.SetLogger(opts.Log)
-			return controller.Run(cmd.Context(), opts)
+			return rollout.Run(cmd.Context(), opts)
 		},
 	}
 	f := cmd.Flags()

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/daemonguard/daemonguard/controller"
+	"github.com/daemonguard/daemonguard/controller/rollout"
 	"github.com/daemonguard/daemonguard/internal/localcluster"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -45,7 +45,7 @@ func StartControllerWith(ctx context.Context, c *localcluster.Cluster, opts Cont
 	ctl := &Controller{stop: cancel, done: make(chan error, 1)}
 	go func() {
 		defer logFile.Close()
-		ctl.done <- controller.Run(runCtx, controller.Options{
+		ctl.done <- rollout.Run(runCtx, rollout.Options{
 			RESTConfig: c.RESTConfig, MetricsAddr: "0", HealthAddr: "0",
 			LeaderElection: true, LeaderElectionNamespace: WebhookNamespace,
 			Namespace: opts.Namespace, Log: log,

@@ -18,7 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/daemonguard/daemonguard/controller"
+	"github.com/daemonguard/daemonguard/controller/rollout"
 	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/webhook"
@@ -108,7 +108,7 @@ With --webhook=false only the rollout controller runs, against any cluster.`,
 			}
 			running++
 			go func() {
-				errs <- controller.Run(runCtx, controller.Options{
+				errs <- rollout.Run(runCtx, rollout.Options{
 					RESTConfig: cfg, MetricsAddr: "127.0.0.1:8090", HealthAddr: "0",
 					LeaderElection: true, LeaderElectionNamespace: namespace, Log: log.WithName("controller"),
 				})

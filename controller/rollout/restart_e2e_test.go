@@ -1,4 +1,4 @@
-package controller_test
+package rollout_test
 
 import (
 	"context"
