@@ -7,13 +7,13 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/daemonguard/daemonguard/internal/kubetext"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -122,7 +122,7 @@ func resultsOf(f Finding, names []string, policies map[string]policy.Action, sta
 	result := func(policyName string, r openreports.Result, action policy.Action, message string, props map[string]string) openreports.ReportResult {
 		res := openreports.ReportResult{
 			Source: ReportSource, Policy: policyName, Result: r, Timestamp: stamp, Subjects: subject,
-			Description: truncate(message), Scored: r != "warn" && r != "error", Properties: props,
+			Description: kubetext.Truncate(message, maxTextBytes), Scored: r != "warn" && r != "error", Properties: props,
 		}
 		if action != "" {
 			res.Severity = SeverityOf(action)
@@ -140,7 +140,7 @@ func resultsOf(f Finding, names []string, policies map[string]policy.Action, sta
 	violated := map[string]bool{}
 	for _, v := range f.Violations {
 		violated[v.Policy] = true
-		out = append(out, result(v.Policy, ResultOf(v.Action), v.Action, v.Message, map[string]string{propertyField: truncate(v.Field)}))
+		out = append(out, result(v.Policy, ResultOf(v.Action), v.Action, v.Message, map[string]string{propertyField: kubetext.Truncate(v.Field, maxTextBytes)}))
 	}
 	for _, name := range names {
 		if !violated[name] {
@@ -155,17 +155,6 @@ func resultsOf(f Finding, names []string, policies map[string]policy.Action, sta
 	}
 	slices.SortStableFunc(out, func(a, b openreports.ReportResult) int { return cmp.Compare(a.Policy, b.Policy) })
 	return out
-}
-
-func truncate(s string) string {
-	if len(s) <= maxTextBytes {
-		return s
-	}
-	cut := maxTextBytes - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // split packs the per DaemonSet result groups, in order, into parts whose encoding stays within

@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/daemonguard/daemonguard/internal/kubetext"
 )
 
 // PolicyErrorAnnotation is set by the webhook on a policy ConfigMap whose Rego or parameters made
@@ -103,7 +105,7 @@ func policyErrorValue(cm *corev1.ConfigMap, reloadErr error) string {
 	} else {
 		msg, _, _ = strings.Cut(reloadErr.Error(), "\n")
 	}
-	msg = truncate(strings.Join(strings.Fields(msg), " "), maxPolicyErrorLen)
+	msg = kubetext.Truncate(strings.Join(strings.Fields(msg), " "), maxPolicyErrorLen)
 	return msg + "; data " + dataDigest(cm) + " rejected, the last good policy set keeps serving"
 }
 
@@ -140,19 +142,6 @@ func dataDigest(cm *corev1.ConfigMap) string {
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:12]
 }
-
-func truncate(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	cut := max - len("…")
-	for cut > 0 && !isRuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // writePolicyErrors applies the planned annotation writes, each a JSON merge patch of the one
 // annotation with the evaluated resourceVersion as precondition. A write that fails is logged
