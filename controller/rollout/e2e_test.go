@@ -179,7 +179,11 @@ type sampler struct {
 	samples        int
 	synced         bool // both initial lists are in; before that the maps are partial
 	stop           chan struct{}
+	stopOnce       sync.Once
 }
+
+// stopWatching stops the sampler's informers; its samples so far stay readable.
+func (s *sampler) stopWatching() { s.stopOnce.Do(func() { close(s.stop) }) }
 
 func startSampler(t *testing.T, ns, image string) *sampler {
 	t.Helper()
@@ -230,7 +234,7 @@ func startSampler(t *testing.T, ns, image string) *sampler {
 	s.synced = true
 	s.sample()
 	s.mu.Unlock()
-	t.Cleanup(func() { close(s.stop) })
+	t.Cleanup(s.stopWatching)
 	return s
 }
 
