@@ -52,8 +52,13 @@ func (c *Cluster) NewTestNamespace(t testing.TB) string {
 	return name
 }
 
+// pollAttemptTimeout bounds one check of WaitFor.
+const pollAttemptTimeout = 30 * time.Second
+
 // WaitFor polls cond until it holds, fails the test when timeout passes (with cond's last
-// explanation), and fails at once if a component of the cluster has died.
+// explanation), and fails at once if a component of the cluster has died. Each call of cond gets
+// at most pollAttemptTimeout: a request stuck on a connection the API server dropped (a restart)
+// fails that attempt, and the next one asks again, instead of taking the whole wait.
 func (c *Cluster) WaitFor(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
 	t.Helper()
 	var reason string
@@ -61,8 +66,10 @@ func (c *Cluster) WaitFor(t testing.TB, timeout time.Duration, what string, cond
 		if err := c.Healthy(); err != nil {
 			return false, err
 		}
+		attempt, cancel := context.WithTimeout(ctx, pollAttemptTimeout)
+		defer cancel()
 		var ok bool
-		ok, reason = cond(ctx)
+		ok, reason = cond(attempt)
 		return ok, nil
 	})
 	if err != nil {
