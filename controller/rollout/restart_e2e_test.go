@@ -82,15 +82,16 @@ func TestRolloutSurvivesControlPlaneRestarts(t *testing.T) {
 				t.Errorf("%s = %q, want all %d nodes updated", rolloutapi.StatusUpdated, got, nodeCount)
 			}
 			// The rollout may finish before the new sampler has listed (etcd's restart leaves the
-			// API server up): the first sampler saw the canary step, the two together the rollout.
+			// API server up, and the controller may finish within a second): the first sampler
+			// must have seen the canary step replace pods, the second sees what is left.
 			before, _, beforeSamples := s.result()
 			afterMax, _, afterSamples := after.result()
 			t.Logf("max unavailable %d over %d samples before the stop, %d over %d after the restart", before, beforeSamples, afterMax, afterSamples)
 			if m := max(before, afterMax); m > budget {
 				t.Errorf("%d reachable nodes were without an available pod at once, budget %d", m, budget)
 			}
-			if before == 0 || beforeSamples+afterSamples < nodeCount {
-				t.Errorf("the samplers saw no rollout (max unavailable %d and %d, %d and %d samples)", before, afterMax, beforeSamples, afterSamples)
+			if before == 0 {
+				t.Errorf("the first sampler saw no pod replaced (max unavailable %d over %d samples)", before, beforeSamples)
 			}
 			for _, err := range []error{ctl.Running(), wh.Running()} {
 				if err != nil {
