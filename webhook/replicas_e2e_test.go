@@ -78,16 +78,7 @@ violation contains {"field": "metadata.name", "msg": "second-replica-probe is no
 	}
 	// Ready means loaded: a replica the Service sends reviews to already enforces the ConfigMaps.
 	cluster.WaitFor(t, time.Minute, "the second replica is ready", func(ctx context.Context) (bool, string) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort), nil)
-		if err != nil {
-			return false, err.Error()
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
+		return harness.Ready(ctx, "127.0.0.1:"+strconv.Itoa(healthPort))
 	})
 	module := "configmap/second-replica/second_replica.rego"
 	if s, err := status(ctx); err != nil || !slices.Contains(s.Modules, module) {

@@ -99,18 +99,24 @@ func RunComponent(t testing.TB, c *localcluster.Cluster, dep *appsv1.Deployment,
 		if err := comp.Proc.Exited(); err != nil {
 			t.Fatalf("%s exited: %v", dep.Name, err)
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+comp.HealthAddr+"/readyz", nil)
-		if err != nil {
-			return false, err.Error()
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
+		return Ready(ctx, comp.HealthAddr)
 	})
 	return comp
+}
+
+// Ready asks a daemonguard component's health probe server at addr whether it is ready, as the
+// kubelet's readiness probe does; the string says why not (or the HTTP status).
+func Ready(ctx context.Context, addr string) (bool, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
+	if err != nil {
+		return false, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err.Error()
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, resp.Status
 }
 
 // MountSecret plays the kubelet's Secret volume for a component on the host: it waits until the
