@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -121,7 +121,7 @@ var renderCases = map[string]renderCase{
 
 // helmBinary builds helm from tools/helm once per test binary (cached across runs).
 var helmBinary = sync.OnceValues(func() (string, error) {
-	bins, err := localcluster.EnsureBinaries(context.Background(), io.Discard, "helm")
+	bins, err := toolbin.Ensure(context.Background(), io.Discard, "helm")
 	if err != nil {
 		return "", err
 	}

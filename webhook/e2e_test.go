@@ -16,9 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/daemonguard/daemonguard/internal/harness"
-	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
+	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 const webhookNamespace = harness.WebhookNamespace
@@ -50,7 +51,7 @@ func startWebhook(t *testing.T) *harness.Webhook {
 
 func repoFile(t *testing.T, parts ...string) string {
 	t.Helper()
-	root, err := localcluster.RepoRoot()
+	root, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/daemonguard/daemonguard/internal/loadgen/fixture"
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/test/loadgen/fixture"
 )
 
 // Benchmarks of the admission path without network and TLS: the endpoints as

@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
+	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 

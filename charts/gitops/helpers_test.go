@@ -17,8 +17,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daemonguard/daemonguard/internal/harness"
-	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 // gitRepo is the local config repository Argo CD syncs from, as a file:// URL.
@@ -84,7 +85,7 @@ func (r *gitRepo) commit(msg string) string {
 
 func repoPath(t *testing.T, rel string) string {
 	t.Helper()
-	root, err := localcluster.RepoRoot()
+	root, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

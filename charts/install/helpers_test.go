@@ -10,12 +10,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 )
 
 func chartDir(t *testing.T) string {
 	t.Helper()
-	root, err := localcluster.RepoRoot()
+	root, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func chartDir(t *testing.T) string {
 
 // buildHelm finds (or builds) helm v3 from the tools module, like the control plane's binaries.
 var buildHelm = sync.OnceValues(func() (string, error) {
-	b, err := localcluster.EnsureBinaries(context.Background(), os.Stderr, "helm")
+	b, err := toolbin.Ensure(context.Background(), os.Stderr, "helm")
 	if err != nil {
 		return "", err
 	}

@@ -29,9 +29,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/daemonguard/daemonguard/internal/harness"
-	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/selftls"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -184,7 +185,7 @@ func dryRunDaemonSet(ctx context.Context, client kubernetes.Interface, ns, name 
 func assertNoDrift(t *testing.T, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	root, err := localcluster.RepoRoot()
+	root, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/daemonguard/daemonguard/internal/harness"
-	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 // TestNodeAgentsStartWhileDaemonguardIsDown installs the chart (URL mode, self-managed TLS),
@@ -33,7 +34,7 @@ func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
 	replica := r.runWebhook(r.webhookPort)
 	ns := cluster.NewTestNamespace(t)
 	waitAdmission(t, ns)
-	root, err := localcluster.RepoRoot()
+	root, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/daemonguard/daemonguard/internal/loadgen"
+	"github.com/daemonguard/daemonguard/test/loadgen"
 )
 
 func main() {

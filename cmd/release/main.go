@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/release"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 )
 
 func main() {
@@ -34,7 +34,7 @@ func newCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			repo, err := localcluster.RepoRoot()
+			repo, err := toolbin.RepoRoot()
 			if err != nil {
 				return err
 			}

@@ -12,9 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/daemonguard/daemonguard/internal/harness"
-	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 // TestRolloutSurvivesControlPlaneRestarts restarts the API server, and in a second rollout etcd,

@@ -17,8 +17,9 @@ import (
 	"github.com/daemonguard/daemonguard/internal/admissionsim"
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/cli"
-	"github.com/daemonguard/daemonguard/internal/harness"
-	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 var cluster *localcluster.Cluster
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 
 func repoFile(t *testing.T, parts ...string) string {
 	t.Helper()
-	root, err := localcluster.RepoRoot()
+	root, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

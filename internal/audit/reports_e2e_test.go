@@ -32,9 +32,9 @@ import (
 	"github.com/daemonguard/daemonguard/internal/admissionsim"
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/cli"
-	"github.com/daemonguard/daemonguard/internal/harness"
-	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 const crdName = "reports.openreports.io"

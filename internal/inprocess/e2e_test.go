@@ -25,11 +25,12 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daemonguard/daemonguard/internal/harness"
 	"github.com/daemonguard/daemonguard/internal/inprocess"
-	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
+	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 var cluster *localcluster.Cluster
@@ -83,7 +84,7 @@ var testNamespaces = map[string]map[string]string{
 const policyName = "daemonguard-inject-test"
 
 // TestDifferentialWebhookVersusPolicy admits every DaemonSet manifest under testdata, and variants
-// of the seed, in every test namespace: once through the webhook (run by internal/harness with the
+// of the seed, in every test namespace: once through the webhook (run by test/harness with the
 // test parameters from a policy ConfigMap, validation unregistered so denied manifests are stored
 // too), once through the policy generated from the same parameters (webhook unregistered). The
 // templates the API server would store must be identical. Real writes check that re-applying is
@@ -218,7 +219,7 @@ func TestSeedLandsOnControlPlaneWithoutWebhook(t *testing.T) {
 
 func repoFile(t *testing.T, parts ...string) string {
 	t.Helper()
-	root, err := localcluster.RepoRoot()
+	root, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 )
 
 const testDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -65,7 +65,7 @@ func TestPinImage(t *testing.T) {
 
 // The chart's own values.yaml changes on exactly its two image lines.
 func TestPinImageInTheChartValues(t *testing.T) {
-	root, err := localcluster.RepoRoot()
+	root, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 )
 
 // Options are the inputs of a release build, as `make image` and `make chart` pass them.
@@ -37,7 +37,7 @@ func (o Options) Repository() string {
 
 // Image builds (and with a Registry pushes) the image.
 func (o Options) Image(ctx context.Context) (Image, error) {
-	bins, err := localcluster.EnsureBinaries(ctx, o.Log, "ko")
+	bins, err := toolbin.Ensure(ctx, o.Log, "ko")
 	if err != nil {
 		return Image{}, err
 	}
@@ -63,7 +63,7 @@ func (o Options) Chart(ctx context.Context) (Chart, error) {
 	if want := o.Repository() + ":" + o.Version + "@"; !strings.HasPrefix(image.String(), want) {
 		return Chart{}, fmt.Errorf("the image last built into %s is %s, not %s...: run make image with the same VERSION and REGISTRY first", o.OutDir, image, want)
 	}
-	bins, err := localcluster.EnsureBinaries(ctx, o.Log, "helm")
+	bins, err := toolbin.Ensure(ctx, o.Log, "helm")
 	if err != nil {
 		return Chart{}, err
 	}

@@ -28,8 +28,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/release"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 var cluster *localcluster.Cluster
@@ -54,7 +55,7 @@ func TestReleasePath(t *testing.T) {
 	defer reg.Close()
 	host := strings.TrimPrefix(reg.URL, "http://") // 127.0.0.1:PORT
 
-	root, err := localcluster.RepoRoot()
+	root, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func helm(t *testing.T, env []string, args ...string) string {
 }
 
 func helmErr(env []string, args ...string) (string, error) {
-	bins, err := localcluster.EnsureBinaries(context.Background(), io.Discard, "helm")
+	bins, err := toolbin.Ensure(context.Background(), io.Discard, "helm")
 	if err != nil {
 		return "", err
 	}

@@ -27,10 +27,11 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/daemonguard/daemonguard/internal/cli"
-	"github.com/daemonguard/daemonguard/internal/harness"
-	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/rolloutcli"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 var cluster *localcluster.Cluster
@@ -74,7 +75,7 @@ func kubectl(t *testing.T, stdin string, args ...string) string {
 
 func seedManifest(t *testing.T) string {
 	t.Helper()
-	root, err := localcluster.RepoRoot()
+	root, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daemonguard/daemonguard/internal/localcluster"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/rolloutcli"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 // recorder keeps every version of one DaemonSet its watch delivers, as `rollout status` sees them.

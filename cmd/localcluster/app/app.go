@@ -15,9 +15,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/daemonguard/daemonguard/internal/apibench"
-	"github.com/daemonguard/daemonguard/internal/demo"
-	"github.com/daemonguard/daemonguard/internal/localcluster"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/apibench"
+	"github.com/daemonguard/daemonguard/test/demo"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 // New returns the root command.
@@ -37,7 +38,7 @@ func newBuildCommand() *cobra.Command {
 		Use:   "build [BINARY...]",
 		Short: "Build (or find cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, ko, cert-manager and Argo CD",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := localcluster.EnsureBinaries(cmd.Context(), cmd.ErrOrStderr(), args...); err != nil {
+			if _, err := toolbin.Ensure(cmd.Context(), cmd.ErrOrStderr(), args...); err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.ErrOrStderr(), "Test binaries are built.")
@@ -48,7 +49,7 @@ func newBuildCommand() *cobra.Command {
 
 // stateDir is where clusters started by this tool live, so `down` finds them after a SIGKILL.
 func stateDir() (string, error) {
-	root, err := localcluster.RepoRoot()
+	root, err := toolbin.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -90,7 +91,7 @@ func newDemoCommand() *cobra.Command {
 		Use:   "demo",
 		Short: "Start a local cluster, apply testdata/demo and show where each DaemonSet runs",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			root, err := localcluster.RepoRoot()
+			root, err := toolbin.RepoRoot()
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,727 @@
+// Package localcluster starts and stops a real Kubernetes control plane on loopback: etcd,
+// kube-apiserver, kube-controller-manager (with the real DaemonSet, node lifecycle and pod GC
+// controllers), kube-scheduler, and kwok faking the nodes and their kubelets. Tests, benchmarks and
+// the demo run against it instead of mocks; nothing is downloaded, every binary is built from the
+// Go module proxy by the tools modules (see toolbin.Ensure).
+package localcluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/daemonguard/daemonguard/internal/toolbin"
+)
+
+// Labels and taints of the default topology, matching what kubeadm puts on nodes.
+const (
+	ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
+	ZoneLabel         = "topology.kubernetes.io/zone"
+	HostnameLabel     = "kubernetes.io/hostname"
+	// KwokNodeAnnotation marks the nodes kwok manages; nodes without it are left alone.
+	KwokNodeAnnotation = "kwok.x-k8s.io/node"
+)
+
+// Node describes a fake node to create.
+type Node struct {
+	Name   string
+	Labels map[string]string
+	Taints []corev1.Taint
+}
+
+// ControlPlaneNode returns a node labelled and tainted like a kubeadm control-plane node.
+func ControlPlaneNode(name string) Node {
+	return Node{
+		Name:   name,
+		Labels: map[string]string{ControlPlaneLabel: "", ZoneLabel: "zone-a"},
+		Taints: []corev1.Taint{{Key: ControlPlaneLabel, Effect: corev1.TaintEffectNoSchedule}},
+	}
+}
+
+// WorkerNodes returns n untainted workers named prefix-0..n-1, spread round-robin over zones.
+func WorkerNodes(prefix string, n int, zones ...string) []Node {
+	if len(zones) == 0 {
+		zones = []string{"zone-a", "zone-b", "zone-c"}
+	}
+	nodes := make([]Node, n)
+	for i := range nodes {
+		nodes[i] = Node{
+			Name:   fmt.Sprintf("%s-%d", prefix, i),
+			Labels: map[string]string{ZoneLabel: zones[i%len(zones)]},
+		}
+	}
+	return nodes
+}
+
+// DefaultNodes is one tainted control-plane node and four workers over three zones: the smallest
+// cluster on which "a DaemonSet misses the control plane" is visible.
+func DefaultNodes() []Node {
+	return append([]Node{ControlPlaneNode("control-plane-0")}, WorkerNodes("worker", 4)...)
+}
+
+// Config says what cluster to start. The zero value starts DefaultNodes in a temp folder.
+type Config struct {
+	// Nodes created and waited for (Ready, not-ready taint gone) before Start returns.
+	// Nil means DefaultNodes(); an empty non-nil slice means no nodes.
+	Nodes []Node
+	// ParentDir holds the cluster's folder (certificates, kubeconfig, etcd data, logs).
+	// Empty means the system temp dir.
+	ParentDir string
+	// Log receives progress lines meant for a person. Nil discards them.
+	Log io.Writer
+	// ExtraKwokStages are additional kwok Stage documents (YAML), for tests that model kubelet
+	// behaviour such as image pull failures.
+	ExtraKwokStages []byte
+	// StartTimeout bounds Start, binary build excluded. Zero means 2 minutes.
+	StartTimeout time.Duration
+	// PodReadyDelay makes kwok's fake kubelets take this long to report a pod Running and Ready,
+	// like a real container start; zero is instant.
+	PodReadyDelay time.Duration
+}
+
+// Cluster is a running local control plane.
+type Cluster struct {
+	// Dir holds everything of this cluster; logs are in Dir/logs/<component>.log.
+	Dir string
+	// KubeconfigPath is an admin kubeconfig (system:masters) for kubectl, helm and clients.
+	KubeconfigPath string
+	// RESTConfig is the admin client configuration, with QPS high enough for 1,000-node tests.
+	RESTConfig *rest.Config
+	// Client is a typed clientset built from RESTConfig.
+	Client kubernetes.Interface
+	// Binaries gives access to the built test binaries (helm, kwok, ...).
+	Binaries *toolbin.Binaries
+
+	log      io.Writer
+	pki      *pkiFiles
+	etcdURL  string
+	mu       sync.Mutex
+	procs    []*process // in start order; stopped in reverse
+	stopOnce sync.Once
+}
+
+//go:embed kwokstages/*.yaml
+var kwokStages embed.FS
+
+// Start builds (or reuses) the binaries, starts every component on free loopback ports, creates
+// the nodes and waits until they are Ready. On error everything already started is stopped.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	log := cfg.Log
+	if log == nil {
+		log = io.Discard
+	}
+	bins, err := toolbin.Ensure(ctx, log, "kube-apiserver", "kwok")
+	if err != nil {
+		return nil, err
+	}
+	parent := cfg.ParentDir
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	timeout := cfg.StartTimeout
+	if timeout == 0 {
+		timeout = 2 * time.Minute
+	}
+	// Ports are chosen free but released before the components bind them, so a concurrent
+	// cluster can take one first; such a start is retried from scratch on new ports.
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		dir, err := os.MkdirTemp(parent, "daemonguard-cluster-")
+		if err != nil {
+			return nil, fmt.Errorf("create cluster dir: %w", err)
+		}
+		c := &Cluster{Dir: dir, Binaries: bins, log: log}
+		startCtx, cancel := context.WithTimeout(ctx, timeout)
+		err = c.start(startCtx, cfg)
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		var exited *exitError
+		if errors.As(err, &exited) && exited.portTaken() && attempt < attempts {
+			fmt.Fprintf(log, "%s lost its port to another process; retrying on new ports\n", exited.name)
+			c.stop(true)
+			continue
+		}
+		c.stop(false)
+		return nil, fmt.Errorf("start local cluster (logs in %s): %w", filepath.Join(dir, "logs"), err)
+	}
+}
+
+func (c *Cluster) start(ctx context.Context, cfg Config) error {
+	logDir := filepath.Join(c.Dir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return err
+	}
+	pki, err := writePKI(c.Dir)
+	if err != nil {
+		return err
+	}
+	c.pki = pki
+	ports, err := freePorts(6)
+	if err != nil {
+		return err
+	}
+	etcdPort, etcdPeerPort, apiPort, kcmPort, schedPort, kwokPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+
+	fmt.Fprintf(c.log, "Starting etcd, kube-apiserver %s, kube-controller-manager, kube-scheduler and kwok in %s\n", toolbin.KubernetesVersion, c.Dir)
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+	c.etcdURL = etcdURL
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeerPort)
+	if err := c.run("etcd", []string{
+		"--name=default",
+		"--data-dir=" + filepath.Join(c.Dir, "etcd"),
+		"--listen-client-urls=" + etcdURL,
+		"--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=default=" + peerURL,
+		"--unsafe-no-fsync=true", // throwaway data: durability costs seconds per test for nothing
+		"--quota-backend-bytes=8589934592",
+		"--log-level=warn",
+	}, logDir); err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, etcdURL+"/health", nil, "etcd"); err != nil {
+		return c.componentErr(err)
+	}
+
+	apiURL := "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	if err := c.run("kube-apiserver", []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(apiPort),
+		"--tls-cert-file=" + pki.APIServerCert,
+		"--tls-private-key-file=" + pki.APIServerKey,
+		"--client-ca-file=" + pki.CACert,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + pki.ServiceAcctPub,
+		"--service-account-signing-key-file=" + pki.ServiceAcctKey,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultTolerationSeconds," +
+			"Priority,TaintNodesByCondition,PodSecurity,MutatingAdmissionWebhook,ValidatingAdmissionWebhook," +
+			"ValidatingAdmissionPolicy,ResourceQuota",
+		"--allow-privileged=true",
+		// The kubernetes Service endpoints would point at loopback, which the API rejects.
+		"--endpoint-reconciler-type=none",
+		"--max-requests-inflight=2000",
+		"--max-mutating-requests-inflight=1000",
+		"--profiling=false",
+		"--cert-dir=" + filepath.Join(c.Dir, "apiserver"),
+	}, logDir); err != nil {
+		return err
+	}
+
+	if err := c.writeKubeconfig(apiURL, pki); err != nil {
+		return err
+	}
+	if err := c.waitAPIServer(ctx); err != nil {
+		return c.componentErr(err)
+	}
+
+	if err := c.run("kube-controller-manager", []string{
+		"--kubeconfig=" + c.KubeconfigPath,
+		"--authentication-kubeconfig=" + c.KubeconfigPath,
+		"--authorization-kubeconfig=" + c.KubeconfigPath,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(kcmPort),
+		"--leader-elect=false",
+		// nodeipam would need a cluster CIDR; everything else, including node lifecycle (which
+		// lifts the not-ready taint from kwok's nodes), daemonset and podgc, runs as in a real cluster.
+		"--controllers=*,-nodeipam",
+		"--service-account-private-key-file=" + pki.ServiceAcctKey,
+		"--root-ca-file=" + pki.CACert,
+		"--use-service-account-credentials=false",
+		"--cluster-name=daemonguard-local",
+		"--kube-api-qps=500",
+		"--kube-api-burst=1000",
+		"--cert-dir=" + filepath.Join(c.Dir, "kcm"),
+	}, logDir); err != nil {
+		return err
+	}
+	// The scheduler's default client QPS (50) would make binding, not the controllers under
+	// test, the bottleneck of 1,000-node rollouts.
+	schedConfig := filepath.Join(c.Dir, "scheduler.yaml")
+	if err := os.WriteFile(schedConfig, []byte("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"+
+		"leaderElection: {leaderElect: false}\nclientConnection: {kubeconfig: "+strconv.Quote(c.KubeconfigPath)+", qps: 500, burst: 1000}\n"), 0o644); err != nil {
+		return err
+	}
+	if err := c.run("kube-scheduler", []string{
+		"--config=" + schedConfig,
+		"--authentication-kubeconfig=" + c.KubeconfigPath,
+		"--authorization-kubeconfig=" + c.KubeconfigPath,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(schedPort),
+		"--cert-dir=" + filepath.Join(c.Dir, "scheduler"),
+	}, logDir); err != nil {
+		return err
+	}
+
+	kwokConfig, err := c.writeKwokConfig(cfg.ExtraKwokStages, cfg.PodReadyDelay)
+	if err != nil {
+		return err
+	}
+	if err := c.run("kwok", []string{
+		"--kubeconfig=" + c.KubeconfigPath,
+		"--config=" + kwokConfig,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=fake",
+		"--server-address=127.0.0.1:" + strconv.Itoa(kwokPort),
+	}, logDir); err != nil {
+		return err
+	}
+	if err := writePIDs(c.Dir, c.procs); err != nil {
+		return err
+	}
+
+	insecure := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // self-signed loopback health endpoints
+	if err := waitHTTP(ctx, fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort), insecure, "kube-controller-manager"); err != nil {
+		return c.componentErr(err)
+	}
+	if err := waitHTTP(ctx, fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort), insecure, "kube-scheduler"); err != nil {
+		return c.componentErr(err)
+	}
+	// Pods in a namespace can only be created once its default ServiceAccount exists.
+	if err := c.waitServiceAccount(ctx, metav1.NamespaceDefault); err != nil {
+		return c.componentErr(err)
+	}
+
+	nodes := cfg.Nodes
+	if nodes == nil {
+		nodes = DefaultNodes()
+	}
+	if err := c.AddNodes(ctx, nodes...); err != nil {
+		return c.componentErr(err)
+	}
+	fmt.Fprintf(c.log, "Cluster ready: %d nodes, KUBECONFIG=%s\n", len(nodes), c.KubeconfigPath)
+	return nil
+}
+
+func (c *Cluster) run(name string, args []string, logDir string) error {
+	p, err := startProcess(name, c.Binaries.Path(name), args, logDir)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	return nil
+}
+
+// StopComponent stops one component ("etcd", "kube-apiserver", "kube-controller-manager",
+// "kube-scheduler" or "kwok") the way its pod is stopped (SIGTERM, SIGKILL after a grace period),
+// for tests of what outlives it; Healthy does not count its exit. StartComponent starts it again.
+func (c *Cluster) StopComponent(name string) error {
+	p, _, err := c.component(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if p.stopped {
+		c.mu.Unlock()
+		return fmt.Errorf("%s is already stopped", name)
+	}
+	p.stopped = true
+	c.mu.Unlock()
+	p.stop(30 * time.Second)
+	return nil
+}
+
+// StartComponent starts a component stopped by StopComponent again with the same arguments: the
+// same ports, certificates and data folder. For etcd and the API server it returns once the API
+// server (if running) answers /readyz again; the other components are not waited for.
+func (c *Cluster) StartComponent(ctx context.Context, name string) error {
+	old, i, err := c.component(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if !old.stopped {
+		c.mu.Unlock()
+		return fmt.Errorf("%s is running; stop it first", name)
+	}
+	p, err := old.restart()
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	c.procs[i] = p
+	err = writePIDs(c.Dir, c.procs)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if name == "etcd" {
+		if err := waitHTTP(ctx, c.etcdURL+"/health", nil, "etcd"); err != nil {
+			return c.componentErr(err)
+		}
+		if api, _, err := c.component("kube-apiserver"); err != nil || c.isStopped(api) {
+			return err
+		}
+	}
+	if name == "etcd" || name == "kube-apiserver" {
+		return c.componentErr(c.waitAPIServer(ctx))
+	}
+	return nil
+}
+
+func (c *Cluster) isStopped(p *process) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return p.stopped
+}
+
+// component returns the process of the named component and its index in c.procs.
+func (c *Cluster) component(name string) (*process, int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range c.procs {
+		if p.name == name {
+			return p, i, nil
+		}
+	}
+	return nil, 0, fmt.Errorf("the cluster runs no component %q", name)
+}
+
+// componentErr prefers "kube-apiserver exited, see its log" over the time-out it caused.
+func (c *Cluster) componentErr(err error) error {
+	if exited := c.Healthy(); exited != nil {
+		return fmt.Errorf("%w (%w)", exited, err)
+	}
+	return err
+}
+
+// Healthy returns an error naming the first component that has exited.
+func (c *Cluster) Healthy() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		if err := p.exitedErr(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) writeKubeconfig(server string, pki *pkiFiles) error {
+	c.KubeconfigPath = filepath.Join(c.Dir, "kubeconfig")
+	const name = "daemonguard-local"
+	kc := clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{name: {Server: server, CertificateAuthorityData: pki.CACertPEM}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{name: {ClientCertificateData: pki.AdminCertPEM, ClientKeyData: pki.AdminKeyPEM}},
+		Contexts:       map[string]*clientcmdapi.Context{name: {Cluster: name, AuthInfo: name, Namespace: metav1.NamespaceDefault}},
+		CurrentContext: name,
+	}
+	if err := clientcmd.WriteToFile(kc, c.KubeconfigPath); err != nil {
+		return fmt.Errorf("write kubeconfig: %w", err)
+	}
+	restCfg, err := clientcmd.NewNonInteractiveClientConfig(kc, name, nil, nil).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("build client config: %w", err)
+	}
+	restCfg.QPS, restCfg.Burst = 500, 1000
+	c.RESTConfig = restCfg
+	c.Client, err = kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("build client: %w", err)
+	}
+	return nil
+}
+
+func (c *Cluster) writeKwokConfig(extra []byte, podReadyDelay time.Duration) (string, error) {
+	var buf bytes.Buffer
+	// Leases keep 1,000 fake nodes alive with a fraction of the status writes; the pod CIDR is wide
+	// enough that fake pod IPs never run out at benchmark scale.
+	buf.WriteString(`apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  cidr: 10.128.0.1/12
+  nodeLeaseDurationSeconds: 40
+  nodeLeaseParallelism: 8
+  nodePlayStageParallelism: 8
+  podPlayStageParallelism: 8
+`)
+	entries, err := kwokStages.ReadDir("kwokstages")
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		data, err := kwokStages.ReadFile("kwokstages/" + e.Name())
+		if err != nil {
+			return "", err
+		}
+		if e.Name() == "pod-ready.yaml" && podReadyDelay > 0 {
+			data = bytes.Replace(data, []byte("    kind: Pod\n  selector:"),
+				[]byte(fmt.Sprintf("    kind: Pod\n  delay:\n    durationMilliseconds: %d\n  selector:", podReadyDelay.Milliseconds())), 1)
+		}
+		buf.WriteString("---\n")
+		buf.Write(data)
+	}
+	if len(extra) > 0 {
+		buf.WriteString("\n---\n")
+		buf.Write(extra)
+	}
+	path := filepath.Join(c.Dir, "kwok.yaml")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return "", fmt.Errorf("write kwok config: %w", err)
+	}
+	return path, nil
+}
+
+const pollInterval = 100 * time.Millisecond
+
+func waitHTTP(ctx context.Context, url string, tlsConfig *tls.Config, what string) error {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	var last error
+	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			last = fmt.Errorf("%s answered %s", url, resp.Status)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for %s to be healthy: %w (last: %v)", what, err, last)
+	}
+	return nil
+}
+
+func (c *Cluster) waitAPIServer(ctx context.Context) error {
+	var last error
+	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+		if err := c.Healthy(); err != nil {
+			return false, err
+		}
+		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Raw()
+		if err != nil {
+			last = fmt.Errorf("%w: %s", err, body)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for kube-apiserver /readyz: %w (last: %v)", err, last)
+	}
+	return nil
+}
+
+func (c *Cluster) waitServiceAccount(ctx context.Context, namespace string) error {
+	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().ServiceAccounts(namespace).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for the default ServiceAccount in %s (kube-controller-manager): %w", namespace, err)
+	}
+	return nil
+}
+
+// CreateNamespace creates a namespace and waits until pods can be created in it.
+func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
+	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return c.waitServiceAccount(ctx, name)
+}
+
+// AddNodes creates fake nodes for kwok to manage and waits until each is Ready with the
+// node-lifecycle not-ready taint lifted, i.e. until the DaemonSet controller would place pods on it.
+func (c *Cluster) AddNodes(ctx context.Context, nodes ...Node) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	const workers = 16
+	errs := make(chan error, len(nodes))
+	work := make(chan Node)
+	var wg sync.WaitGroup
+	for range min(workers, len(nodes)) {
+		wg.Go(func() {
+			for n := range work {
+				errs <- c.createNode(ctx, n)
+			}
+		})
+	}
+	for _, n := range nodes {
+		work <- n
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	if err := errors.Join(all...); err != nil {
+		return err
+	}
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.Name
+	}
+	return c.WaitNodesSchedulable(ctx, names...)
+}
+
+func (c *Cluster) createNode(ctx context.Context, n Node) error {
+	labels := map[string]string{
+		HostnameLabel:        n.Name,
+		"kubernetes.io/os":   "linux",
+		"kubernetes.io/arch": "amd64",
+		"type":               "kwok",
+	}
+	for k, v := range n.Labels {
+		labels[k] = v
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        n.Name,
+			Labels:      labels,
+			Annotations: map[string]string{KwokNodeAnnotation: "fake"},
+		},
+		Spec: corev1.NodeSpec{Taints: n.Taints},
+	}
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// WaitNodesSchedulable waits until the named nodes are Ready and carry none of the taints the
+// node lifecycle controller puts on nodes it has not yet seen healthy.
+func (c *Cluster) WaitNodesSchedulable(ctx context.Context, names ...string) error {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var pending []string
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if err := c.Healthy(); err != nil {
+			return false, err
+		}
+		list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pending = pending[:0]
+		seen := 0
+		for i := range list.Items {
+			n := &list.Items[i]
+			if !want[n.Name] {
+				continue
+			}
+			seen++
+			if !nodeSchedulable(n) {
+				pending = append(pending, n.Name)
+			}
+		}
+		return seen == len(want) && len(pending) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for %d nodes to be Ready (still waiting for %s): %w", len(want), summarize(pending), err)
+	}
+	return nil
+}
+
+func nodeSchedulable(n *corev1.Node) bool {
+	ready := false
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+			ready = true
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			return false
+		}
+	}
+	return ready
+}
+
+func summarize(names []string) string {
+	if len(names) == 0 {
+		return "nodes not yet created"
+	}
+	if len(names) > 5 {
+		return strings.Join(names[:5], ", ") + fmt.Sprintf(" and %d more", len(names)-5)
+	}
+	return strings.Join(names, ", ")
+}
+
+// DeleteNode deletes a node the way a cloud provider does when an instance goes away.
+func (c *Cluster) DeleteNode(ctx context.Context, name string) error {
+	if err := c.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete node %s: %w", name, err)
+	}
+	return nil
+}
+
+// Stop terminates every component and removes the cluster folder. It is safe to call more than once.
+func (c *Cluster) Stop() {
+	c.stopOnce.Do(func() { c.stop(true) })
+}
+
+// StopKeepLogs terminates every component but keeps the folder for post-mortem reading.
+func (c *Cluster) StopKeepLogs() {
+	c.stopOnce.Do(func() { c.stop(false) })
+}
+
+func (c *Cluster) stop(removeDir bool) {
+	c.mu.Lock()
+	procs := c.procs
+	c.mu.Unlock()
+	// Reverse start order: clients of the apiserver first, etcd last, so nobody logs a storm of
+	// connection errors on the way down.
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].stop(5 * time.Second)
+	}
+	if removeDir {
+		_ = os.RemoveAll(c.Dir)
+	} else {
+		_ = os.Remove(filepath.Join(c.Dir, pidFileName))
+	}
+}
+
+// Env returns the environment that points kubectl, helm and client-go at this cluster.
+func (c *Cluster) Env() []string {
+	return append(os.Environ(), "KUBECONFIG="+c.KubeconfigPath)
+}
+
+// PIDs returns the process ids of the running components, for tests that prove nothing survives.
+func (c *Cluster) PIDs() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pids := make([]int, 0, len(c.procs))
+	for _, p := range c.procs {
+		pids = append(pids, p.cmd.Process.Pid)
+	}
+	return pids
+}
