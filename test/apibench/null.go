@@ -2,11 +2,10 @@ package apibench
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
 	"fmt"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -14,6 +13,7 @@ import (
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/loadgen"
 	"github.com/daemonguard/daemonguard/test/localcluster"
+	"github.com/daemonguard/daemonguard/test/webhookreg"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -36,54 +36,29 @@ func startNullWebhook(ctx context.Context, c *localcluster.Cluster, client kuber
 		srv.Register(path, null)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	go func() { _ = srv.Start(runCtx) }()
-	mutating, validating := webhook.Configurations(webhook.ConfigurationOptions{
-		Name: nullConfiguration, URL: fmt.Sprintf("https://127.0.0.1:%d", port), CABundle: caBundle, Namespace: harness.WebhookNamespace,
-	})
-	adm := client.AdmissionregistrationV1()
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(runCtx) }()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caBundle)
+	opts := webhook.ConfigurationOptions{Name: nullConfiguration, URL: "https://" + addr, CABundle: caBundle, Namespace: harness.WebhookNamespace}
 	unregister := func() error {
-		_ = adm.MutatingWebhookConfigurations().Delete(ctx, nullConfiguration, metav1.DeleteOptions{})
-		_ = adm.ValidatingWebhookConfigurations().Delete(ctx, nullConfiguration, metav1.DeleteOptions{})
-		err := waitCalled(ctx, client, false)
-		cancel()
-		return err
+		defer cancel()
+		if err := webhookreg.Unregister(ctx, client, nullConfiguration); err != nil {
+			return err
+		}
+		return webhookreg.WaitCalled(ctx, client, opts, false)
 	}
-	if _, err := adm.MutatingWebhookConfigurations().Create(ctx, mutating, metav1.CreateOptions{}); err != nil {
+	if err := webhookreg.WaitTLS(ctx, addr, pool, done); err != nil {
+		cancel()
+		return nil, fmt.Errorf("start the null webhook: %w", err)
+	}
+	if err := webhookreg.Register(ctx, client, opts); err != nil {
 		cancel()
 		return nil, fmt.Errorf("register the null webhook: %w", err)
 	}
-	if _, err := adm.ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
-		_ = unregister()
-		return nil, fmt.Errorf("register the null webhook: %w", err)
-	}
-	if err := waitCalled(ctx, client, true); err != nil {
-		_ = unregister()
-		return nil, err
+	if err := webhookreg.WaitCalled(ctx, client, opts, true); err != nil {
+		return nil, errors.Join(err, unregister())
 	}
 	return unregister, nil
-}
-
-// waitCalled waits until a server-side dry-run create makes the API server call the DaemonSet
-// mutating webhook (called is true), or no longer call it (false), as its metrics count.
-func waitCalled(ctx context.Context, client kubernetes.Interface, called bool) error {
-	name := "daemonsets.mutate.daemonguard.io"
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		before, err := scrape(ctx, client)
-		if err != nil {
-			return false, err
-		}
-		if _, err := client.AppsV1().DaemonSets(metav1.NamespaceDefault).Create(ctx, agent("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-			return false, nil
-		}
-		after, err := scrape(ctx, client)
-		if err != nil {
-			return false, err
-		}
-		key := webhookKey{webhook: name, operation: "CREATE"}
-		return (after[key].count > before[key].count) == called, nil
-	})
-	if err != nil {
-		return fmt.Errorf("wait until the API server calls the webhook (%v): %w", called, err)
-	}
-	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/test/loadgen/fixture"
+	"github.com/daemonguard/daemonguard/test/webhookreg"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -217,7 +217,7 @@ func startServer(ctx, runCtx context.Context, name string, cert tls.Certificate,
 		srv.Register(StatsPath, statsHandler{})
 		t := &Target{Name: name, URL: "https://127.0.0.1:" + strconv.Itoa(port), WantPatch: wantPatch(name), done: make(chan error, 1)}
 		go func() { t.done <- srv.Start(runCtx) }()
-		if lastErr = waitTLS(ctx, t, pool); lastErr == nil {
+		if lastErr = webhookreg.WaitTLS(ctx, t.URL[len("https://"):], pool, t.done); lastErr == nil {
 			return t, nil
 		}
 	}
@@ -230,28 +230,6 @@ func labelled(name string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pprof.Do(r.Context(), labels, func(ctx context.Context) { h.ServeHTTP(w, r.WithContext(ctx)) })
 	})
-}
-
-func waitTLS(ctx context.Context, t *Target, pool *x509.CertPool) error {
-	deadline := time.Now().Add(10 * time.Second)
-	addr := t.URL[len("https://"):]
-	for {
-		select {
-		case err := <-t.done:
-			t.done <- err
-			return fmt.Errorf("server exited: %w", err)
-		default:
-		}
-		d := tls.Dialer{Config: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}
-		conn, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			return conn.Close()
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return errors.Join(err, ctx.Err())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func freePort() (int, error) {

@@ -21,6 +21,7 @@ import (
 	"github.com/daemonguard/daemonguard/controller/rollout"
 	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
+	"github.com/daemonguard/daemonguard/test/webhookreg"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -81,14 +82,16 @@ With --webhook=false only the rollout controller runs, against any cluster.`,
 					// every DaemonSet write once this process is gone.
 					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 					defer cancel()
-					if err := unregister(ctx, client); err != nil {
+					if err := webhookreg.Unregister(ctx, client, runName); err != nil {
 						fmt.Fprintf(cmd.ErrOrStderr(), "error: %v; delete them with: kubectl delete mutatingwebhookconfiguration,validatingwebhookconfiguration %s\n", err, runName)
 						return
 					}
 					fmt.Fprintf(cmd.ErrOrStderr(), "Removed the webhook configurations %q.\n", runName)
 				}()
 				// Registered after the cleanup is deferred: a failure halfway leaves nothing behind.
-				if err := register(ctx, client, url, namespace); err != nil {
+				// Any configurations left by a killed run are replaced; the webhook's self-managed
+				// TLS fills in the CA bundle.
+				if err := webhookreg.Register(ctx, client, webhook.ConfigurationOptions{Name: runName, URL: url, Namespace: namespace}); err != nil {
 					return err
 				}
 				running++
@@ -133,32 +136,4 @@ With --webhook=false only the rollout controller runs, against any cluster.`,
 	f.IntVar(&port, "port", 9443, "loopback port the webhook serves on")
 	f.BoolVar(&withWebhook, "webhook", true, "run and register the webhook (needs an API server that reaches 127.0.0.1)")
 	return cmd
-}
-
-// register writes the webhook configurations in URL mode, replacing any left by a killed run; the
-// webhook's self-managed TLS fills in their CA bundle.
-func register(ctx context.Context, client kubernetes.Interface, url, namespace string) error {
-	if err := unregister(ctx, client); err != nil {
-		return err
-	}
-	mutating, validating := webhook.Configurations(webhook.ConfigurationOptions{Name: runName, URL: url, Namespace: namespace})
-	adm := client.AdmissionregistrationV1()
-	if _, err := adm.MutatingWebhookConfigurations().Create(ctx, mutating, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("register mutating webhook: %w", err)
-	}
-	if _, err := adm.ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("register validating webhook: %w", err)
-	}
-	return nil
-}
-
-func unregister(ctx context.Context, client kubernetes.Interface) error {
-	adm := client.AdmissionregistrationV1()
-	if err := adm.MutatingWebhookConfigurations().Delete(ctx, runName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("unregister mutating webhook: %w", err)
-	}
-	if err := adm.ValidatingWebhookConfigurations().Delete(ctx, runName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("unregister validating webhook: %w", err)
-	}
-	return nil
 }
