@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/localcluster"
+	"github.com/daemonguard/daemonguard/test/webhookreg"
 )
 
 // The chart's URL mode runs daemonguard outside the cluster: what follows plays the kubelet for
@@ -171,20 +171,11 @@ func MountSecret(t testing.TB, c *localcluster.Cluster, ns, name, dir string) {
 // FreePort returns a loopback port free right now.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	port, err := freePort()
+	port, err := webhookreg.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return port
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // ServingEndpoint prepares a webhook server on loopback: a serving certificate for 127.0.0.1
@@ -195,6 +186,6 @@ func ServingEndpoint(c *localcluster.Cluster, name string) (certDir string, caBu
 	if caBundle, err = c.WriteServingCert(certDir); err != nil {
 		return "", nil, 0, err
 	}
-	port, err = freePort()
+	port, err = webhookreg.FreePort()
 	return certDir, caBundle, port, err
 }

@@ -198,7 +198,7 @@ func wantPatch(name string) func(*fixture.Case) bool {
 func startServer(ctx, runCtx context.Context, name string, cert tls.Certificate, pool *x509.CertPool, labels bool, hooks map[string]http.Handler) (*Target, error) {
 	var lastErr error
 	for range 5 { // the free port can be taken between probing and listening; try another
-		port, err := freePort()
+		port, err := webhookreg.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -230,15 +230,6 @@ func labelled(name string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pprof.Do(r.Context(), labels, func(ctx context.Context) { h.ServeHTTP(w, r.WithContext(ctx)) })
 	})
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // SelfSignedCert returns a fresh ECDSA P-256 certificate for 127.0.0.1, valid for a day, and a

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"time"
 
@@ -58,6 +59,17 @@ func Unregister(ctx context.Context, client kubernetes.Interface, name string) e
 		return fmt.Errorf("unregister validating webhook %s: %w", name, err)
 	}
 	return nil
+}
+
+// FreePort returns a loopback port free right now, for a webhook server to listen on. Another
+// process may take it before the server listens, which the server then fails on.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free loopback port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // WaitTLS waits up to a minute until the server at addr (host:port on 127.0.0.1) completes a TLS
