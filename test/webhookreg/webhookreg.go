@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -121,14 +122,16 @@ func WaitCalled(ctx context.Context, client kubernetes.Interface, opts webhook.C
 			return false, nil
 		}
 		done := true
+		var seen []string
 		for _, name := range names {
 			answered := after[name].answered > before[name].answered
 			anyCall := after[name].total > before[name].total
 			if (called && !answered) || (!called && anyCall) {
 				done = false
 			}
+			seen = append(seen, fmt.Sprintf("%s called %v, answered %v", name, anyCall, answered))
 		}
-		last = fmt.Sprintf("calls before %v, after %v, dry-run create: %v", before, after, createErr)
+		last = fmt.Sprintf("%s; dry-run create: %v", strings.Join(seen, ", "), createErr)
 		return done, nil
 	})
 	switch {
