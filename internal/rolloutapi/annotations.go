@@ -101,9 +101,15 @@ const (
 )
 
 // IsManaged tells whether daemonguard's rollout controller rolls the DaemonSet out: it opts in
-// with the annotation and uses the OnDelete strategy (with RollingUpdate the built-in controller
-// rolls the pods itself).
+// (IsOptedIn) and uses the OnDelete strategy (with RollingUpdate the built-in controller rolls the
+// pods itself). The policies' lib.rollout_managed is the same rule in Rego; a test holds the two
+// together.
 func IsManaged(ds *appsv1.DaemonSet) bool {
-	return ds.Annotations[AnnotationRollout] == RolloutManaged &&
-		ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
+	return IsOptedIn(ds) && ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
+}
+
+// IsOptedIn tells whether the DaemonSet carries AnnotationRollout: RolloutManaged, whatever its
+// strategy: opted in but not managed, it is a misconfiguration the CLI and the policies name.
+func IsOptedIn(ds *appsv1.DaemonSet) bool {
+	return ds.Annotations[AnnotationRollout] == RolloutManaged
 }
