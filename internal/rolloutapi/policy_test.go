@@ -16,7 +16,7 @@ import (
 
 // builtinQuery prepares query over the built-in policies with their default parameters, as the
 // webhook compiles them.
-func builtinQuery(t *testing.T, query string) rego.PreparedEvalQuery {
+func builtinQuery(t testing.TB, query string) rego.PreparedEvalQuery {
 	t.Helper()
 	modules, params, err := policy.Builtin()
 	if err != nil {
@@ -38,7 +38,7 @@ func builtinQuery(t *testing.T, query string) rego.PreparedEvalQuery {
 }
 
 // review is the input document the policies see for ds, decoded from JSON as the webhook does.
-func review(t *testing.T, ds *appsv1.DaemonSet) map[string]any {
+func review(t testing.TB, ds *appsv1.DaemonSet) map[string]any {
 	t.Helper()
 	raw, err := json.Marshal(ds)
 	if err != nil {
