@@ -239,7 +239,7 @@ func (p *planner) complete() Plan {
 	p.status.Step.Index = len(p.in.Settings.Steps)
 	p.status.FailedRevision = ""
 	msg := fmt.Sprintf("%d of %d nodes run revision %s", p.plan.Updated, p.plan.Desired, p.in.TargetRevision)
-	return p.finish(rolloutapi.PhaseComplete, "RolloutComplete", msg+skippedNote(p.plan.Skipped))
+	return p.finish(rolloutapi.PhaseComplete, rolloutapi.ReasonComplete, msg+skippedNote(p.plan.Skipped))
 }
 
 // failed halts the rollout when a new pod fails, or keeps it halted when an earlier reconcile
@@ -314,17 +314,17 @@ func (p *planner) paused() (Plan, bool) {
 	switch {
 	case p.in.Settings.Paused:
 		p.status.Progress = p.in.Now
-		return p.finish(rolloutapi.PhasePaused, "PausedByAnnotation", fmt.Sprintf("step %s: paused by %s=true; %s; resume with: daemonguard rollout resume %s",
+		return p.finish(rolloutapi.PhasePaused, rolloutapi.ReasonPausedByAnnotation, fmt.Sprintf("step %s: paused by %s=true; %s; resume with: daemonguard rollout resume %s",
 			p.stepLabel(idx), rolloutapi.AnnotationPaused, counts, p.dsArg())), true
 	case st.Kind == rolloutapi.StepTimedPause:
 		p.status.Progress = p.in.Now
 		remaining := p.status.StepStarted.Add(st.Duration).Sub(p.in.Now)
 		p.plan.RequeueAfter = remaining
 		shown := (remaining + time.Second - 1).Truncate(time.Second)
-		return p.finish(rolloutapi.PhasePaused, "TimedPause", fmt.Sprintf("step %s: waiting %s more; %s", p.stepLabel(idx), shown, counts)), true
+		return p.finish(rolloutapi.PhasePaused, rolloutapi.ReasonTimedPause, fmt.Sprintf("step %s: waiting %s more; %s", p.stepLabel(idx), shown, counts)), true
 	case st.Kind == rolloutapi.StepPause:
 		p.status.Progress = p.in.Now
-		return p.finish(rolloutapi.PhasePaused, "PausedAtStep", fmt.Sprintf("step %s: paused until %s changes; %s; resume with: daemonguard rollout resume %s",
+		return p.finish(rolloutapi.PhasePaused, rolloutapi.ReasonPausedAtStep, fmt.Sprintf("step %s: paused until %s changes; %s; resume with: daemonguard rollout resume %s",
 			p.stepLabel(idx), rolloutapi.AnnotationResume, counts, p.dsArg())), true
 	}
 	return Plan{}, false
@@ -392,7 +392,7 @@ func (p *planner) replace() Plan {
 	if len(next) > 0 {
 		msg += "; next: " + strings.Join(next, ", ")
 	}
-	return p.finish(rolloutapi.PhaseProgressing, "RolloutProgressing", msg+skippedNote(p.plan.Skipped))
+	return p.finish(rolloutapi.PhaseProgressing, rolloutapi.ReasonProgressing, msg+skippedNote(p.plan.Skipped))
 }
 
 // deleteOld plans the deletion of every old pod of v's node, which then moves to the new revision.
@@ -551,13 +551,13 @@ func nodeIssue(v nodeView) string {
 func rolloutEvent(phase rolloutapi.Phase, reason, msg string) Event {
 	switch phase {
 	case rolloutapi.PhaseFailed:
-		return Event{Type: corev1.EventTypeWarning, Reason: "RolloutFailed", Note: reason + ": " + msg, FailureReason: reason}
+		return Event{Type: corev1.EventTypeWarning, Reason: rolloutapi.EventFailed, Note: reason + ": " + msg, FailureReason: reason}
 	case rolloutapi.PhaseComplete:
-		return Event{Type: corev1.EventTypeNormal, Reason: "RolloutComplete", Note: msg}
+		return Event{Type: corev1.EventTypeNormal, Reason: rolloutapi.EventComplete, Note: msg}
 	case rolloutapi.PhasePaused:
-		return Event{Type: corev1.EventTypeNormal, Reason: "RolloutPaused", Note: msg}
+		return Event{Type: corev1.EventTypeNormal, Reason: rolloutapi.EventPaused, Note: msg}
 	}
-	return Event{Type: corev1.EventTypeNormal, Reason: "RolloutProgressing", Note: msg}
+	return Event{Type: corev1.EventTypeNormal, Reason: rolloutapi.EventProgressing, Note: msg}
 }
 
 func skippedNote(skipped []string) string {

@@ -84,3 +84,25 @@ func TestRegoManagedIsIsManaged(t *testing.T) {
 		}
 	}
 }
+
+// The rollout_annotations policy checks every setting the controller reads: a key it did not
+// know would be denied as a typo, and one it knew under another spelling would go unchecked.
+func TestPolicyKnowsEveryRolloutSetting(t *testing.T) {
+	q := builtinQuery(t, "data.daemonguard.policies.rollout_annotations.known")
+	rs, err := q.Eval(context.Background(), rego.EvalInput(review(t, &appsv1.DaemonSet{})))
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("known: %v %v", rs, err)
+	}
+	known, ok := rs[0].Expressions[0].Value.(map[string]any)
+	if !ok {
+		t.Fatalf("known is %T, want an object", rs[0].Expressions[0].Value)
+	}
+	for _, key := range []string{
+		rolloutapi.AnnotationRollout, rolloutapi.AnnotationMaxUnavailable, rolloutapi.AnnotationSteps, rolloutapi.AnnotationPaused,
+		rolloutapi.AnnotationResume, rolloutapi.AnnotationProgressDeadline, rolloutapi.AnnotationTopologyKey,
+	} {
+		if _, ok := known[key]; !ok {
+			t.Errorf("rollout_annotations does not know %s", key)
+		}
+	}
+}
