@@ -1,8 +1,8 @@
 -- daemonguard health check for apps/DaemonSet (argocd-cm key
 -- resource.customizations.health.apps_DaemonSet).
 --
--- DaemonSets managed by daemonguard (annotation daemonguard.io/rollout: managed) report the
--- rollout condition daemonguard's controller sets in status.conditions: Failed -> Degraded,
+-- DaemonSets managed by daemonguard (annotation daemonguard.io/rollout: managed on an OnDelete
+-- DaemonSet, rolloutapi.IsManaged in Go) report the rollout condition daemonguard's controller sets in status.conditions: Failed -> Degraded,
 -- Paused -> Suspended, Progressing -> Progressing, Complete -> Healthy once every pod is updated
 -- and available. Every other DaemonSet gets Argo CD's built-in DaemonSet health logic.
 --
@@ -10,10 +10,16 @@
 -- only uses base functions (type, tostring, tonumber, ipairs, pcall) and never raises an error,
 -- whatever shape the object has.
 
+-- The rollout vocabulary, spelled as internal/rolloutapi spells it (a Go test compares them).
 local MANAGED_ANNOTATION = "daemonguard.io/rollout"
 local MANAGED_VALUE = "managed"
+local MANAGED_STRATEGY = "OnDelete"
 local STEP_ANNOTATION = "status.daemonguard.io/step"
 local UPDATED_ANNOTATION = "status.daemonguard.io/updated"
+local CONDITION_PROGRESSING = "Progressing"
+local CONDITION_PAUSED = "Paused"
+local CONDITION_FAILED = "Failed"
+local CONDITION_COMPLETE = "Complete"
 
 -- field returns t[key] when t is a table, nil otherwise.
 local function field(t, key)
@@ -83,7 +89,7 @@ local function rolloutConditions(status)
   for _, c in ipairs(conditions) do
     if type(c) == "table" and isTrue(c.status) then
       local ctype = str(c.type)
-      if (ctype == "Failed" or ctype == "Paused" or ctype == "Progressing" or ctype == "Complete") and found[ctype] == nil then
+      if (ctype == CONDITION_FAILED or ctype == CONDITION_PAUSED or ctype == CONDITION_PROGRESSING or ctype == CONDITION_COMPLETE) and found[ctype] == nil then
         found[ctype] = c
         any = true
       end
@@ -103,7 +109,7 @@ local function first(a, b, c)
   return c
 end
 
-local function daemonguard(metadata, spec, status, annotations)
+local function daemonguard(metadata, status, annotations)
   local generation = num(field(metadata, "generation"))
   if type(status) ~= "table" or generation > num(status.observedGeneration) then
     if generation > 0 then
@@ -114,17 +120,11 @@ local function daemonguard(metadata, spec, status, annotations)
 
   local found, any = rolloutConditions(status)
   if not any then
-    -- daemonguard only rolls out OnDelete DaemonSets (the admission policy on_delete_managed
-    -- denies the annotation with any other strategy); if one slipped through, e.g. from an exempt
-    -- namespace, the built-in controller rolls it and its own logic tells the truth.
-    if str(field(field(spec, "updateStrategy"), "type")) ~= "OnDelete" then
-      return builtin(metadata, spec, status)
-    end
     return "Progressing", "Waiting for daemonguard's rollout controller"
   end
 
   -- Exactly one of these is True at a time; should several be, the most severe wins.
-  local c = found.Failed
+  local c = found[CONDITION_FAILED]
   if c ~= nil then
     local reason, message = str(c.reason), str(c.message)
     if reason ~= "" and message ~= "" then
@@ -133,7 +133,7 @@ local function daemonguard(metadata, spec, status, annotations)
     return "Degraded", first(reason, message, "Rollout failed")
   end
 
-  c = found.Paused
+  c = found[CONDITION_PAUSED]
   if c ~= nil then
     return "Suspended", first(str(c.message), str(c.reason), "Rollout paused")
   end
@@ -141,7 +141,7 @@ local function daemonguard(metadata, spec, status, annotations)
   -- The controller writes its status annotations and its conditions in two writes, so they can
   -- disagree for a moment: a message is taken from one source. The condition's message names the
   -- step and the counts; the annotations are the fallback when it has none.
-  c = found.Progressing
+  c = found[CONDITION_PROGRESSING]
   if c ~= nil then
     local message = str(c.message)
     if message ~= "" then
@@ -155,7 +155,7 @@ local function daemonguard(metadata, spec, status, annotations)
     return "Progressing", first(str(c.reason), "Rollout in progress", "")
   end
 
-  c = found.Complete
+  c = found[CONDITION_COMPLETE]
   local desired = num(status.desiredNumberScheduled)
   local updated = num(status.updatedNumberScheduled)
   local available = num(status.numberAvailable)
@@ -173,8 +173,12 @@ local function health(o)
   local spec = field(o, "spec")
   local status = field(o, "status")
   local annotations = field(metadata, "annotations")
-  if str(field(annotations, MANAGED_ANNOTATION)) == MANAGED_VALUE then
-    return daemonguard(metadata, spec, status, annotations)
+  -- Managed means opted in on an OnDelete DaemonSet. With any other strategy (admission denies
+  -- it, but an exempt namespace may hold one) the built-in controller rolls the pods, daemonguard
+  -- does not, and any condition it wrote before is stale: the built-in assessment tells the truth.
+  local strategy = str(field(field(spec, "updateStrategy"), "type"))
+  if str(field(annotations, MANAGED_ANNOTATION)) == MANAGED_VALUE and strategy == MANAGED_STRATEGY then
+    return daemonguard(metadata, status, annotations)
   end
   return builtin(metadata, spec, status)
 end

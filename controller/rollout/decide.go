@@ -8,20 +8,32 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
-// Facts is what one reconcile of a managed DaemonSet knows, gathered in one step.
+// Facts is what one reconcile of a managed DaemonSet read, in one step: plain data, no client.
 type Facts struct {
 	Now time.Time // the reconcile's one reading of the clock
-	// SettingsErr is set when the settings annotations do not parse; nothing more is gathered.
+	// DaemonSet is as read: its annotations and conditions are the last report.
+	DaemonSet *appsv1.DaemonSet
+	Settings  rolloutapi.Settings
+	// SettingsErr is set when the settings annotations do not parse; nothing more is read.
 	SettingsErr error
-	// Input is the planner's input; nil while the current template's revision is unknown.
-	Input *Input
-	// Annotations and Conditions are as the DaemonSet shows them: the last report.
-	Annotations map[string]string
-	Conditions  []appsv1.DaemonSetCondition
+	// Status is the status annotations decoded; a malformed value is left out, and the rollout
+	// resumes as if it had not been written.
+	Status rolloutapi.Status
+	// TargetRevision is the controller-revision-hash of the current template; "" while unknown,
+	// and then Pods and Nodes are not read.
+	TargetRevision string
+	// Pods are the DaemonSet's pods and Nodes every node, shared with the cache: read only.
+	Pods  []*corev1.Pod
+	Nodes []*corev1.Node
+	// Deleted holds the pods this process deleted, and when, until the cache shows them
+	// terminating or gone: they count as terminating even while the cache lags.
+	Deleted map[types.UID]time.Time
 	// LastReport is when this process last reported the DaemonSet's progress; zero if never.
 	LastReport time.Time
 }
@@ -51,7 +63,8 @@ const reportInterval = time.Second
 // the DaemonSet controller creates it within moments of observing a new generation.
 const revisionPending = time.Second
 
-// Decide turns the facts of one reconcile into its writes.
+// Decide turns the facts of one reconcile into its writes: it classifies the nodes and pods
+// (plannerInput), plans (BuildPlan) and decides what of the plan to report now.
 //
 // Invariants:
 //   - Settings that do not parse set the Failed condition (InvalidSettings, with a message that
@@ -66,31 +79,33 @@ const revisionPending = time.Second
 //     reportInterval to flush it.
 //   - Annotations and conditions are written only where they differ from the DaemonSet's.
 func Decide(f Facts) Decision {
+	annotations, conditions := f.DaemonSet.Annotations, f.DaemonSet.Status.Conditions
 	if f.SettingsErr != nil {
 		// Admitted while the webhook was bypassed: report, do nothing until it is fixed.
-		return Decision{Conditions: rolloutConditions(f.Conditions, rolloutapi.PhaseFailed, rolloutapi.ReasonInvalidSettings, InvalidSettingsMessage(f.SettingsErr), f.Now)}
+		return Decision{Conditions: rolloutConditions(conditions, rolloutapi.PhaseFailed, rolloutapi.ReasonInvalidSettings, InvalidSettingsMessage(f.SettingsErr), f.Now)}
 	}
-	if f.Input == nil {
+	if f.TargetRevision == "" {
 		return Decision{RequeueAfter: revisionPending}
 	}
-	plan := BuildPlan(*f.Input)
+	in := plannerInput(f)
+	plan := BuildPlan(in)
 	d := Decision{Plan: &plan}
 
-	previous := activeCondition(f.Conditions)
+	previous := activeCondition(conditions)
 	transition := previous == nil || string(previous.Type) != string(plan.Phase) || previous.Reason != plan.Reason ||
-		f.Annotations[rolloutapi.StatusStep] != plan.Step.String() || f.Annotations[rolloutapi.StatusRevision] != plan.State.Revision
+		annotations[rolloutapi.StatusStep] != plan.Status.Step.String() || annotations[rolloutapi.StatusRevision] != plan.Status.Revision
 	if !transition && f.Now.Sub(f.LastReport) < reportInterval {
 		d.RequeueAfter = reportInterval
 		return d
 	}
 	d.Reported = true
-	d.Annotations = rolloutapi.StatusChanges(f.Annotations, reportedStatus(plan))
-	d.Conditions = rolloutConditions(f.Conditions, plan.Phase, plan.Reason, plan.Message, f.Now)
+	d.Annotations = rolloutapi.StatusChanges(annotations, plan.Status)
+	d.Conditions = rolloutConditions(conditions, plan.Phase, plan.Reason, plan.Message, f.Now)
 	if transition {
 		d.Event = &plan.Event
 	}
 	d.RequeueAfter = plan.RequeueAfter
-	if minReady := time.Duration(f.Input.MinReadySeconds) * time.Second; plan.Phase == rolloutapi.PhaseProgressing && minReady > 0 &&
+	if minReady := time.Duration(in.MinReadySeconds) * time.Second; plan.Phase == rolloutapi.PhaseProgressing && minReady > 0 &&
 		(d.RequeueAfter == 0 || minReady < d.RequeueAfter) {
 		// A new pod becomes available MinReadySeconds after it is Ready, with no event to say so.
 		d.RequeueAfter = minReady
@@ -98,19 +113,11 @@ func Decide(f Facts) Decision {
 	return d
 }
 
-// reportedStatus is the plan's state and report as the status annotations hold them.
-func reportedStatus(plan Plan) rolloutapi.Status {
-	st := plan.State
-	s := rolloutapi.Status{
-		Revision: st.Revision, Step: plan.Step, StepStarted: st.StepStarted, PauseToken: st.PauseToken,
-		Counts:    &rolloutapi.Counts{Updated: plan.Updated, Desired: plan.Desired},
-		NextNodes: plan.NextNodes, FailedRevision: st.FailedRevision,
-		Progress: st.Progress, ProgressUpdated: st.ProgressUpdated,
-	}
-	if len(plan.NextNodes) > 0 {
-		s.NextReason = plan.NextReason
-	}
-	return s
+// InvalidSettingsMessage is the Failed message for settings annotations that do not parse: what
+// is wrong, and what to do. Nothing is replaced until they are fixed; a new template does not
+// help.
+func InvalidSettingsMessage(err error) string {
+	return err.Error() + "; no pods are replaced until the annotation is fixed: correct it in the manifest and apply it"
 }
 
 // activeCondition is the True rollout condition of conds, nil when there is none.
@@ -164,4 +171,139 @@ func rolloutConditions(conds []appsv1.DaemonSetCondition, phase rolloutapi.Phase
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Type < out[j].Type })
 	return out
+}
+
+// failureReasons are container waiting reasons that do not fix themselves without a new template.
+var failureReasons = map[string]bool{
+	"ImagePullBackOff": true, "ErrImagePull": true, "InvalidImageName": true,
+	"CrashLoopBackOff": true, "CreateContainerConfigError": true, "CreateContainerError": true,
+}
+
+// plannerInput classifies what the reconcile read into the planner's input: the nodes the
+// DaemonSet should run on (eligible), whether each is reachable, and each pod's revision,
+// readiness and failure.
+func plannerInput(f Facts) Input {
+	ds := f.DaemonSet
+	in := Input{
+		Name: ds.Name, Namespace: ds.Namespace,
+		TargetRevision:  f.TargetRevision,
+		Settings:        f.Settings,
+		MinReadySeconds: ds.Spec.MinReadySeconds,
+		Status:          f.Status,
+		Now:             f.Now,
+	}
+	if c := activeCondition(ds.Status.Conditions); c != nil && c.Type == rolloutapi.ConditionFailed {
+		in.PreviousFailure = c.Reason
+	}
+	podsByNode := map[string][]PodState{}
+	for _, p := range f.Pods {
+		if nodeName := podNode(p); nodeName != "" {
+			podsByNode[nodeName] = append(podsByNode[nodeName], podState(p, f.Deleted))
+		}
+	}
+	matcher := nodes.NewMatcher(&ds.Spec.Template.Spec)
+	for _, n := range f.Nodes {
+		if !eligible(matcher, n) {
+			continue
+		}
+		_, cp := n.Labels["node-role.kubernetes.io/control-plane"]
+		in.Nodes = append(in.Nodes, NodeState{
+			Name: n.Name, ControlPlane: cp, Reachable: reachable(n),
+			Domain: topologyDomain(n, f.Settings.TopologyKey), Pods: podsByNode[n.Name],
+		})
+	}
+	return in
+}
+
+// podState is what the planner knows of p; a pod in deleted counts as terminating since then.
+func podState(p *corev1.Pod, deleted map[types.UID]time.Time) PodState {
+	s := PodState{Name: p.Name, UID: string(p.UID), Revision: p.Labels[revisionLabel]}
+	if p.DeletionTimestamp != nil {
+		s.Terminating, s.DeletedAt = true, p.DeletionTimestamp.Time
+	} else if at, ok := deleted[p.UID]; ok {
+		s.Terminating, s.DeletedAt = true, at
+	}
+	s.NotReadySince = p.CreationTimestamp.Time
+	for _, c := range p.Status.Conditions {
+		if c.Type != corev1.PodReady {
+			continue
+		}
+		if c.Status == corev1.ConditionTrue {
+			s.Ready, s.ReadySince, s.NotReadySince = true, c.LastTransitionTime.Time, time.Time{}
+		} else if !c.LastTransitionTime.IsZero() {
+			s.NotReadySince = c.LastTransitionTime.Time
+		}
+	}
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for i := range list {
+			if w := list[i].State.Waiting; w != nil && failureReasons[w.Reason] {
+				s.Failure = w.Reason
+			}
+		}
+	}
+	return s
+}
+
+// podNode is the node a daemon pod belongs to: its binding, or before scheduling the node its
+// required affinity pins it to.
+func podNode(p *corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return p.Spec.NodeName
+	}
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, f := range term.MatchFields {
+			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
+				return f.Values[0]
+			}
+		}
+	}
+	return ""
+}
+
+// eligible is the DaemonSet controller's "should continue running" (NodeShouldRunDaemonPod): the
+// not-ready and unreachable NoSchedule taints of the node lifecycle controller keep new daemon pods
+// off a node but not the pod it has, so such a node still belongs to the rollout. It is then
+// left out as unreachable and reported, not silently dropped.
+func eligible(m *nodes.Matcher, n *corev1.Node) bool {
+	if m.Eligible(n) {
+		return true
+	}
+	var kept []corev1.Taint
+	for _, t := range n.Spec.Taints {
+		if t.Key != corev1.TaintNodeUnreachable && t.Key != corev1.TaintNodeNotReady {
+			kept = append(kept, t)
+		}
+	}
+	if len(kept) == len(n.Spec.Taints) {
+		return false
+	}
+	healthy := *n
+	healthy.Spec.Taints = kept
+	return m.Eligible(&healthy)
+}
+
+// reachable is false when the node is not Ready or carries the unreachable or not-ready taint.
+func reachable(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady {
+			return false
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func topologyDomain(n *corev1.Node, key string) string {
+	if key == "" {
+		return ""
+	}
+	return n.Labels[key]
 }

@@ -10,7 +10,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -18,7 +20,7 @@ import (
 // and conditions.
 func shown(t *testing.T, in Input) (map[string]string, []appsv1.DaemonSetCondition) {
 	t.Helper()
-	d := Decide(Facts{Now: in.Now, Input: &in})
+	d := Decide(factsOf(in, nil, nil))
 	annotations := map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged}
 	for k, v := range d.Annotations {
 		if v != nil {
@@ -29,9 +31,9 @@ func shown(t *testing.T, in Input) (map[string]string, []appsv1.DaemonSetConditi
 }
 
 func TestDecide(t *testing.T) {
-	running := RolloutState{Revision: newRev, StepStarted: t0.Add(-time.Minute), Progress: t0.Add(-time.Minute)}
+	running := rolloutapi.Status{Revision: newRev, StepStarted: t0.Add(-time.Minute), Progress: t0.Add(-time.Minute)}
 	// progressing replaces the first of four nodes; moved is one node further, in the same step.
-	progressing := Input{TargetRevision: newRev, Nodes: olds(4), Settings: settings("1", ""), State: running, Now: t0}
+	progressing := Input{TargetRevision: newRev, Nodes: olds(4), Settings: settings("1", ""), Status: running, Now: t0}
 	moved := progressing
 	moved.Nodes = append([]NodeState{node("w00", pod(newRev, "ready"))}, olds(4)[1:]...)
 	complete := progressing
@@ -57,45 +59,45 @@ func TestDecide(t *testing.T) {
 		wantRequeue     time.Duration // when to look again without an event
 	}{
 		"settings that do not parse: Failed with InvalidSettings, and nothing else": {
-			facts:         Facts{Now: t0, SettingsErr: invalid, Annotations: shownAnnotations, Conditions: shownConditions},
+			facts:         Facts{Now: t0, DaemonSet: showing(shownAnnotations, shownConditions), SettingsErr: invalid},
 			wantCondition: "Failed/InvalidSettings",
 		},
 		"invalid settings already reported: nothing to write": {
-			facts: Facts{Now: t0, SettingsErr: invalid, Annotations: shownAnnotations, Conditions: invalidShown},
+			facts: Facts{Now: t0, DaemonSet: showing(shownAnnotations, invalidShown), SettingsErr: invalid},
 		},
 		"the current template's revision not known yet: look again soon": {
-			facts:       Facts{Now: t0, Annotations: shownAnnotations, Conditions: shownConditions},
+			facts:       Facts{Now: t0, DaemonSet: showing(shownAnnotations, shownConditions)},
 			wantRequeue: revisionPending,
 		},
 		"the first report: written at once, with an Event": {
-			facts:      Facts{Now: t0, Input: &progressing, Annotations: map[string]string{}},
+			facts:      factsOf(progressing, map[string]string{}, nil),
 			wantDelete: []string{"w00"}, wantAnnotations: true, wantCondition: "Progressing/RolloutProgressing", wantEvent: "RolloutProgressing",
 			wantReported: true, wantRequeue: 9 * time.Minute, // the progress deadline, 10m from a minute ago
 		},
 		"only counts moved, within reportInterval of the last report: pods deleted, the report deferred": {
-			facts:      Facts{Now: t0, Input: &moved, Annotations: shownAnnotations, Conditions: shownConditions, LastReport: t0.Add(-reportInterval / 2)},
+			facts:      reportedAt(factsOf(moved, shownAnnotations, shownConditions), t0.Add(-reportInterval/2)),
 			wantDelete: []string{"w01"}, wantRequeue: reportInterval,
 		},
 		"only counts moved, the last report reportInterval ago: written, without an Event": {
-			facts:      Facts{Now: t0, Input: &moved, Annotations: shownAnnotations, Conditions: shownConditions, LastReport: t0.Add(-reportInterval)},
+			facts:      reportedAt(factsOf(moved, shownAnnotations, shownConditions), t0.Add(-reportInterval)),
 			wantDelete: []string{"w01"}, wantAnnotations: true, wantCondition: "Progressing/RolloutProgressing",
 			wantReported: true, wantRequeue: 10 * time.Minute, // progress made: the deadline runs from now
 		},
 		"the report already shown and due: nothing to write": {
-			facts:        Facts{Now: t0, Input: &progressing, Annotations: shownAnnotations, Conditions: shownConditions},
+			facts:        factsOf(progressing, shownAnnotations, shownConditions),
 			wantDelete:   []string{"w00"},
 			wantReported: true, wantRequeue: 9 * time.Minute,
 		},
 		"a new phase right after a report: written at once, with an Event": {
-			facts:           Facts{Now: t0, Input: &complete, Annotations: shownAnnotations, Conditions: shownConditions, LastReport: t0},
+			facts:           reportedAt(factsOf(complete, shownAnnotations, shownConditions), t0),
 			wantAnnotations: true, wantCondition: "Complete/RolloutComplete", wantEvent: "RolloutComplete", wantReported: true,
 		},
 		"a failing new pod: a Failed condition and a warning Event counted as a failure": {
-			facts:           Facts{Now: t0, Input: &failing, Annotations: shownAnnotations, Conditions: shownConditions, LastReport: t0},
+			facts:           reportedAt(factsOf(failing, shownAnnotations, shownConditions), t0),
 			wantAnnotations: true, wantCondition: "Failed/PodFailure", wantEvent: "RolloutFailed", wantFailure: "PodFailure", wantReported: true,
 		},
 		"progressing with MinReadySeconds: look again when a new pod may have become available": {
-			facts:      Facts{Now: t0, Input: &slowPods, Annotations: shownAnnotations, Conditions: shownConditions},
+			facts:      factsOf(slowPods, shownAnnotations, shownConditions),
 			wantDelete: []string{"w00"}, wantReported: true, wantRequeue: 30 * time.Second,
 		},
 	}
@@ -211,6 +213,94 @@ func TestRolloutConditions(t *testing.T) {
 			}
 			if len(tc.conds) > 0 && &got[0] == &tc.conds[0] {
 				t.Errorf("the input conditions were modified in place")
+			}
+		})
+	}
+}
+
+// showing is a managed DaemonSet that shows annotations and conditions as its last report.
+func showing(annotations map[string]string, conds []appsv1.DaemonSetCondition) *appsv1.DaemonSet {
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "mon", Annotations: annotations},
+		Status:     appsv1.DaemonSetStatus{Conditions: conds},
+	}
+}
+
+// reportedAt is f with the last report at.
+func reportedAt(f Facts, at time.Time) Facts {
+	f.LastReport = at
+	return f
+}
+
+// factsOf is what gather reads of a cluster in which in holds: the DaemonSet showing annotations
+// and conditions, and its nodes and pods as the API server holds them, so that plannerInput has
+// them to classify.
+func factsOf(in Input, annotations map[string]string, conds []appsv1.DaemonSetCondition) Facts {
+	ds := showing(annotations, conds)
+	ds.Name, ds.Namespace, ds.Spec.MinReadySeconds = in.Name, in.Namespace, in.MinReadySeconds
+	f := Facts{Now: in.Now, DaemonSet: ds, Settings: in.Settings, Status: in.Status, TargetRevision: in.TargetRevision}
+	for _, n := range in.Nodes {
+		ready := corev1.ConditionTrue
+		if !n.Reachable {
+			ready = corev1.ConditionFalse
+		}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{}},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
+		if n.ControlPlane {
+			node.Labels["node-role.kubernetes.io/control-plane"] = ""
+		}
+		if in.Settings.TopologyKey != "" {
+			node.Labels[in.Settings.TopologyKey] = n.Domain
+		}
+		f.Nodes = append(f.Nodes, node)
+		for _, p := range n.Pods {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: types.UID(p.UID), Labels: map[string]string{revisionLabel: p.Revision}},
+				Spec:       corev1.PodSpec{NodeName: n.Name},
+			}
+			if p.Terminating {
+				pod.DeletionTimestamp = &metav1.Time{Time: p.DeletedAt}
+			}
+			switch {
+			case p.Ready:
+				pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(p.ReadySince)}}
+			case !p.NotReadySince.IsZero():
+				pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(p.NotReadySince)}}
+			}
+			if p.Failure != "" {
+				pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: p.Failure}}}}
+			}
+			f.Pods = append(f.Pods, pod)
+		}
+	}
+	return f
+}
+
+func TestEligibleKeepsNodesTheDaemonSetControllerKeepsRunningOn(t *testing.T) {
+	unreachable := corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule}
+	notReady := corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}
+	dedicated := corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}
+	spec := &corev1.PodSpec{NodeSelector: map[string]string{"pool": "a"}}
+	tests := map[string]struct {
+		labels map[string]string
+		taints []corev1.Taint
+		want   bool
+	}{
+		"selected and untainted":                          {labels: map[string]string{"pool": "a"}, want: true},
+		"selected and tainted unreachable":                {labels: map[string]string{"pool": "a"}, taints: []corev1.Taint{unreachable}, want: true},
+		"selected and tainted not-ready":                  {labels: map[string]string{"pool": "a"}, taints: []corev1.Taint{notReady}, want: true},
+		"unreachable but with a taint it never tolerated": {labels: map[string]string{"pool": "a"}, taints: []corev1.Taint{unreachable, dedicated}},
+		"unreachable but not selected":                    {labels: map[string]string{"pool": "b"}, taints: []corev1.Taint{unreachable}},
+		"a taint it never tolerated":                      {labels: map[string]string{"pool": "a"}, taints: []corev1.Taint{dedicated}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: tc.labels}, Spec: corev1.NodeSpec{Taints: tc.taints}}
+			if got := eligible(nodes.NewMatcher(spec), n); got != tc.want {
+				t.Errorf("eligible = %v, want %v", got, tc.want)
+			}
+			if len(n.Spec.Taints) != len(tc.taints) {
+				t.Errorf("eligible changed the node's taints to %v", n.Spec.Taints)
 			}
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -31,44 +29,6 @@ import (
 	"github.com/daemonguard/daemonguard/internal/leadership"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
-
-var (
-	rolloutUpdated = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "daemonguard_rollout_updated_nodes", Help: "Nodes running an available pod of the target revision.",
-	}, []string{"namespace", "name"})
-	rolloutDesired = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "daemonguard_rollout_desired_nodes", Help: "Reachable nodes the rollout covers.",
-	}, []string{"namespace", "name"})
-	rolloutUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "daemonguard_rollout_unavailable_nodes", Help: "Reachable nodes without an available pod.",
-	}, []string{"namespace", "name"})
-	rolloutPhase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "daemonguard_rollout_phase", Help: "1 for the rollout's current phase (Progressing, Paused, Failed, Complete).",
-	}, []string{"namespace", "name", "phase"})
-	rolloutDeletions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "daemonguard_rollout_pod_deletions_total", Help: "Old-revision pods deleted by the rollout controller.",
-	}, []string{"namespace", "name"})
-	rolloutFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "daemonguard_rollout_failures_total", Help: "Rollouts halted, by reason.",
-	}, []string{"namespace", "name", "reason"})
-)
-
-func init() {
-	metrics.Registry.MustRegister(rolloutUpdated, rolloutDesired, rolloutUnavailable, rolloutPhase, rolloutDeletions, rolloutFailures)
-}
-
-func observe(ds *appsv1.DaemonSet, plan Plan) {
-	rolloutUpdated.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Updated))
-	rolloutDesired.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Desired))
-	rolloutUnavailable.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Unavailable))
-	for _, p := range []rolloutapi.Phase{rolloutapi.PhaseProgressing, rolloutapi.PhasePaused, rolloutapi.PhaseFailed, rolloutapi.PhaseComplete} {
-		v := 0.0
-		if p == plan.Phase {
-			v = 1
-		}
-		rolloutPhase.WithLabelValues(ds.Namespace, ds.Name, string(p)).Set(v)
-	}
-}
 
 // Options configure the controller process.
 type Options struct {

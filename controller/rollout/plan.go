@@ -36,28 +36,18 @@ type NodeState struct {
 	Pods      []PodState
 }
 
-// RolloutState is the controller's memory, persisted in status annotations on the DaemonSet.
-type RolloutState struct {
-	Revision       string    // target revision the state belongs to
-	StepIndex      int       // 0-based index of the current step; len(steps) when done
-	StepStarted    time.Time // when the current step began
-	PauseToken     string    // rolloutapi.AnnotationResume when the current indefinite pause began
-	FailedRevision string    // revision whose rollout failed
-	// Progress is when the number of updated nodes last grew (or the step began); the progress
-	// deadline runs from it, so a long step that keeps moving never times out.
-	Progress        time.Time
-	ProgressUpdated int
-}
-
-// Input is everything the planner needs; it never talks to the API server.
+// Input is everything the planner needs: plain data and the reconcile's reading of the clock.
 type Input struct {
 	// Name and Namespace of the DaemonSet, for the commands a message suggests.
 	Name, Namespace string
 	TargetRevision  string
 	Nodes           []NodeState // every node the DaemonSet targets, reachable or not, in any order
-	Settings        Settings
+	Settings        rolloutapi.Settings
 	MinReadySeconds int32
-	State           RolloutState
+	// Status is the controller's memory as the status annotations hold it. The planner reads
+	// Revision, Step.Index, StepStarted, PauseToken, FailedRevision, Progress and
+	// ProgressUpdated; the rest is the last report, which the plan replaces.
+	Status rolloutapi.Status
 	// PreviousFailure is the reason of the Failed condition while it is True: why an earlier
 	// reconcile halted the rollout, which later ones keep naming when the cause no longer shows
 	// (a crash-looping pod between two crashes).
@@ -73,21 +63,20 @@ type PodRef struct {
 
 // Plan is the planner's decision for one reconcile.
 type Plan struct {
-	Delete       []PodRef
-	Phase        rolloutapi.Phase
-	Reason       string
-	Message      string
-	State        RolloutState
+	Delete  []PodRef
+	Phase   rolloutapi.Phase
+	Reason  string
+	Message string
+	// Status is the controller's memory after this plan and its report (step, counts, next
+	// nodes), as the status annotations are to hold it.
+	Status       rolloutapi.Status
 	Updated      int // nodes whose pod runs the target revision and is available
 	Desired      int // reachable nodes the rollout covers
 	Unavailable  int // reachable nodes without an available pod, before this plan's deletions
 	Budget       int
-	NextNodes    []string
-	NextReason   string
-	Failures     []string                // "node: reason" for new-revision pods that fail
-	Skipped      []string                // nodes left out: unreachable, or pods stuck terminating
-	RequeueAfter time.Duration           // when the plan would change without any event (pauses, deadlines)
-	Step         rolloutapi.StepPosition // the current step, "3/5: 25%"
+	Failures     []string      // "node: reason" for new-revision pods that fail
+	Skipped      []string      // nodes left out: unreachable, or pods stuck terminating
+	RequeueAfter time.Duration // when the plan would change without any event (pauses, deadlines)
 	// Event is what the rollout's Event says when the phase, reason or step changes: the same
 	// reason and message as the condition. Decide records it on a transition.
 	Event Event
@@ -108,7 +97,8 @@ type nodeView struct {
 	terminating bool // a pod of the node is terminating
 }
 
-// BuildPlan decides which old-revision pods to delete now.
+// BuildPlan decides which old-revision pods to delete now. It runs the named checks below in
+// order; the first that decides the phase ends the plan.
 //
 // Assumptions:
 //   - The built-in DaemonSet controller, under OnDelete, recreates every deleted pod at the
@@ -119,34 +109,92 @@ type nodeView struct {
 //
 // Invariants:
 //   - A pod at the target revision is never deleted.
-//   - Nothing is deleted while the rollout is paused or failed.
+//   - Nothing is deleted while the rollout is paused or failed: only replace deletes, and it
+//     runs after every check that pauses or halts.
 //   - Pods on unreachable nodes are never deleted, and such nodes (and nodes whose pods are stuck
-//     terminating) count neither as desired nor as unavailable: they cannot block the rollout,
-//     and a node counts at most once against the budget whatever pods it holds.
-//   - Let U be the reachable nodes without an available pod. Old pods that are already
-//     unavailable are replaced first without budget (deleting them makes nothing less
-//     available), as upstream's rollingUpdate does. An available old pod is deleted only while
-//     U < budget, and each such deletion adds one to U: after the plan U <= max(U before, budget).
-//   - At most Target(step) nodes are brought to the new revision by the current step: deletions
-//     of available pods stop at the step's target.
+//     terminating) count neither as desired nor as unavailable (see newPlanner).
+//   - At most budget nodes are unavailable after the plan, unless more were before (see replace).
 func BuildPlan(in Input) Plan {
-	s := in.Settings
-	state := in.State
-	if state.Revision != in.TargetRevision {
-		// A new template restarts the plan at the first step; a failure of an older revision
-		// no longer applies (rolling forward is how a failed rollout is fixed).
-		state = RolloutState{Revision: in.TargetRevision, StepStarted: in.Now, PauseToken: s.ResumeToken, FailedRevision: state.FailedRevision, Progress: in.Now}
+	p := newPlanner(in)
+	if p.plan.Updated == p.plan.Desired {
+		return p.complete()
 	}
-
-	minReady := time.Duration(in.MinReadySeconds) * time.Second
-	availableAt := func(p *PodState) bool {
-		return p.Ready && !p.Terminating && !in.Now.Before(p.ReadySince.Add(minReady))
+	if plan, halted := p.failed(); halted {
+		return plan
 	}
+	p.advanceSteps()
+	if plan, held := p.paused(); held {
+		return plan
+	}
+	if plan, halted := p.deadlinePassed(); halted {
+		return plan
+	}
+	return p.replace()
+}
 
+// planner is one BuildPlan under way: the input, the status it is deciding, the reachable nodes
+// in rollout order and the plan so far.
+type planner struct {
+	in     Input
+	status rolloutapi.Status
+	views  []nodeView // reachable nodes not stuck terminating, in rollout order
+	plan   Plan
+	// touched counts the nodes already moving to, or at, the new revision.
+	touched int
+}
+
+// newPlanner restarts the status for a new template, classifies the nodes and counts them.
+//
+// Invariants:
+//   - A new template (TargetRevision other than Status.Revision) restarts at the first step; a
+//     failure of an older revision no longer applies, since rolling forward is how a failed
+//     rollout is fixed, but FailedRevision is kept for the record.
+//   - Unreachable nodes, and nodes whose only pods are stuck terminating, are Skipped: they count
+//     neither as desired nor as unavailable, so they cannot block the rollout, and a node counts
+//     at most once against the budget whatever pods it holds.
+//   - Progress moves to Now whenever Updated grows: the progress deadline runs from the last
+//     growth, so a long step that keeps moving never times out.
+func newPlanner(in Input) *planner {
+	p := &planner{in: in, status: in.Status}
+	if p.status.Revision != in.TargetRevision {
+		p.status = rolloutapi.Status{Revision: in.TargetRevision, StepStarted: in.Now, PauseToken: in.Settings.ResumeToken,
+			FailedRevision: in.Status.FailedRevision, Progress: in.Now}
+	}
+	p.views, p.plan.Skipped = p.classifyNodes()
+	p.plan.Desired = len(p.views)
+	p.plan.Budget = rolloutapi.ResolveMaxUnavailable(in.Settings.MaxUnavailable, p.plan.Desired)
+	for _, v := range p.views {
+		if v.newAvail {
+			p.plan.Updated++
+		}
+		if !v.available {
+			p.plan.Unavailable++
+		}
+		if v.newPod != nil || len(v.oldPods) == 0 {
+			p.touched++
+		}
+		if v.newPod != nil && v.newFailure != "" {
+			p.plan.Failures = append(p.plan.Failures, v.node.Name+": "+v.newFailure)
+		}
+	}
+	if p.status.Progress.IsZero() || p.plan.Updated > p.status.ProgressUpdated {
+		p.status.Progress = in.Now
+	}
+	p.status.ProgressUpdated = p.plan.Updated
+	return p
+}
+
+// classifyNodes is the reachable nodes not stuck terminating, in rollout order, and the nodes
+// left out with why, sorted (Nodes may come in any order; the report does not).
+func (p *planner) classifyNodes() ([]nodeView, []string) {
+	minReady := time.Duration(p.in.MinReadySeconds) * time.Second
+	available := func(pod *PodState) bool {
+		return pod.Ready && !pod.Terminating && !p.in.Now.Before(pod.ReadySince.Add(minReady))
+	}
 	var views []nodeView
 	var skipped []string
-	for i := range in.Nodes {
-		n := &in.Nodes[i]
+	for i := range p.in.Nodes {
+		n := &p.in.Nodes[i]
 		if !n.Reachable {
 			skipped = append(skipped, n.Name+": node not ready or unreachable")
 			continue
@@ -154,24 +202,24 @@ func BuildPlan(in Input) Plan {
 		v := nodeView{node: n}
 		stuck := len(n.Pods) > 0
 		for j := range n.Pods {
-			p := &n.Pods[j]
-			if p.Terminating {
+			pod := &n.Pods[j]
+			if pod.Terminating {
 				v.terminating = true
-				if p.DeletedAt.IsZero() || in.Now.Sub(p.DeletedAt) < stuckTerminatingAfter {
+				if pod.DeletedAt.IsZero() || p.in.Now.Sub(pod.DeletedAt) < stuckTerminatingAfter {
 					stuck = false
 				}
 				continue
 			}
 			stuck = false
-			if availableAt(p) {
+			if available(pod) {
 				v.available = true
 			}
-			if p.Revision == in.TargetRevision {
-				v.newPod = p
-				v.newAvail = availableAt(p)
-				v.newFailure = p.Failure
+			if pod.Revision == p.in.TargetRevision {
+				v.newPod = pod
+				v.newAvail = available(pod)
+				v.newFailure = pod.Failure
 			} else {
-				v.oldPods = append(v.oldPods, p)
+				v.oldPods = append(v.oldPods, pod)
 			}
 		}
 		if stuck {
@@ -181,173 +229,219 @@ func BuildPlan(in Input) Plan {
 		views = append(views, v)
 	}
 	sort.Slice(views, func(i, j int) bool { return rolloutOrder(views[i].node, views[j].node) })
+	sort.Strings(skipped)
+	return views, skipped
+}
 
-	sort.Strings(skipped) // Nodes may come in any order; the report does not
-	plan := Plan{Desired: len(views), Skipped: skipped}
-	plan.Budget = ResolveMaxUnavailable(s.MaxUnavailable, plan.Desired)
-	touched := 0 // nodes already moving to, or at, the new revision
-	for _, v := range views {
-		if v.newAvail {
-			plan.Updated++
-		}
-		if !v.available {
-			plan.Unavailable++
-		}
-		if v.newPod != nil || (len(v.oldPods) == 0) {
-			touched++
-		}
-		if v.newPod != nil && v.newFailure != "" {
-			plan.Failures = append(plan.Failures, v.node.Name+": "+v.newFailure)
-		}
-	}
+// complete ends a rollout whose every reachable node runs an available pod of the target
+// revision: every step is done, and a failure recorded for the revision is cleared.
+func (p *planner) complete() Plan {
+	p.status.Step.Index = len(p.in.Settings.Steps)
+	p.status.FailedRevision = ""
+	msg := fmt.Sprintf("%d of %d nodes run revision %s", p.plan.Updated, p.plan.Desired, p.in.TargetRevision)
+	return p.finish(rolloutapi.PhaseComplete, rolloutapi.ReasonComplete, msg+skippedNote(p.plan.Skipped))
+}
 
-	if state.Progress.IsZero() || plan.Updated > state.ProgressUpdated {
-		state.Progress = in.Now
+// failed halts the rollout when a new pod fails, or keeps it halted when an earlier reconcile
+// halted the target revision.
+//
+// Invariants:
+//   - A new pod failing for a reason that does not fix itself (Failures) halts at once.
+//   - A revision halted before stays halted, with the reason it was halted for. That reason
+//     comes from the Failed condition, which is written after the status annotations: a
+//     reconcile that sees the annotations first finds the deadline passed in them.
+func (p *planner) failed() (Plan, bool) {
+	if len(p.plan.Failures) > 0 {
+		return p.halt(rolloutapi.ReasonPodFailure, "new pods fail"), true
 	}
-	state.ProgressUpdated = plan.Updated
+	if p.status.FailedRevision != p.in.TargetRevision {
+		return Plan{}, false
+	}
+	deadline := p.in.Settings.ProgressDeadline
+	switch {
+	case p.in.PreviousFailure == rolloutapi.ReasonPodFailure:
+		return p.halt(rolloutapi.ReasonPodFailure, "new pods failed"), true
+	case p.in.PreviousFailure == rolloutapi.ReasonProgressDeadline || !p.in.Now.Before(p.status.Progress.Add(deadline)):
+		return p.halt(rolloutapi.ReasonProgressDeadline, deadlineCause(deadline)), true
+	}
+	return p.halt(rolloutapi.ReasonRolloutFailed, "the rollout of revision "+p.in.TargetRevision+" failed"), true
+}
 
-	steps := s.Steps
-	position := func(i int) rolloutapi.StepPosition {
-		if i >= len(steps) {
-			return rolloutapi.StepPosition{Index: len(steps), Count: len(steps)}
-		}
-		return rolloutapi.StepPosition{Index: i, Count: len(steps), Spec: steps[i].Text}
-	}
-	// stepLabel names a step in messages: "3/5 (25%)", "5/5 (done)".
-	stepLabel := func(i int) string {
-		p := position(i)
-		return p.Position() + " (" + p.Label() + ")"
-	}
-	finish := func(phase rolloutapi.Phase, reason, msg string) Plan {
-		plan.Phase, plan.Reason, plan.Message, plan.State = phase, reason, msg, state
-		plan.Step = position(state.StepIndex)
-		plan.Event = rolloutEvent(phase, reason, msg)
-		return plan
-	}
-	// halt fails the rollout of the target revision: nothing more is deleted until a new
-	// template rolls forward.
-	halt := func(reason, cause string) Plan {
-		state.FailedRevision = in.TargetRevision
-		idx := min(state.StepIndex, len(steps)-1)
-		return finish(rolloutapi.PhaseFailed, reason, haltMessage(stepLabel(idx), cause, views, plan.Desired, in))
-	}
-
-	// Done: every reachable node runs an available pod of the target revision.
-	if plan.Updated == plan.Desired {
-		state.StepIndex = len(steps)
-		state.FailedRevision = ""
-		return finish(rolloutapi.PhaseComplete, "RolloutComplete", fmt.Sprintf("%d of %d nodes run revision %s", plan.Updated, plan.Desired, in.TargetRevision)+skippedNote(skipped))
-	}
-	if len(plan.Failures) > 0 {
-		return halt(rolloutapi.ReasonPodFailure, "new pods fail")
-	}
-	if state.FailedRevision == in.TargetRevision {
-		// Halted by an earlier reconcile: keep its reason, and say how the nodes are now. The
-		// reason comes from the Failed condition, which is written after the status annotations:
-		// a reconcile that sees the annotations first finds the deadline passed in them.
-		switch {
-		case in.PreviousFailure == rolloutapi.ReasonPodFailure:
-			return halt(rolloutapi.ReasonPodFailure, "new pods failed")
-		case in.PreviousFailure == rolloutapi.ReasonProgressDeadline || !in.Now.Before(state.Progress.Add(s.ProgressDeadline)):
-			return halt(rolloutapi.ReasonProgressDeadline, deadlineCause(s.ProgressDeadline))
-		}
-		return halt(rolloutapi.ReasonRolloutFailed, "the rollout of revision "+in.TargetRevision+" failed")
-	}
-
-	// Advance through completed steps and elapsed or resumed pauses.
-	for state.StepIndex < len(steps) {
-		st := steps[state.StepIndex]
+// advanceSteps moves past completed steps and elapsed or resumed pauses.
+//
+// Invariants:
+//   - A count or percent step is done once Updated reaches its target; a timed pause once its
+//     duration has passed since the step started; an indefinite pause once the resume token
+//     differs from the one it started with.
+//   - Every step entered starts now: its StepStarted, Progress and PauseToken are reset.
+//   - The rollout is not complete here, so the step index stays on a step: past the last one
+//     (a node added after every step was done) it stays on the last step, which targets 100%.
+func (p *planner) advanceSteps() {
+	steps, s := p.in.Settings.Steps, p.in.Settings
+	for p.status.Step.Index < len(steps) {
+		st := steps[p.status.Step.Index]
 		done := false
 		switch st.Kind {
 		case rolloutapi.StepTimedPause:
-			done = !in.Now.Before(state.StepStarted.Add(st.Duration))
+			done = !p.in.Now.Before(p.status.StepStarted.Add(st.Duration))
 		case rolloutapi.StepPause:
-			done = s.ResumeToken != state.PauseToken
+			done = s.ResumeToken != p.status.PauseToken
 		default:
-			done = plan.Updated >= st.Target(plan.Desired)
+			done = p.plan.Updated >= st.Target(p.plan.Desired)
 		}
 		if !done {
 			break
 		}
-		state.StepIndex++
-		state.StepStarted = in.Now
-		state.Progress = in.Now
-		state.PauseToken = s.ResumeToken
+		p.status.Step.Index++
+		p.status.StepStarted = p.in.Now
+		p.status.Progress = p.in.Now
+		p.status.PauseToken = s.ResumeToken
 	}
-	if state.StepIndex >= len(steps) {
-		// Every step is done but some node lags (e.g. a node added since): finish with the last
-		// step, which always targets 100%.
-		state.StepIndex = len(steps) - 1
+	if p.status.Step.Index >= len(steps) {
+		p.status.Step.Index = len(steps) - 1
 	}
-	st := steps[state.StepIndex]
+}
 
-	if s.Paused {
-		state.Progress = in.Now // time spent paused does not count against the deadline
-		return finish(rolloutapi.PhasePaused, "PausedByAnnotation", fmt.Sprintf("step %s: paused by %s=true; %d of %d nodes updated; resume with: daemonguard rollout resume %s", stepLabel(state.StepIndex), rolloutapi.AnnotationPaused, plan.Updated, plan.Desired, dsArg(in)))
-	}
-	switch st.Kind {
-	case rolloutapi.StepTimedPause:
-		state.Progress = in.Now
-		remaining := state.StepStarted.Add(st.Duration).Sub(in.Now)
-		plan.RequeueAfter = remaining
-		// Rounded up: a pause that has not ended never says "0s more".
+// paused holds the rollout under the paused annotation or at a pause step.
+//
+// Invariants:
+//   - Time spent paused does not count against the progress deadline: Progress moves to Now.
+//   - A timed pause comes back when it ends (RequeueAfter), and never says "0s more".
+func (p *planner) paused() (Plan, bool) {
+	idx := p.status.Step.Index
+	st := p.in.Settings.Steps[idx]
+	counts := fmt.Sprintf("%d of %d nodes updated", p.plan.Updated, p.plan.Desired)
+	switch {
+	case p.in.Settings.Paused:
+		p.status.Progress = p.in.Now
+		return p.finish(rolloutapi.PhasePaused, rolloutapi.ReasonPausedByAnnotation, fmt.Sprintf("step %s: paused by %s=true; %s; resume with: daemonguard rollout resume %s",
+			p.stepLabel(idx), rolloutapi.AnnotationPaused, counts, p.dsArg())), true
+	case st.Kind == rolloutapi.StepTimedPause:
+		p.status.Progress = p.in.Now
+		remaining := p.status.StepStarted.Add(st.Duration).Sub(p.in.Now)
+		p.plan.RequeueAfter = remaining
 		shown := (remaining + time.Second - 1).Truncate(time.Second)
-		return finish(rolloutapi.PhasePaused, "TimedPause", fmt.Sprintf("step %s: waiting %s more; %d of %d nodes updated", stepLabel(state.StepIndex), shown, plan.Updated, plan.Desired))
-	case rolloutapi.StepPause:
-		state.Progress = in.Now
-		return finish(rolloutapi.PhasePaused, "PausedAtStep", fmt.Sprintf("step %s: paused until %s changes; %d of %d nodes updated; resume with: daemonguard rollout resume %s", stepLabel(state.StepIndex), rolloutapi.AnnotationResume, plan.Updated, plan.Desired, dsArg(in)))
+		return p.finish(rolloutapi.PhasePaused, rolloutapi.ReasonTimedPause, fmt.Sprintf("step %s: waiting %s more; %s", p.stepLabel(idx), shown, counts)), true
+	case st.Kind == rolloutapi.StepPause:
+		p.status.Progress = p.in.Now
+		return p.finish(rolloutapi.PhasePaused, rolloutapi.ReasonPausedAtStep, fmt.Sprintf("step %s: paused until %s changes; %s; resume with: daemonguard rollout resume %s",
+			p.stepLabel(idx), rolloutapi.AnnotationResume, counts, p.dsArg())), true
 	}
+	return Plan{}, false
+}
 
-	if deadline := state.Progress.Add(s.ProgressDeadline); !in.Now.Before(deadline) {
-		return halt(rolloutapi.ReasonProgressDeadline, deadlineCause(s.ProgressDeadline))
-	} else {
-		plan.RequeueAfter = deadline.Sub(in.Now)
+// deadlinePassed halts the rollout when Updated has not grown for the progress deadline;
+// otherwise the plan comes back when the deadline would pass.
+func (p *planner) deadlinePassed() (Plan, bool) {
+	d := p.in.Settings.ProgressDeadline
+	deadline := p.status.Progress.Add(d)
+	if !p.in.Now.Before(deadline) {
+		return p.halt(rolloutapi.ReasonProgressDeadline, deadlineCause(d)), true
 	}
+	p.plan.RequeueAfter = deadline.Sub(p.in.Now)
+	return Plan{}, false
+}
 
-	// Replace old pods that are unavailable anyway: no budget needed.
-	unavailable := plan.Unavailable
+// replace picks the old pods to delete now and reports the rollout as progressing.
+//
+// Invariants:
+//   - Let U be the reachable nodes without an available pod. Old pods that are already
+//     unavailable are replaced first without budget (deleting them makes nothing less
+//     available), as upstream's rollingUpdate does. An available old pod is deleted only while
+//     U < budget, and each such deletion adds one to U: after the plan U <= max(U before, budget).
+//   - At most Target(step) nodes are brought to the new revision by the current step: deletions
+//     of available pods stop at the step's target.
+//   - With a topology key, available old pods are deleted only in the first domain, in rollout
+//     order, that is not fully updated: one domain at a time.
+//   - NextNodes names at most five nodes that wait, in the order they will be replaced.
+func (p *planner) replace() Plan {
+	s := p.in.Settings
+	unavailable := p.plan.Unavailable
 	var candidates []nodeView
-	domain := currentDomain(views, s.TopologyKey != "")
-	for _, v := range views {
+	domain := currentDomain(p.views, s.TopologyKey != "")
+	for _, v := range p.views {
 		if len(v.oldPods) == 0 || v.newPod != nil {
 			continue
 		}
 		if !v.available {
-			for _, p := range v.oldPods {
-				plan.Delete = append(plan.Delete, PodRef{Name: p.Name, UID: p.UID, Node: v.node.Name})
-			}
-			touched++
+			p.deleteOld(v)
 			continue
 		}
 		if s.TopologyKey == "" || v.node.Domain == domain {
 			candidates = append(candidates, v)
 		}
 	}
-	// Then available old pods, in rollout order, within both the budget and the step's target.
-	target := st.Target(plan.Desired)
+	target := s.Steps[p.status.Step.Index].Target(p.plan.Desired)
+	var next []string
 	for _, v := range candidates {
-		if unavailable >= plan.Budget || touched >= target {
-			plan.NextNodes = append(plan.NextNodes, v.node.Name)
+		if unavailable >= p.plan.Budget || p.touched >= target {
+			next = append(next, v.node.Name)
 			continue
 		}
-		for _, p := range v.oldPods {
-			plan.Delete = append(plan.Delete, PodRef{Name: p.Name, UID: p.UID, Node: v.node.Name})
-		}
+		p.deleteOld(v)
 		unavailable++
-		touched++
 	}
-	if len(plan.NextNodes) > 5 {
-		plan.NextNodes = plan.NextNodes[:5]
+	if len(next) > 5 {
+		next = next[:5]
 	}
-	plan.NextReason = orderReason(s.TopologyKey, domain)
-	msg := fmt.Sprintf("step %s: %d of %d nodes updated, %d unavailable of budget %d", stepLabel(state.StepIndex), plan.Updated, plan.Desired, plan.Unavailable, plan.Budget)
-	if len(plan.Delete) > 0 {
-		msg += fmt.Sprintf("; replacing pods on %s", nodesOf(plan.Delete))
+	p.status.NextNodes, p.status.NextReason = next, orderReason(s.TopologyKey, domain)
+	msg := fmt.Sprintf("step %s: %d of %d nodes updated, %d unavailable of budget %d", p.stepLabel(p.status.Step.Index), p.plan.Updated, p.plan.Desired, p.plan.Unavailable, p.plan.Budget)
+	if len(p.plan.Delete) > 0 {
+		msg += fmt.Sprintf("; replacing pods on %s", nodesOf(p.plan.Delete))
 	}
-	if len(plan.NextNodes) > 0 {
-		msg += "; next: " + strings.Join(plan.NextNodes, ", ")
+	if len(next) > 0 {
+		msg += "; next: " + strings.Join(next, ", ")
 	}
-	return finish(rolloutapi.PhaseProgressing, "RolloutProgressing", msg+skippedNote(skipped))
+	return p.finish(rolloutapi.PhaseProgressing, rolloutapi.ReasonProgressing, msg+skippedNote(p.plan.Skipped))
+}
+
+// deleteOld plans the deletion of every old pod of v's node, which then moves to the new revision.
+func (p *planner) deleteOld(v nodeView) {
+	for _, pod := range v.oldPods {
+		p.plan.Delete = append(p.plan.Delete, PodRef{Name: pod.Name, UID: pod.UID, Node: v.node.Name})
+	}
+	p.touched++
+}
+
+// halt fails the rollout of the target revision: nothing more is deleted until a new template
+// rolls forward.
+func (p *planner) halt(reason, cause string) Plan {
+	p.status.FailedRevision = p.in.TargetRevision
+	idx := min(p.status.Step.Index, len(p.in.Settings.Steps)-1)
+	return p.finish(rolloutapi.PhaseFailed, reason, haltMessage(p.stepLabel(idx), cause, p.views, p.plan.Desired, p.dsArg()))
+}
+
+// finish completes the plan with its phase and the status to report. The step position, the
+// counts and the next nodes are the report of this plan, never the last one's.
+func (p *planner) finish(phase rolloutapi.Phase, reason, msg string) Plan {
+	p.status.Step = p.position(p.status.Step.Index)
+	p.status.Counts = &rolloutapi.Counts{Updated: p.plan.Updated, Desired: p.plan.Desired}
+	if phase != rolloutapi.PhaseProgressing {
+		p.status.NextNodes, p.status.NextReason = nil, ""
+	}
+	p.plan.Phase, p.plan.Reason, p.plan.Message, p.plan.Status = phase, reason, msg, p.status
+	p.plan.Event = rolloutEvent(phase, reason, msg)
+	return p.plan
+}
+
+// position is step i as the status reports it.
+func (p *planner) position(i int) rolloutapi.StepPosition {
+	steps := p.in.Settings.Steps
+	if i >= len(steps) {
+		return rolloutapi.StepPosition{Index: len(steps), Count: len(steps)}
+	}
+	return rolloutapi.StepPosition{Index: i, Count: len(steps), Spec: steps[i].Text}
+}
+
+// stepLabel names step i in messages: "3/5 (25%)", "5/5 (done)".
+func (p *planner) stepLabel(i int) string {
+	pos := p.position(i)
+	return pos.Position() + " (" + pos.Label() + ")"
+}
+
+// dsArg is the DaemonSet as the daemonguard CLI takes it.
+func (p *planner) dsArg() string {
+	return fmt.Sprintf("ds/%s -n %s", p.in.Name, p.in.Namespace)
 }
 
 // rolloutOrder is deterministic and explainable: workers before control-plane nodes, then by
@@ -411,14 +505,9 @@ func deadlineCause(d time.Duration) string {
 	return fmt.Sprintf("new pods not Ready within the progress deadline of %s", d)
 }
 
-// dsArg is the DaemonSet as the daemonguard CLI takes it.
-func dsArg(in Input) string {
-	return fmt.Sprintf("ds/%s -n %s", in.Name, in.Namespace)
-}
-
 // haltMessage is the message of every halted rollout: the step, the cause, the nodes whose new
 // pods are not available (the first few, a count, and since when), and what to do about it.
-func haltMessage(step, cause string, views []nodeView, desired int, in Input) string {
+func haltMessage(step, cause string, views []nodeView, desired int, ds string) string {
 	var issues []string
 	for _, v := range views {
 		if issue := nodeIssue(v); issue != "" {
@@ -430,7 +519,7 @@ func haltMessage(step, cause string, views []nodeView, desired int, in Input) st
 		nodes = fmt.Sprintf("new pods not available on %d of %d nodes: %s", len(issues), desired, listNodes(issues))
 	}
 	return fmt.Sprintf("step %s: %s; %s; no further pods are replaced; fix the template and apply it to roll forward, or roll back with: daemonguard rollout undo %s",
-		step, cause, nodes, dsArg(in))
+		step, cause, nodes, ds)
 }
 
 // nodeIssue says why a node that is moving to the new revision has no available pod of it, and
@@ -457,25 +546,18 @@ func nodeIssue(v nodeView) string {
 	return v.node.Name + ": not Ready" + since(p.NotReadySince)
 }
 
-// InvalidSettingsMessage is the Failed message for settings annotations that do not parse: what
-// is wrong, and what to do. Nothing is replaced until they are fixed; a new template does not
-// help.
-func InvalidSettingsMessage(err error) string {
-	return err.Error() + "; no pods are replaced until the annotation is fixed: correct it in the manifest and apply it"
-}
-
 // rolloutEvent is the Event a rollout's phase change records: the condition's reason and
 // message, a warning for a failure, which also counts in daemonguard_rollout_failures_total.
 func rolloutEvent(phase rolloutapi.Phase, reason, msg string) Event {
 	switch phase {
 	case rolloutapi.PhaseFailed:
-		return Event{Type: corev1.EventTypeWarning, Reason: "RolloutFailed", Note: reason + ": " + msg, FailureReason: reason}
+		return Event{Type: corev1.EventTypeWarning, Reason: rolloutapi.EventFailed, Note: reason + ": " + msg, FailureReason: reason}
 	case rolloutapi.PhaseComplete:
-		return Event{Type: corev1.EventTypeNormal, Reason: "RolloutComplete", Note: msg}
+		return Event{Type: corev1.EventTypeNormal, Reason: rolloutapi.EventComplete, Note: msg}
 	case rolloutapi.PhasePaused:
-		return Event{Type: corev1.EventTypeNormal, Reason: "RolloutPaused", Note: msg}
+		return Event{Type: corev1.EventTypeNormal, Reason: rolloutapi.EventPaused, Note: msg}
 	}
-	return Event{Type: corev1.EventTypeNormal, Reason: "RolloutProgressing", Note: msg}
+	return Event{Type: corev1.EventTypeNormal, Reason: rolloutapi.EventProgressing, Note: msg}
 }
 
 func skippedNote(skipped []string) string {

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/intstr"
-
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -60,8 +58,8 @@ func olds(n int) []NodeState {
 	return out
 }
 
-func settings(maxUnavailable string, steps string) Settings {
-	s, err := ParseSettings(map[string]string{rolloutapi.AnnotationMaxUnavailable: maxUnavailable, rolloutapi.AnnotationSteps: steps})
+func settings(maxUnavailable string, steps string) rolloutapi.Settings {
+	s, err := rolloutapi.ParseSettings(map[string]string{rolloutapi.AnnotationMaxUnavailable: maxUnavailable, rolloutapi.AnnotationSteps: steps})
 	if err != nil {
 		panic(err)
 	}
@@ -77,11 +75,11 @@ func deletedNodes(p Plan) []string {
 }
 
 func TestBuildPlan(t *testing.T) {
-	running := RolloutState{Revision: newRev, StepStarted: t0.Add(-time.Minute), Progress: t0.Add(-time.Minute)}
+	running := rolloutapi.Status{Revision: newRev, StepStarted: t0.Add(-time.Minute), Progress: t0.Add(-time.Minute)}
 	tests := map[string]struct {
 		nodes       []NodeState
-		settings    Settings
-		state       RolloutState
+		settings    rolloutapi.Settings
+		state       rolloutapi.Status
 		wantDelete  []string // nodes whose pods are deleted, in order
 		wantPhase   rolloutapi.Phase
 		wantReason  string
@@ -89,7 +87,7 @@ func TestBuildPlan(t *testing.T) {
 		wantUpdated int
 	}{
 		"a fresh rollout deletes one pod under the default budget": {
-			nodes: olds(4), settings: settings("1", ""), state: RolloutState{},
+			nodes: olds(4), settings: settings("1", ""), state: rolloutapi.Status{},
 			wantDelete: []string{"w00"}, wantPhase: rolloutapi.PhaseProgressing,
 		},
 		"a percent budget rounds up: 10% of 20 is 2": {
@@ -118,7 +116,7 @@ func TestBuildPlan(t *testing.T) {
 				node("a1", zone("zone-a"), pod(newRev, "notready")), node("a2", zone("zone-a"), pod(oldRev, "ready")),
 				node("b1", zone("zone-b"), pod(oldRev, "ready")),
 			},
-			settings: func() Settings { s := settings("2", ""); s.TopologyKey = "zone"; return s }(), state: running,
+			settings: func() rolloutapi.Settings { s := settings("2", ""); s.TopologyKey = "zone"; return s }(), state: running,
 			wantDelete: []string{"a2"}, wantPhase: rolloutapi.PhaseProgressing,
 		},
 		"unreachable nodes are left out and do not hold the budget": {
@@ -146,22 +144,22 @@ func TestBuildPlan(t *testing.T) {
 		},
 		"a failed revision stays failed with no deletions": {
 			nodes:    append([]NodeState{node("a", pod(newRev, "notready"))}, olds(3)...),
-			settings: settings("2", ""), state: RolloutState{Revision: newRev, FailedRevision: newRev, StepStarted: t0, Progress: t0},
+			settings: settings("2", ""), state: rolloutapi.Status{Revision: newRev, FailedRevision: newRev, StepStarted: t0, Progress: t0},
 			wantPhase: rolloutapi.PhaseFailed, wantReason: "RolloutFailed",
 		},
 		"a new revision rolls forward from a failed one": {
 			nodes:    olds(3),
-			settings: settings("1", ""), state: RolloutState{Revision: "older", FailedRevision: "older", StepStarted: t0, Progress: t0},
+			settings: settings("1", ""), state: rolloutapi.Status{Revision: "older", FailedRevision: "older", StepStarted: t0, Progress: t0},
 			wantDelete: []string{"w00"}, wantPhase: rolloutapi.PhaseProgressing,
 		},
 		"no progress within the deadline fails the rollout": {
 			nodes:    append([]NodeState{node("slow", pod(newRev, "notready"))}, olds(3)...),
-			settings: settings("1", ""), state: RolloutState{Revision: newRev, StepStarted: t0.Add(-time.Hour), Progress: t0.Add(-time.Hour)},
+			settings: settings("1", ""), state: rolloutapi.Status{Revision: newRev, StepStarted: t0.Add(-time.Hour), Progress: t0.Add(-time.Hour)},
 			wantPhase: rolloutapi.PhaseFailed, wantReason: "ProgressDeadlineExceeded", wantInMsg: "slow",
 		},
 		"the paused annotation stops all deletions": {
 			nodes:    olds(3),
-			settings: func() Settings { s := settings("1", ""); s.Paused = true; return s }(), state: running,
+			settings: func() rolloutapi.Settings { s := settings("1", ""); s.Paused = true; return s }(), state: running,
 			wantPhase: rolloutapi.PhasePaused, wantReason: "PausedByAnnotation",
 		},
 		"a canary step of 1 node stops at 1 even with budget left": {
@@ -176,13 +174,13 @@ func TestBuildPlan(t *testing.T) {
 		},
 		"changing the resume token continues past the pause": {
 			nodes:      append([]NodeState{node("canary", pod(newRev, "ready"))}, olds(3)...),
-			settings:   func() Settings { s := settings("3", "1,pause,100%"); s.ResumeToken = "go"; return s }(),
-			state:      RolloutState{Revision: newRev, StepIndex: 1, StepStarted: t0.Add(-time.Minute), Progress: t0, PauseToken: ""},
+			settings:   func() rolloutapi.Settings { s := settings("3", "1,pause,100%"); s.ResumeToken = "go"; return s }(),
+			state:      rolloutapi.Status{Revision: newRev, Step: rolloutapi.StepPosition{Index: 1}, StepStarted: t0.Add(-time.Minute), Progress: t0, PauseToken: ""},
 			wantDelete: []string{"w00", "w01", "w02"}, wantPhase: rolloutapi.PhaseProgressing, wantUpdated: 1,
 		},
 		"a timed pause waits out its duration": {
 			nodes:    append([]NodeState{node("canary", pod(newRev, "ready"))}, olds(3)...),
-			settings: settings("3", "1,pause:5m,100%"), state: RolloutState{Revision: newRev, StepIndex: 1, StepStarted: t0.Add(-time.Minute), Progress: t0},
+			settings: settings("3", "1,pause:5m,100%"), state: rolloutapi.Status{Revision: newRev, Step: rolloutapi.StepPosition{Index: 1}, StepStarted: t0.Add(-time.Minute), Progress: t0},
 			wantPhase: rolloutapi.PhasePaused, wantReason: "TimedPause", wantInMsg: "4m0s more", wantUpdated: 1,
 		},
 		"every node updated is complete": {
@@ -192,13 +190,13 @@ func TestBuildPlan(t *testing.T) {
 		},
 		"a node added after the last step is still rolled": {
 			nodes:    []NodeState{node("a", pod(newRev, "ready")), node("new-node")},
-			settings: settings("1", "1,100%"), state: RolloutState{Revision: newRev, StepIndex: 2, StepStarted: t0, Progress: t0},
+			settings: settings("1", "1,100%"), state: rolloutapi.Status{Revision: newRev, Step: rolloutapi.StepPosition{Index: 2}, StepStarted: t0, Progress: t0},
 			wantPhase: rolloutapi.PhaseProgressing, wantUpdated: 1,
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			p := BuildPlan(Input{TargetRevision: newRev, Nodes: tc.nodes, Settings: tc.settings, State: tc.state, Now: t0})
+			p := BuildPlan(Input{TargetRevision: newRev, Nodes: tc.nodes, Settings: tc.settings, Status: tc.state, Now: t0})
 			if got := deletedNodes(p); !slices.Equal(got, tc.wantDelete) {
 				t.Errorf("deleted on %v, want %v (%s)", got, tc.wantDelete, p.Message)
 			}
@@ -221,12 +219,12 @@ func TestHaltMessages(t *testing.T) {
 	notReadySince := func(at time.Time) nodeOpt {
 		return func(n *NodeState) { n.Pods[len(n.Pods)-1].NotReadySince = at }
 	}
-	deadlineHit := RolloutState{Revision: newRev, StepStarted: t0.Add(-time.Hour), Progress: t0.Add(-time.Hour)}
-	halted := RolloutState{Revision: newRev, FailedRevision: newRev, StepStarted: t0.Add(-time.Hour), Progress: t0.Add(-time.Hour)}
+	deadlineHit := rolloutapi.Status{Revision: newRev, StepStarted: t0.Add(-time.Hour), Progress: t0.Add(-time.Hour)}
+	halted := rolloutapi.Status{Revision: newRev, FailedRevision: newRev, StepStarted: t0.Add(-time.Hour), Progress: t0.Add(-time.Hour)}
 	undo := "; no further pods are replaced; fix the template and apply it to roll forward, or roll back with: daemonguard rollout undo ds/agent -n mon"
 	tests := map[string]struct {
 		nodes    []NodeState
-		state    RolloutState
+		state    rolloutapi.Status
 		previous string // reason of the Failed condition before this reconcile
 		steps    string
 		reason   string
@@ -243,12 +241,12 @@ func TestHaltMessages(t *testing.T) {
 				node("c", pod(newRev, "notready"), notReadySince(t0.Add(-time.Minute))), node("d", pod(newRev, "failing")),
 				node("e", pod(newRev, "failing")), node("f", pod(oldRev, "ready")),
 			},
-			state: RolloutState{Revision: newRev, StepStarted: t0, Progress: t0}, reason: rolloutapi.ReasonPodFailure,
+			state: rolloutapi.Status{Revision: newRev, StepStarted: t0, Progress: t0}, reason: rolloutapi.ReasonPodFailure,
 			message: "step 1/1 (100%): new pods fail; new pods not available on 5 of 6 nodes: a: ImagePullBackOff since 2026-11-23T09:58:00Z, b: ImagePullBackOff, c: not Ready since 2026-11-23T09:59:00Z and 2 more" + undo,
 		},
 		"a node whose old pod is gone and whose new pod is not created yet": {
 			nodes: []NodeState{node("empty"), node("bad", pod(newRev, "failing"))},
-			state: RolloutState{Revision: newRev, StepStarted: t0, Progress: t0}, reason: rolloutapi.ReasonPodFailure,
+			state: rolloutapi.Status{Revision: newRev, StepStarted: t0, Progress: t0}, reason: rolloutapi.ReasonPodFailure,
 			message: "step 1/1 (100%): new pods fail; new pods not available on 2 of 2 nodes: bad: ImagePullBackOff, empty: no pod yet" + undo,
 		},
 		"a rollout halted by the deadline keeps saying so": {
@@ -268,7 +266,7 @@ func TestHaltMessages(t *testing.T) {
 		},
 		"a failure of unknown cause names the revision": {
 			nodes: append([]NodeState{node("x", pod(newRev, "notready"))}, olds(1)...),
-			state: RolloutState{Revision: newRev, FailedRevision: newRev, StepStarted: t0, Progress: t0}, reason: rolloutapi.ReasonRolloutFailed,
+			state: rolloutapi.Status{Revision: newRev, FailedRevision: newRev, StepStarted: t0, Progress: t0}, reason: rolloutapi.ReasonRolloutFailed,
 			message: "step 1/1 (100%): the rollout of revision new failed; new pods not available on 1 of 2 nodes: x: not Ready" + undo,
 		},
 		"a halted rollout whose new pods recovered": {
@@ -280,7 +278,7 @@ func TestHaltMessages(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			p := BuildPlan(Input{Name: "agent", Namespace: "mon", TargetRevision: newRev, Nodes: tc.nodes, Settings: settings("1", tc.steps),
-				State: tc.state, PreviousFailure: tc.previous, Now: t0})
+				Status: tc.state, PreviousFailure: tc.previous, Now: t0})
 			if p.Phase != rolloutapi.PhaseFailed || p.Reason != tc.reason {
 				t.Fatalf("phase %s/%s, want Failed/%s: %s", p.Phase, p.Reason, tc.reason, p.Message)
 			}
@@ -298,7 +296,7 @@ func TestHaltMessages(t *testing.T) {
 }
 
 func TestInvalidSettingsMessageSaysWhatToDo(t *testing.T) {
-	_, err := ParseSettings(map[string]string{rolloutapi.AnnotationProgressDeadline: "soon"})
+	_, err := rolloutapi.ParseSettings(map[string]string{rolloutapi.AnnotationProgressDeadline: "soon"})
 	if err == nil {
 		t.Fatal("a progress deadline of \"soon\" parsed")
 	}
@@ -311,7 +309,7 @@ func TestInvalidSettingsMessageSaysWhatToDo(t *testing.T) {
 // A controller restarted at any point gets the same plan from the same cluster state and status
 // annotations: the plan depends on nothing else.
 func TestBuildPlanIsDeterministic(t *testing.T) {
-	in := Input{TargetRevision: newRev, Nodes: olds(10), Settings: settings("3", "2,pause:1m,100%"), State: RolloutState{}, Now: t0}
+	in := Input{TargetRevision: newRev, Nodes: olds(10), Settings: settings("3", "2,pause:1m,100%"), Status: rolloutapi.Status{}, Now: t0}
 	first := BuildPlan(in)
 	for range 20 {
 		if again := BuildPlan(in); !slices.Equal(deletedNodes(again), deletedNodes(first)) || again.Message != first.Message {
@@ -352,14 +350,14 @@ func TestBuildPlanPropertiesHoldForRandomStates(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			s.TopologyKey = "zone"
 		}
-		state := RolloutState{Revision: newRev, StepIndex: rng.IntN(len(s.Steps) + 1), StepStarted: t0.Add(-time.Duration(rng.IntN(20)) * time.Minute), Progress: t0.Add(-time.Duration(rng.IntN(20)) * time.Minute)}
+		state := rolloutapi.Status{Revision: newRev, Step: rolloutapi.StepPosition{Index: rng.IntN(len(s.Steps) + 1)}, StepStarted: t0.Add(-time.Duration(rng.IntN(20)) * time.Minute), Progress: t0.Add(-time.Duration(rng.IntN(20)) * time.Minute)}
 		if rng.IntN(10) == 0 {
 			state.FailedRevision = newRev
 		}
 		if rng.IntN(5) == 0 {
-			state = RolloutState{}
+			state = rolloutapi.Status{}
 		}
-		in := Input{TargetRevision: newRev, Nodes: nodes, Settings: s, State: state, Now: t0}
+		in := Input{TargetRevision: newRev, Nodes: nodes, Settings: s, Status: state, Now: t0}
 		p := BuildPlan(in)
 
 		byUID := map[string]struct {
@@ -409,37 +407,5 @@ func TestBuildPlanPropertiesHoldForRandomStates(t *testing.T) {
 		if availableDeleted > 0 && p.Unavailable+availableDeleted > p.Budget {
 			t.Fatalf("case %d: %d unavailable + %d available pods deleted exceeds budget %d: %s\nnodes: %+v", i, p.Unavailable, availableDeleted, p.Budget, p.Message, nodes)
 		}
-	}
-}
-
-func TestParseSettings(t *testing.T) {
-	tests := map[string]struct {
-		annotations map[string]string
-		wantErr     string
-		check       func(Settings) bool
-	}{
-		"defaults": {annotations: map[string]string{}, check: func(s Settings) bool {
-			return s.MaxUnavailable == intstr.FromInt32(1) && len(s.Steps) == 1 && s.ProgressDeadline == DefaultProgressDeadline
-		}},
-		"percent budget":          {annotations: map[string]string{rolloutapi.AnnotationMaxUnavailable: "10%"}, check: func(s Settings) bool { return ResolveMaxUnavailable(s.MaxUnavailable, 1000) == 100 }},
-		"steps":                   {annotations: map[string]string{rolloutapi.AnnotationSteps: "1, pause:5m ,25%,pause,100%"}, check: func(s Settings) bool { return len(s.Steps) == 5 && s.Steps[1].Duration == 5*time.Minute }},
-		"zero budget":             {annotations: map[string]string{rolloutapi.AnnotationMaxUnavailable: "0"}, wantErr: "at least 1"},
-		"steps not ending at 100": {annotations: map[string]string{rolloutapi.AnnotationSteps: "1,50%"}, wantErr: "must be 100%"},
-		"bad deadline":            {annotations: map[string]string{rolloutapi.AnnotationProgressDeadline: "soon"}, wantErr: "duration"},
-		"garbage percent":         {annotations: map[string]string{rolloutapi.AnnotationMaxUnavailable: "x%"}, wantErr: "percent"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			s, err := ParseSettings(tc.annotations)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || !tc.check(s) {
-				t.Errorf("settings %+v, err %v", s, err)
-			}
-		})
 	}
 }

@@ -80,6 +80,29 @@ const (
 	ReasonRolloutFailed = "RolloutFailed"
 )
 
+// Reasons of the other conditions the rollout controller sets.
+const (
+	// ReasonProgressing (Progressing): pods are being replaced within the budget and the step.
+	ReasonProgressing = "RolloutProgressing"
+	// ReasonPausedByAnnotation (Paused): AnnotationPaused is "true".
+	ReasonPausedByAnnotation = "PausedByAnnotation"
+	// ReasonTimedPause (Paused): a "pause:<duration>" step has not ended.
+	ReasonTimedPause = "TimedPause"
+	// ReasonPausedAtStep (Paused): a "pause" step waits for AnnotationResume to change.
+	ReasonPausedAtStep = "PausedAtStep"
+	// ReasonComplete (Complete): every reachable node runs an available pod of the revision.
+	ReasonComplete = "RolloutComplete"
+)
+
+// Reasons of the Events the rollout controller records on a managed DaemonSet when the phase,
+// reason or step changes; the Event's note is the condition's message.
+const (
+	EventProgressing = "RolloutProgressing"
+	EventPaused      = "RolloutPaused"
+	EventFailed      = "RolloutFailed"
+	EventComplete    = "RolloutComplete"
+)
+
 // Phase classifies a rollout's state. The controller reports the four phases named after its
 // conditions; a reader adds Waiting and NotRolling.
 type Phase string
@@ -101,9 +124,15 @@ const (
 )
 
 // IsManaged tells whether daemonguard's rollout controller rolls the DaemonSet out: it opts in
-// with the annotation and uses the OnDelete strategy (with RollingUpdate the built-in controller
-// rolls the pods itself).
+// (IsOptedIn) and uses the OnDelete strategy (with RollingUpdate the built-in controller rolls the
+// pods itself). The policies' lib.rollout_managed is the same rule in Rego; a test holds the two
+// together.
 func IsManaged(ds *appsv1.DaemonSet) bool {
-	return ds.Annotations[AnnotationRollout] == RolloutManaged &&
-		ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
+	return IsOptedIn(ds) && ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
+}
+
+// IsOptedIn tells whether the DaemonSet carries AnnotationRollout: RolloutManaged, whatever its
+// strategy: opted in but not managed, it is a misconfiguration the CLI and the policies name.
+func IsOptedIn(ds *appsv1.DaemonSet) bool {
+	return ds.Annotations[AnnotationRollout] == RolloutManaged
 }

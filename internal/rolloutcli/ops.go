@@ -46,7 +46,7 @@ func checkManaged(ds *appsv1.DaemonSet, verb string) error {
 		strategy = appsv1.RollingUpdateDaemonSetStrategyType
 	}
 	return &ErrNotManaged{Name: ds.Name, Verb: verb, Strategy: strategy,
-		Annotated: ds.Annotations[rolloutapi.AnnotationRollout] == rolloutapi.RolloutManaged}
+		Annotated: rolloutapi.IsOptedIn(ds)}
 }
 
 // AnnotationsPatch is a JSON merge patch setting metadata.annotations.

@@ -53,7 +53,7 @@ func Evaluate(ds *appsv1.DaemonSet, currentRevision string) Status {
 		Available: ds.Status.NumberAvailable,
 		Desired:   ds.Status.DesiredNumberScheduled,
 	}
-	managedAnnotation := ds.Annotations[rolloutapi.AnnotationRollout] == rolloutapi.RolloutManaged
+	managedAnnotation := rolloutapi.IsOptedIn(ds)
 	switch {
 	case rolloutapi.IsManaged(ds):
 		s.Managed = true

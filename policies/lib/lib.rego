@@ -209,8 +209,17 @@ has_value(obj, key) if {
 # annotation(key) is the value of annotation key on the DaemonSet; undefined when absent.
 annotation(key) := annotations[key]
 
-# rollout_managed holds when the DaemonSet is handed to daemonguard's rollout controller.
-rollout_managed if annotations["daemonguard.io/rollout"] == "managed"
+# rollout_opted_in holds when the DaemonSet asks for daemonguard's rollout controller with the
+# annotation daemonguard.io/rollout: managed, whatever its update strategy.
+rollout_opted_in if annotations["daemonguard.io/rollout"] == "managed"
+
+# rollout_managed holds when daemonguard's rollout controller rolls the DaemonSet out: it opts in
+# and uses the OnDelete strategy (with any other the built-in controller rolls the pods itself).
+# It is rolloutapi.IsManaged in Go; internal/rolloutapi tests that the two agree.
+rollout_managed if {
+	rollout_opted_in
+	strategy_type == "OnDelete"
+}
 
 # on_delete_exempt holds when the DaemonSet carries a non-empty daemonguard.io/on-delete-exempt.
 on_delete_exempt if {

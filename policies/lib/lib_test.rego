@@ -130,8 +130,11 @@ test_containers_lists_init_and_regular_containers_in_order if {
 }
 
 test_rollout_managed_and_exempt if {
-	rollout_managed with input as {"object": {"metadata": {"annotations": {"daemonguard.io/rollout": "managed"}}}}
-	not rollout_managed with input as {"object": {"metadata": {"annotations": {"daemonguard.io/rollout": "Managed"}}}}
+	opted_in := {"metadata": {"annotations": {"daemonguard.io/rollout": "managed"}}}
+	rollout_opted_in with input as {"object": opted_in}
+	not rollout_managed with input as {"object": opted_in}
+	rollout_managed with input as {"object": object.union(opted_in, {"spec": {"updateStrategy": {"type": "OnDelete"}}})}
+	not rollout_managed with input as {"object": {"metadata": {"annotations": {"daemonguard.io/rollout": "Managed"}}, "spec": {"updateStrategy": {"type": "OnDelete"}}}}
 	on_delete_exempt with input as {"object": {"metadata": {"annotations": {"daemonguard.io/on-delete-exempt": "node-local storage"}}}}
 	not on_delete_exempt with input as {"object": {"metadata": {"annotations": {"daemonguard.io/on-delete-exempt": "  "}}}}
 	not on_delete_exempt with input as {"object": {"metadata": {"annotations": {"daemonguard.io/on-delete-exempt": true}}}}

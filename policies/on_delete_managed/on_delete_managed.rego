@@ -26,7 +26,7 @@ violation contains {"field": type_field, "msg": msg} if {
 }
 
 violation contains {"field": type_field, "msg": msg} if {
-	lib.rollout_managed
+	lib.rollout_opted_in
 	lib.strategy_type != "OnDelete"
 	msg := sprintf(
 		`updateStrategy.type %s%s is not allowed with the annotation daemonguard.io/rollout: "managed": the built-in DaemonSet controller would roll the pods itself and fight daemonguard's rollout controller; the only allowed type is "OnDelete"`,

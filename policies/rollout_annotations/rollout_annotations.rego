@@ -116,9 +116,27 @@ parse_step(s) := {"type": "pause"} if s == "pause"
 
 parse_step(s) := {"type": "pause"} if {
 	startswith(s, "pause:")
-	ns := lib.duration_ns(substring(s, 6, -1))
-	ns > 0
+	d := substring(s, 6, -1)
+	ns := lib.duration_ns(d)
+	go_positive(d)
 	ns <= lib.max_duration_ns
+}
+
+# go_positive(d) holds when the rollout controller reads the duration d as positive. Go's
+# time.ParseDuration truncates each component to whole nanoseconds ("0.5ns" and "0.0009µs" are
+# 0), so some component must be at least 1ns: a whole part of at least 1, or a fraction F (k
+# digits) with F * unit >= 10^k, compared in integers (duration_ns rounds, and floats would
+# put 0.001µs below 1ns).
+go_positive(d) if {
+	some m in regex.find_all_string_submatch_n(`([0-9]+)(\.([0-9]+))?(ns|us|µs|μs|ms|s|m|h)`, d, -1)
+	at_least_1ns(m[1], m[3], lib.duration_unit_ns[m[4]])
+}
+
+at_least_1ns(whole, _, _) if lib.digits_to_number(whole) >= 1
+
+at_least_1ns(_, fraction, unit) if {
+	fraction != ""
+	lib.digits_to_number(fraction) * unit >= lib.digits_to_number(concat("", ["1", regex.replace(fraction, `[0-9]`, "0")]))
 }
 
 # steps are the trimmed, comma-separated entries of the annotation.

@@ -223,6 +223,13 @@ test_steps_every_invalid_step_reported if {
 	}
 }
 
+# The rollout controller truncates each component of a duration to whole nanoseconds.
+test_steps_pause_shorter_than_a_nanosecond if {
+	count(steps_violations("pause:0.5ns,100%")) == 1
+	count(steps_violations("pause:0.0009µs,100%")) == 1
+	count(steps_violations("pause:1ns,pause:0.001µs,pause:30s0.5ns,100%")) == 0
+}
+
 test_steps_trailing_comma if {
 	vs := steps_violations("1,100%,")
 	count(vs) == 1

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 func TestParseSteps(t *testing.T) {
@@ -64,6 +66,38 @@ func TestStepTarget(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := tc.step.Target(tc.desired); got != tc.want {
 				t.Errorf("Target(%d) = %d, want %d", tc.desired, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseSettings(t *testing.T) {
+	tests := map[string]struct {
+		annotations map[string]string
+		wantErr     string
+		check       func(Settings) bool
+	}{
+		"defaults": {annotations: map[string]string{}, check: func(s Settings) bool {
+			return s.MaxUnavailable == intstr.FromInt32(1) && len(s.Steps) == 1 && s.ProgressDeadline == DefaultProgressDeadline
+		}},
+		"percent budget":          {annotations: map[string]string{AnnotationMaxUnavailable: "10%"}, check: func(s Settings) bool { return ResolveMaxUnavailable(s.MaxUnavailable, 1000) == 100 }},
+		"steps":                   {annotations: map[string]string{AnnotationSteps: "1, pause:5m ,25%,pause,100%"}, check: func(s Settings) bool { return len(s.Steps) == 5 && s.Steps[1].Duration == 5*time.Minute }},
+		"zero budget":             {annotations: map[string]string{AnnotationMaxUnavailable: "0"}, wantErr: "at least 1"},
+		"steps not ending at 100": {annotations: map[string]string{AnnotationSteps: "1,50%"}, wantErr: "must be 100%"},
+		"bad deadline":            {annotations: map[string]string{AnnotationProgressDeadline: "soon"}, wantErr: "duration"},
+		"garbage percent":         {annotations: map[string]string{AnnotationMaxUnavailable: "x%"}, wantErr: "percent"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s, err := ParseSettings(tc.annotations)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !tc.check(s) {
+				t.Errorf("settings %+v, err %v", s, err)
 			}
 		})
 	}

@@ -1,0 +1,190 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+)
+
+// apply performs every write of a decision, in order: pod deletions, status annotations,
+// conditions, the Event, the metrics, and this process's memory of its deletions and reports.
+func (r *Reconciler) apply(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet, d Decision, now time.Time) error {
+	if d.Plan != nil {
+		if err := r.deletePods(ctx, log, ds, d.Plan.Delete, now); err != nil {
+			return err
+		}
+	}
+	r.forgetSettled(now)
+	if err := r.writeAnnotations(ctx, ds, d.Annotations); err != nil {
+		return err
+	}
+	if err := r.writeConditions(ctx, ds, d.Conditions); err != nil {
+		return err
+	}
+	if e := d.Event; e != nil {
+		if e.FailureReason != "" {
+			rolloutFailures.WithLabelValues(ds.Namespace, ds.Name, e.FailureReason).Inc()
+		}
+		r.Recorder.Eventf(ds, nil, e.Type, e.Reason, "Rollout", "%s", e.Note)
+	}
+	if d.Plan != nil {
+		observe(ds, *d.Plan)
+	}
+	if d.Reported {
+		r.mu.Lock()
+		if r.reported == nil {
+			r.reported = map[types.NamespacedName]time.Time{}
+		}
+		r.reported[client.ObjectKeyFromObject(ds)] = now
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// maxParallelDeletes bounds the concurrent pod deletions of one reconcile. A wave of a 1,000-node
+// rollout deletes 100 pods; one after the other they would take as many round trips, and the
+// rollout would wait for the last one. The DaemonSet controller deletes a sync's pods in parallel
+// too (syncNodes); the client's QPS limit still applies.
+const maxParallelDeletes = 32
+
+// deletePods deletes the plan's pods concurrently, each with its UID as precondition, and
+// remembers every pod deleted (or already gone) so the next plan counts it as terminating even
+// if the cache lags.
+func (r *Reconciler) deletePods(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet, refs []PodRef, now time.Time) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	errs := make([]error, len(refs))
+	slots := make(chan struct{}, maxParallelDeletes)
+	var wg sync.WaitGroup
+	for i, d := range refs {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ds.Namespace, Name: d.Name}}
+			uid := types.UID(d.UID)
+			err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &uid})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				errs[i] = fmt.Errorf("delete pod %s on %s: %w", d.Name, d.Node, err)
+				return
+			}
+			r.mu.Lock()
+			if r.deleted == nil {
+				r.deleted = map[types.UID]time.Time{}
+			}
+			r.deleted[uid] = now
+			r.mu.Unlock()
+			log.Info("Deleted old pod", "pod", d.Name, "node", d.Node)
+		})
+	}
+	wg.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	if deleted := len(refs) - failed; deleted > 0 {
+		rolloutDeletions.WithLabelValues(ds.Namespace, ds.Name).Add(float64(deleted))
+	}
+	return errors.Join(errs...)
+}
+
+// forgetSettled drops deletions older than the cache could plausibly lag.
+func (r *Reconciler) forgetSettled(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cutoff := now.Add(-time.Minute)
+	for uid, at := range r.deleted {
+		if at.Before(cutoff) {
+			delete(r.deleted, uid)
+		}
+	}
+}
+
+// writeAnnotations patches the status annotation changes, if any. The patch touches only
+// status.daemonguard.io/ keys, which the admission webhook lets through without re-evaluating.
+func (r *Reconciler) writeAnnotations(ctx context.Context, ds *appsv1.DaemonSet, changes map[string]*string) error {
+	if len(changes) == 0 {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": changes}})
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, ds, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("write rollout status annotations: %w", err)
+	}
+	return nil
+}
+
+// writeConditions replaces the DaemonSet's conditions, if there are new ones.
+func (r *Reconciler) writeConditions(ctx context.Context, ds *appsv1.DaemonSet, conds []appsv1.DaemonSetCondition) error {
+	if conds == nil {
+		return nil
+	}
+	updated := ds.DeepCopy()
+	updated.Status.Conditions = conds
+	// A merge patch of the conditions alone: the DaemonSet controller writes the counters of the
+	// same status concurrently, and neither must make the other retry.
+	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(ds)); err != nil {
+		return fmt.Errorf("update rollout conditions: %w", err)
+	}
+	ds.Status = updated.Status
+	ds.ResourceVersion = updated.ResourceVersion
+	return nil
+}
+
+var (
+	rolloutUpdated = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daemonguard_rollout_updated_nodes", Help: "Nodes running an available pod of the target revision.",
+	}, []string{"namespace", "name"})
+	rolloutDesired = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daemonguard_rollout_desired_nodes", Help: "Reachable nodes the rollout covers.",
+	}, []string{"namespace", "name"})
+	rolloutUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daemonguard_rollout_unavailable_nodes", Help: "Reachable nodes without an available pod.",
+	}, []string{"namespace", "name"})
+	rolloutPhase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daemonguard_rollout_phase", Help: "1 for the rollout's current phase (Progressing, Paused, Failed, Complete).",
+	}, []string{"namespace", "name", "phase"})
+	rolloutDeletions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "daemonguard_rollout_pod_deletions_total", Help: "Old-revision pods deleted by the rollout controller.",
+	}, []string{"namespace", "name"})
+	rolloutFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "daemonguard_rollout_failures_total", Help: "Rollouts halted, by reason.",
+	}, []string{"namespace", "name", "reason"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(rolloutUpdated, rolloutDesired, rolloutUnavailable, rolloutPhase, rolloutDeletions, rolloutFailures)
+}
+
+// observe records the plan's counts and phase in the rollout gauges.
+func observe(ds *appsv1.DaemonSet, plan Plan) {
+	rolloutUpdated.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Updated))
+	rolloutDesired.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Desired))
+	rolloutUnavailable.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Unavailable))
+	for _, p := range []rolloutapi.Phase{rolloutapi.PhaseProgressing, rolloutapi.PhasePaused, rolloutapi.PhaseFailed, rolloutapi.PhaseComplete} {
+		v := 0.0
+		if p == plan.Phase {
+			v = 1
+		}
+		rolloutPhase.WithLabelValues(ds.Namespace, ds.Name, string(p)).Set(v)
+	}
+}
