@@ -40,9 +40,19 @@ vet: ## Run go vet.
 lint: vet ## Check formatting and vet (fails on unformatted files).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# The pinned tools are built from tools/* into ~/.cache/daemonguard/bin by cmd/testbin, which
+# imports only internal/toolbin: on a cold machine the build starts after seconds. The tool sets are
+# named in internal/toolbin (sets.go); the demo builds only what it runs.
+TESTBIN     := $(GO) run ./cmd/testbin
+DEMO_TOOLS  := --set demo$(if $(REAL_NODE), --set real-node)
+
 .PHONY: testbin
-testbin: testdeps ## Build (or reuse cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, ko, cert-manager and Argo CD.
-	$(GO) run ./cmd/localcluster build
+testbin: testdeps ## Build (or reuse cached) every pinned tool: the control plane, kwok, kubelet, kube-proxy, helm, ko, cert-manager and Argo CD.
+	$(TESTBIN) --set all
+
+.PHONY: demobin
+demobin: ## Build (or reuse cached) what `make demo` and `make cluster` run: etcd, the control plane and kwok (REAL_NODE=1: also kubelet and kube-proxy).
+	$(TESTBIN) $(DEMO_TOOLS)
 
 # Argo CD's application controller and repo server need a Redis; the e2e tests run Debian's
 # redis-server on a free port and skip, naming the package, when it is missing. RUNLEVEL=1 keeps
@@ -61,7 +71,7 @@ testdeps: ## Install Debian's redis-server (for the Argo CD e2e tests) when miss
 ##@ Run
 
 .PHONY: demo
-demo: testbin ## Start the local control plane, apply testdata/demo and show the result; Ctrl-C stops it.
+demo: demobin ## Start the local control plane, apply testdata/demo and show the result; Ctrl-C stops it.
 	$(GO) run ./cmd/localcluster demo
 
 .PHONY: run
@@ -73,7 +83,7 @@ demo-down: ## Stop local clusters left by `make demo` or `make cluster` (also af
 	$(GO) run ./cmd/localcluster down
 
 .PHONY: cluster
-cluster: testbin ## Start an empty local control plane (1 control-plane + 4 worker nodes) until Ctrl-C.
+cluster: demobin ## Start an empty local control plane (1 control-plane + 4 worker nodes) until Ctrl-C.
 	$(GO) run ./cmd/localcluster up
 
 ##@ Release
