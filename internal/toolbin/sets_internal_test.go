@@ -79,7 +79,7 @@ func TestDemoToolsLackTestOnlyTools(t *testing.T) {
 func toolsOfCommand(line string) ([]string, error) {
 	fields := strings.Fields(line)
 	for i, f := range fields {
-		if strings.HasSuffix(f, "cmd/testbin") || f == "build" {
+		if strings.HasSuffix(f, "cmd/testbin") || f == "build" && i > 0 && strings.HasSuffix(fields[i-1], "localcluster") {
 			fields = fields[i+1:]
 			break
 		}
@@ -87,6 +87,9 @@ func toolsOfCommand(line string) ([]string, error) {
 	var names []string
 	for i := 0; i < len(fields); i++ {
 		f := fields[i]
+		if strings.ContainsAny(f, ";&|") { // the shell command ends
+			break
+		}
 		set, isSet := strings.CutPrefix(f, "--set=")
 		if f == "--set" && i+1 < len(fields) {
 			set, isSet = fields[i+1], true
