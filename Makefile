@@ -41,9 +41,11 @@ lint: vet ## Check formatting and vet (fails on unformatted files).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # The pinned tools are built from tools/* into ~/.cache/daemonguard/bin by cmd/testbin, which
-# imports only internal/toolbin: on a cold machine the build starts after seconds. The tool sets are
+# imports only internal/toolbin: on a cold machine the build starts after seconds. It compiles the
+# way the tools do (static, -trimpath), so the standard library it compiles first is the one the
+# tools reuse, not a second copy of the one cmd/localcluster compiles meanwhile. The tool sets are
 # named in internal/toolbin (sets.go); the demo builds only what it runs.
-TESTBIN     := $(GO) run ./cmd/testbin
+TESTBIN     := CGO_ENABLED=0 $(GO) run -trimpath ./cmd/testbin
 DEMO_TOOLS  := --set demo$(if $(REAL_NODE), --set real-node)
 
 .PHONY: testbin
