@@ -60,6 +60,7 @@ demobin: ## Build (or reuse cached) what `make demo` and `make cluster` run: etc
 # cmd/localcluster meanwhile: on a cold machine each takes minutes, and a tool build leaves about a
 # fifth of 2 cores idle (37 CPU-minutes in 23.4 minutes for every tool), which the compile fills.
 define with-demo-tools
+	@test -x $(LOCALBIN)/localcluster || echo "First run: compiling the demo and the tool builder, then building the demo's tools (minutes on a new machine; progress follows)"
 	@$(GO) build -o $(LOCALBIN)/localcluster ./cmd/localcluster & compile=$$!; \
 	  $(TESTBIN) $(DEMO_TOOLS) || { wait $$compile; exit 1; }; wait $$compile
 	$(LOCALBIN)/localcluster $(1)

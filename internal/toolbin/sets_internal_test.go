@@ -41,7 +41,7 @@ func TestDemoBuildsOnlyWhatItRuns(t *testing.T) {
 					if strings.Contains(line, "testdeps") || strings.Contains(line, "apt-get") {
 						t.Errorf("make %s installs what only the Argo CD tests use: %s", target, line)
 					}
-					if strings.Contains(line, "cmd/testbin") || strings.Contains(line, "localcluster build") {
+					if isToolBuild(line) {
 						builds = append(builds, strings.TrimSpace(line))
 					}
 				}
@@ -74,12 +74,23 @@ func TestDemoToolsLackTestOnlyTools(t *testing.T) {
 	}
 }
 
+// isToolBuild reports whether a command line runs cmd/testbin or `localcluster build`.
+func isToolBuild(line string) bool {
+	fields := strings.Fields(line)
+	for i, f := range fields {
+		if f == "./cmd/testbin" || f == "build" && i > 0 && strings.HasSuffix(fields[i-1], "localcluster") {
+			return true
+		}
+	}
+	return false
+}
+
 // toolsOfCommand reads the tools a build command line asks for: its --set flags expanded and its
 // binaries; every tool when it names none.
 func toolsOfCommand(line string) ([]string, error) {
 	fields := strings.Fields(line)
 	for i, f := range fields {
-		if strings.HasSuffix(f, "cmd/testbin") || f == "build" && i > 0 && strings.HasSuffix(fields[i-1], "localcluster") {
+		if f == "./cmd/testbin" || f == "build" && i > 0 && strings.HasSuffix(fields[i-1], "localcluster") {
 			fields = fields[i+1:]
 			break
 		}
