@@ -95,7 +95,7 @@ func TestEnsureBuildsEachSetOnce(t *testing.T) {
 		t.Error("b was built, but only the set of srv was asked for")
 	}
 	first := log.String()
-	for _, want := range []string{"Building first (1 of 1) (a, srv) from tools/hello", "Still building first (1 of 1): ", "Built first (1 of 1) in "} {
+	for _, want := range []string{"Building first (1 of 1): a, srv from tools/hello", "Still building first (1 of 1): ", "Built first (1 of 1) in "} {
 		if !strings.Contains(first, want) {
 			t.Errorf("the first build printed no %q:\n%s", want, first)
 		}
@@ -117,7 +117,7 @@ func TestEnsureBuildsEachSetOnce(t *testing.T) {
 		t.Errorf("b printed %q: not the binary of cmd/b", got)
 	}
 	second := log.String()
-	if !strings.Contains(second, "Building second (1 of 1) (b)") || strings.Contains(second, "first") {
+	if !strings.Contains(second, "Building second (1 of 1): b from") || strings.Contains(second, "first") {
 		t.Errorf("asking for everything did not build exactly the missing set:\n%s", second)
 	}
 	after, err := os.Stat(bins.Path("a"))
@@ -133,7 +133,7 @@ func TestEnsureBuildsEachSetOnce(t *testing.T) {
 	if _, err := b.ensure(ctx, []string{"a", "b"}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(log.String(), "Building first (1 of 1) (a, c, srv)") || !strings.Contains(log.String(), "last time it took ") {
+	if !strings.Contains(log.String(), "Building first (1 of 1): a, c, srv from") || !strings.Contains(log.String(), "last time it took ") {
 		t.Errorf("a changed set was not rebuilt with the last build time as the estimate:\n%s", log.String())
 	}
 
@@ -187,21 +187,23 @@ func TestEnsureReportsBuildErrors(t *testing.T) {
 
 func TestProgressLine(t *testing.T) {
 	tests := map[string]struct {
-		elapsed         time.Duration
-		compiled, total int
-		last            time.Duration
-		want            string
+		elapsed                     time.Duration
+		downloaded, compiled, total int
+		last                        time.Duration
+		want                        string
 	}{
 		"counted, with a last time": {elapsed: 190 * time.Second, compiled: 812, total: 2528, last: 7 * time.Minute,
 			want: "Still building the control plane (1 of 2): 3m10s elapsed, 812 of 2528 packages compiled, last time it took 7m"},
 		"not counted yet, never built here": {elapsed: 30 * time.Second, compiled: 41,
 			want: "Still building the control plane (1 of 2): 30s elapsed, 41 packages compiled"},
-		"nothing compiled yet (downloading)": {elapsed: 30 * time.Second,
+		"downloading modules": {elapsed: 30 * time.Second, downloaded: 120,
+			want: "Still building the control plane (1 of 2): 30s elapsed, 120 modules downloaded"},
+		"nothing to show yet": {elapsed: 30 * time.Second,
 			want: "Still building the control plane (1 of 2): 30s elapsed"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := progressLine("the control plane (1 of 2)", tc.elapsed, tc.compiled, tc.total, tc.last); got != tc.want {
+			if got := progressLine("the control plane (1 of 2)", tc.elapsed, tc.downloaded, tc.compiled, tc.total, tc.last); got != tc.want {
 				t.Errorf("got  %q\nwant %q", got, tc.want)
 			}
 		})
@@ -216,6 +218,9 @@ func TestProgressCountsCompiledPackages(t *testing.T) {
 		if _, err := p.Write([]byte(chunk)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if p.downloaded != 1 {
+		t.Errorf("counted %d module downloads, want 1", p.downloaded)
 	}
 	if p.compiled != 3 {
 		t.Errorf("counted %d packages, want 3 (runtime, k8s.io/api/core/v1, example.com/x)", p.compiled)

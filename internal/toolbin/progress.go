@@ -25,14 +25,15 @@ type progress struct {
 	last        time.Duration // the last build of the same sets here; 0 when unknown
 	every       time.Duration
 
-	mu       sync.Mutex
-	began    time.Time
-	compiled int
-	total    int          // packages the build needs, once `go list` has counted them
-	partial  []byte       // an unfinished line of go build's output
-	other    bytes.Buffer // go build's output other than package names: errors
-	done     chan struct{}
-	stopped  sync.WaitGroup
+	mu         sync.Mutex
+	began      time.Time
+	compiled   int
+	downloaded int          // modules, on a machine whose module cache lacks them
+	total      int          // packages the build needs, once `go list` has counted them
+	partial    []byte       // an unfinished line of go build's output
+	other      bytes.Buffer // go build's output other than package names: errors
+	done       chan struct{}
+	stopped    sync.WaitGroup
 }
 
 // title names the build and its place among the builds of this run.
@@ -71,7 +72,7 @@ func (p *progress) start(ctx context.Context, moduleDir string, pkgs []string) {
 				return
 			case now := <-t.C:
 				p.mu.Lock()
-				line := progressLine(p.title(), now.Sub(p.began), p.compiled, p.total, p.last)
+				line := progressLine(p.title(), now.Sub(p.began), p.downloaded, p.compiled, p.total, p.last)
 				p.mu.Unlock()
 				fmt.Fprintln(p.log, line)
 			}
@@ -103,6 +104,9 @@ func (p *progress) Write(b []byte) (int, error) {
 		if len(line) > 0 && !bytes.ContainsAny(line, " \t") {
 			p.compiled++
 		} else {
+			if bytes.HasPrefix(line, []byte("go: downloading ")) {
+				p.downloaded++
+			}
 			p.other.Write(line)
 			p.other.WriteByte('\n')
 		}
@@ -119,8 +123,11 @@ func (p *progress) output() string {
 }
 
 // progressLine is the line a running build prints.
-func progressLine(title string, elapsed time.Duration, compiled, total int, last time.Duration) string {
+func progressLine(title string, elapsed time.Duration, downloaded, compiled, total int, last time.Duration) string {
 	line := fmt.Sprintf("Still building %s: %s elapsed", title, roundDuration(elapsed))
+	if downloaded > 0 {
+		line += fmt.Sprintf(", %d modules downloaded", downloaded)
+	}
 	switch {
 	case total > 0:
 		line += fmt.Sprintf(", %d of %d packages compiled", compiled, total)

@@ -320,7 +320,7 @@ func (b builder) build(ctx context.Context, s buildStep, n, of int) error {
 		log: b.log, what: strings.Join(setNames, " and "), step: n, steps: of,
 		last: estimate(readBuildTimes(times), setNames), every: b.every,
 	}
-	fmt.Fprintf(b.log, "Building %s (%s) from tools/%s into %s%s\n", p.title(), strings.Join(names, ", "), m.dir, s.dir, p.lastTime())
+	fmt.Fprintf(b.log, "Building %s: %s from tools/%s into %s%s\n", p.title(), strings.Join(names, ", "), m.dir, s.dir, p.lastTime())
 	p.start(ctx, s.moduleDir, pkgs)
 	args := append([]string{"build", "-v", "-trimpath", "-ldflags", ldflags, "-o", staging}, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
