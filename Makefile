@@ -46,7 +46,7 @@ lint: vet ## Check formatting and vet (fails on unformatted files).
 # tools reuse, not a second copy of the one cmd/localcluster compiles meanwhile. The tool sets are
 # named in internal/toolbin (sets.go); the demo builds only what it runs.
 TESTBIN     := CGO_ENABLED=0 $(GO) run -trimpath ./cmd/testbin
-DEMO_TOOLS  := --set demo$(if $(REAL_NODE), --set real-node)
+DEMO_TOOLS  := --set demo$(if $(filter 1 true yes,$(REAL_NODE)), --set real-node)
 
 .PHONY: testbin
 testbin: testdeps ## Build (or reuse cached) every pinned tool: the control plane, kwok, kubelet, kube-proxy, helm, ko, cert-manager and Argo CD.
