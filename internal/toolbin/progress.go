@@ -33,6 +33,7 @@ type progress struct {
 	partial    []byte       // an unfinished line of go build's output
 	other      bytes.Buffer // go build's output other than package names: errors
 	done       chan struct{}
+	cancel     context.CancelFunc // the count of packages, when the build ends first
 	stopped    sync.WaitGroup
 }
 
@@ -53,6 +54,7 @@ func (p *progress) lastTime() string {
 func (p *progress) start(ctx context.Context, moduleDir string, pkgs []string) {
 	p.began = time.Now()
 	p.done = make(chan struct{})
+	ctx, p.cancel = context.WithCancel(ctx)
 	p.stopped.Add(2)
 	go func() {
 		defer p.stopped.Done()
@@ -84,6 +86,7 @@ func (p *progress) start(ctx context.Context, moduleDir string, pkgs []string) {
 func (p *progress) stop() time.Duration {
 	took := time.Since(p.began)
 	close(p.done)
+	p.cancel()
 	p.stopped.Wait()
 	return took
 }
