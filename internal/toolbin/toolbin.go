@@ -75,16 +75,18 @@ var toolModules = []toolModule{
 				"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
 				"kube-scheduler":          "k8s.io/kubernetes/cmd/kube-scheduler",
 				"etcd":                    "go.etcd.io/etcd/server/v3",
-				// kwok fakes the nodes and kubelets; in this module it shares the control
-				// plane's compiled packages.
-				"kwok": "sigs.k8s.io/kwok/cmd/kwok",
 			}},
-			// kubelet and kube-proxy for a real node (REAL_NODE=1).
+			// A real node (REAL_NODE=1) runs these instead of kwok's fake kubelets.
 			{name: "node", outputs: map[string]string{
 				"kubelet":    "k8s.io/kubernetes/cmd/kubelet",
 				"kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
 			}},
 		},
+	},
+	{
+		dir:     "kwok",
+		ldflags: "-s -w",
+		sets:    []outputSet{{name: "kwok", outputs: map[string]string{"kwok": "sigs.k8s.io/kwok/cmd/kwok"}}},
 	},
 	{
 		dir:                 "helm",
