@@ -76,7 +76,7 @@ var toolModules = []toolModule{
 				"kube-scheduler":          "k8s.io/kubernetes/cmd/kube-scheduler",
 				"etcd":                    "go.etcd.io/etcd/server/v3",
 			}},
-			// A real node (REAL_NODE=1) runs these instead of kwok's fake kubelets.
+			// kubelet and kube-proxy for a real node (REAL_NODE=1).
 			{name: "node", outputs: map[string]string{
 				"kubelet":    "k8s.io/kubernetes/cmd/kubelet",
 				"kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
