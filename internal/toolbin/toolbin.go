@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/mod/modfile"
 )
@@ -26,20 +27,32 @@ const KubernetesVersion = "v1.36.3"
 
 // toolModule is one module under tools/ and the binaries built from it.
 type toolModule struct {
-	dir     string            // folder under tools/
-	ldflags string            // stamped into every binary of the module
-	outputs map[string]string // binary name -> package path
+	dir     string // folder under tools/
+	ldflags string // stamped into every binary of the module
+	// sets are the module's binaries in the groups they are built and cached in: asking for one
+	// binary builds its whole set (the control plane runs as a whole), and a set is built on its
+	// own when only it is needed, so the demo does not wait for kubelet. The sets of a module that
+	// are missing are built by one `go build`, which compiles the packages they share once and
+	// links the binaries in parallel.
+	sets []outputSet
 	// ownCode marks a module with Go code of its own rather than only version pins: its .go files
 	// are then part of the cache key, so editing them rebuilds the binaries.
 	ownCode bool
 	// files are folders of a required module copied next to the binaries at build time, for data
 	// that must match the built version exactly (cert-manager's CRDs): name -> where to copy from.
+	// They come with every set of the module.
 	files map[string]moduleFolder
 	// kubernetesVersionIn are packages whose k8sVersionMajor and k8sVersionMinor variables are
 	// stamped with the Kubernetes version of the k8s.io/client-go the module builds with, as
 	// helm's release Makefile does: helm reports that version where no cluster is asked
 	// (helm template, helm lint), and checks charts' kubeVersion against it.
 	kubernetesVersionIn []string
+}
+
+// outputSet is a group of binaries of one module that are built and cached together.
+type outputSet struct {
+	name    string            // in progress lines and the build times file
+	outputs map[string]string // binary name -> package path
 }
 
 // moduleFolder is a folder inside a module that the tools module requires.
@@ -56,36 +69,45 @@ var toolModules = []toolModule{
 		ldflags: "-s -w -X k8s.io/component-base/version.gitVersion=" + KubernetesVersion +
 			" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36" +
 			" -X k8s.io/component-base/version.gitTreeState=clean",
-		outputs: map[string]string{
-			"kube-apiserver":          "k8s.io/kubernetes/cmd/kube-apiserver",
-			"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
-			"kube-scheduler":          "k8s.io/kubernetes/cmd/kube-scheduler",
-			"etcd":                    "go.etcd.io/etcd/server/v3",
+		sets: []outputSet{
+			{name: "control plane", outputs: map[string]string{
+				"kube-apiserver":          "k8s.io/kubernetes/cmd/kube-apiserver",
+				"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+				"kube-scheduler":          "k8s.io/kubernetes/cmd/kube-scheduler",
+				"etcd":                    "go.etcd.io/etcd/server/v3",
+			}},
+			// kubelet and kube-proxy for a real node (REAL_NODE=1).
+			{name: "node", outputs: map[string]string{
+				"kubelet":    "k8s.io/kubernetes/cmd/kubelet",
+				"kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
+			}},
 		},
 	},
 	{
 		dir:     "kwok",
 		ldflags: "-s -w",
-		outputs: map[string]string{"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
+		sets:    []outputSet{{name: "kwok", outputs: map[string]string{"kwok": "sigs.k8s.io/kwok/cmd/kwok"}}},
 	},
 	{
 		dir:                 "helm",
 		ldflags:             "-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0",
-		outputs:             map[string]string{"helm": "helm.sh/helm/v3/cmd/helm"},
+		sets:                []outputSet{{name: "helm", outputs: map[string]string{"helm": "helm.sh/helm/v3/cmd/helm"}}},
 		kubernetesVersionIn: []string{"helm.sh/helm/v3/pkg/chartutil", "helm.sh/helm/v3/pkg/lint/rules"},
 	},
 	{
 		// ko builds the release image without a container engine (`make image`, internal/release).
 		dir:     "ko",
 		ldflags: "-s -w -X github.com/google/ko/pkg/commands.Version=v0.19.1",
-		outputs: map[string]string{"ko": "github.com/google/ko"},
+		sets:    []outputSet{{name: "ko", outputs: map[string]string{"ko": "github.com/google/ko"}}},
 	},
 	{
 		// cert-manager's controllers and cainjector in one process (see tools/certmanager), and
 		// the CRDs of exactly that version.
 		dir:     "certmanager",
 		ldflags: "-s -w",
-		outputs: map[string]string{"cert-manager": "github.com/daemonguard/daemonguard/tools/certmanager/cmd/cert-manager"},
+		sets: []outputSet{{name: "cert-manager", outputs: map[string]string{
+			"cert-manager": "github.com/daemonguard/daemonguard/tools/certmanager/cmd/cert-manager",
+		}}},
 		ownCode: true,
 		files:   map[string]moduleFolder{CertManagerCRDs: {module: "github.com/cert-manager/cert-manager", dir: "deploy/crds"}},
 	},
@@ -94,7 +116,9 @@ var toolModules = []toolModule{
 		// the CRDs of exactly that version.
 		dir:     "argocd",
 		ldflags: "-s -w",
-		outputs: map[string]string{ArgoCDBinary: "github.com/daemonguard/daemonguard/tools/argocd/cmd/argocd"},
+		sets: []outputSet{{name: "Argo CD", outputs: map[string]string{
+			ArgoCDBinary: "github.com/daemonguard/daemonguard/tools/argocd/cmd/argocd",
+		}}},
 		ownCode: true,
 		files:   map[string]moduleFolder{ArgoCDCRDs: {module: "github.com/argoproj/argo-cd/v3", dir: "manifests/crds"}},
 	},
@@ -121,11 +145,15 @@ func (b *Binaries) Path(name string) string {
 	return filepath.Join(b.dirs[name], name)
 }
 
-// Ensure builds, or finds already built, the binaries of every tools module that provides
-// one of names (all of them when names is empty). Builds are cached per module in the user cache
-// dir, keyed by the module's go.mod, go.sum, the Go version and the platform, so a cold machine
-// pays the ~12 minute build once and every later run starts in milliseconds. A file lock makes
-// concurrent test packages wait for one build instead of racing.
+// Ensure builds, or finds already built, the binaries names (every tool when names is empty)
+// and what comes with them: the rest of a binary's set (asking for kube-apiserver gives the whole
+// control plane) and its module's copied folders. Builds are cached in the user cache dir, per
+// module in a folder keyed by the module's go.mod, go.sum, the Go version, the platform and the
+// ldflags, and in it per set, so building the demo's tools first and the test suite's later
+// builds nothing twice; a cold machine pays each build once and every later run starts in
+// milliseconds. A file lock per module makes concurrent test packages wait for one build instead
+// of racing. A build prints what it builds and, while it runs, how far it is; a warm cache
+// prints nothing.
 func Ensure(ctx context.Context, log io.Writer, names ...string) (*Binaries, error) {
 	root, err := RepoRoot()
 	if err != nil {
@@ -135,34 +163,110 @@ func Ensure(ctx context.Context, log io.Writer, names ...string) (*Binaries, err
 	if err != nil {
 		return nil, err
 	}
-	wanted := map[string]bool{}
-	for _, n := range names {
-		wanted[n] = true
+	b := builder{log: log, root: root, cacheRoot: cacheRoot, modules: toolModules, every: progressEvery}
+	return b.ensure(ctx, names)
+}
+
+// progressEvery is how often a running build says how far it is.
+const progressEvery = 30 * time.Second
+
+// builder builds the sets of tools modules into the binary cache.
+type builder struct {
+	log       io.Writer
+	root      string // the checkout holding tools/
+	cacheRoot string
+	modules   []toolModule
+	every     time.Duration // how often a running build reports progress
+}
+
+// buildStep is what one module must provide for a call: the sets asked for and the cache folder
+// of the module's key.
+type buildStep struct {
+	module    toolModule
+	moduleDir string
+	dir       string
+	sets      []outputSet
+}
+
+func (b builder) ensure(ctx context.Context, names []string) (*Binaries, error) {
+	steps, err := b.plan(names)
+	if err != nil {
+		return nil, err
 	}
-	b := &Binaries{dirs: map[string]string{}}
-	for _, m := range toolModules {
-		needed := len(names) == 0
-		for out := range m.products() {
-			if wanted[out] {
-				needed = true
-				delete(wanted, out)
+	var todo []buildStep
+	for _, s := range steps {
+		if len(s.missing()) > 0 {
+			todo = append(todo, s)
+		}
+	}
+	for i, s := range todo {
+		if err := b.build(ctx, s, i+1, len(todo)); err != nil {
+			return nil, err
+		}
+	}
+	bins := &Binaries{dirs: map[string]string{}}
+	for _, s := range steps {
+		for _, set := range s.sets {
+			for name := range set.outputs {
+				bins.dirs[name] = s.dir
 			}
 		}
-		if !needed {
+		for name := range s.module.files {
+			bins.dirs[name] = s.dir
+		}
+	}
+	return bins, nil
+}
+
+// plan lists, per module, the sets that provide names (all sets when names is empty) and the
+// cache folder they belong in.
+func (b builder) plan(names []string) ([]buildStep, error) {
+	unknown := map[string]bool{}
+	for _, n := range names {
+		unknown[n] = true
+	}
+	var steps []buildStep
+	for _, m := range b.modules {
+		var sets []outputSet
+		for i, set := range m.sets {
+			needed := len(names) == 0
+			for _, n := range names {
+				_, built := set.outputs[n]
+				_, copied := m.files[n]
+				if built || copied && i == 0 { // the module's folders come with every set; ask the first
+					needed = true
+					delete(unknown, n)
+				}
+			}
+			if needed {
+				sets = append(sets, set)
+			}
+		}
+		if len(sets) == 0 {
 			continue
 		}
-		dir, err := ensureModule(ctx, log, filepath.Join(root, "tools", m.dir), cacheRoot, m)
+		moduleDir := filepath.Join(b.root, "tools", m.dir)
+		key, err := moduleKey(moduleDir, m)
 		if err != nil {
 			return nil, err
 		}
-		for out := range m.products() {
-			b.dirs[out] = dir
+		steps = append(steps, buildStep{module: m, moduleDir: moduleDir, dir: filepath.Join(b.cacheRoot, m.dir+"-"+key), sets: sets})
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("no tools module builds %s", strings.Join(slices.Sorted(maps.Keys(unknown)), ", "))
+	}
+	return steps, nil
+}
+
+// missing returns the step's sets that are not complete in its cache folder.
+func (s buildStep) missing() []outputSet {
+	var missing []outputSet
+	for _, set := range s.sets {
+		if !complete(s.dir, s.module, set) {
+			missing = append(missing, set)
 		}
 	}
-	for n := range wanted {
-		return nil, fmt.Errorf("no tools module builds %q", n)
-	}
-	return b, nil
+	return missing
 }
 
 func binaryCacheDir() (string, error) {
@@ -176,72 +280,114 @@ func binaryCacheDir() (string, error) {
 	return filepath.Join(base, "daemonguard", "bin"), nil
 }
 
-func ensureModule(ctx context.Context, log io.Writer, moduleDir, cacheRoot string, m toolModule) (string, error) {
-	ldflags, err := m.buildLDFlags(moduleDir)
+// build builds the missing sets of step n of of with one `go build`, and moves the binaries and
+// the module's folders into the cache folder one by one, so a reader never sees a partial binary.
+func (b builder) build(ctx context.Context, s buildStep, n, of int) error {
+	m := s.module
+	ldflags, err := m.buildLDFlags(s.moduleDir)
 	if err != nil {
-		return "", err
+		return err
 	}
-	key, err := moduleKey(moduleDir, m)
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("create binary cache %s: %w", s.dir, err)
+	}
+	unlock, err := lockFile(filepath.Join(b.cacheRoot, m.dir+".lock"))
 	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(cacheRoot, m.dir+"-"+key)
-	if complete(dir, m) {
-		return dir, nil
-	}
-	if err := os.MkdirAll(cacheRoot, 0o755); err != nil {
-		return "", fmt.Errorf("create binary cache %s: %w", cacheRoot, err)
-	}
-	unlock, err := lockFile(filepath.Join(cacheRoot, m.dir+".lock"))
-	if err != nil {
-		return "", err
+		return err
 	}
 	defer unlock()
-	if complete(dir, m) { // another process built it while we waited for the lock
-		return dir, nil
+	missing := s.missing()
+	if len(missing) == 0 { // another process built them while we waited for the lock
+		return nil
 	}
-
-	staging, err := os.MkdirTemp(cacheRoot, m.dir+"-building-")
+	staging, err := os.MkdirTemp(b.cacheRoot, m.dir+"-building-")
 	if err != nil {
-		return "", fmt.Errorf("create build dir: %w", err)
+		return fmt.Errorf("create build dir: %w", err)
 	}
 	defer os.RemoveAll(staging)
-	fmt.Fprintf(log, "Building %s test binaries from tools/%s (cached in %s; a cold build takes minutes)\n", m.dir, m.dir, dir)
-	for name, pkg := range m.outputs {
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", filepath.Join(staging, name), pkg)
-		cmd.Dir = moduleDir
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "CGO_ENABLED=0", "GOWORK=off")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return "", fmt.Errorf("build %s from tools/%s: %w\n%s", name, m.dir, err, out)
-		}
+
+	outputs := map[string]string{}
+	var setNames []string
+	for _, set := range missing {
+		maps.Copy(outputs, set.outputs)
+		setNames = append(setNames, set.name)
 	}
+	names := slices.Sorted(maps.Keys(outputs))
+	pkgs := make([]string, len(names))
+	for i, name := range names {
+		pkgs[i] = outputs[name]
+	}
+	times := buildTimesFile(b.cacheRoot, m.dir)
+	p := &progress{
+		log: b.log, what: strings.Join(setNames, " and "), step: n, steps: of,
+		last: estimate(readBuildTimes(times), setNames), every: b.every,
+	}
+	fmt.Fprintf(b.log, "Building %s: %s from tools/%s into %s%s\n", p.title(), strings.Join(names, ", "), m.dir, s.dir, p.lastTime())
+	p.start(ctx, s.moduleDir, pkgs)
+	args := append([]string{"build", "-v", "-trimpath", "-ldflags", ldflags, "-o", staging}, pkgs...)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = s.moduleDir
+	cmd.Env = append(os.Environ(), goEnv...)
+	cmd.Stdout, cmd.Stderr = p, p // one writer: go build -v names each package it compiles
+	err = cmd.Run()
+	took := p.stop()
+	if err != nil {
+		return fmt.Errorf("build %s from tools/%s: %w\n%s", strings.Join(names, ", "), m.dir, err, p.output())
+	}
+
 	for name, from := range m.files {
-		if err := copyModuleFolder(ctx, moduleDir, from, filepath.Join(staging, name)); err != nil {
-			return "", fmt.Errorf("copy %s from tools/%s: %w", name, m.dir, err)
+		if fi, err := os.Stat(filepath.Join(s.dir, name)); err == nil && fi.IsDir() {
+			continue
+		}
+		if err := copyModuleFolder(ctx, s.moduleDir, from, filepath.Join(staging, name)); err != nil {
+			return fmt.Errorf("copy %s from tools/%s: %w", name, m.dir, err)
+		}
+		_ = os.RemoveAll(filepath.Join(s.dir, name)) // a partial folder left by a crash
+		if err := os.Rename(filepath.Join(staging, name), filepath.Join(s.dir, name)); err != nil {
+			return fmt.Errorf("move %s into %s: %w", name, s.dir, err)
 		}
 	}
-	_ = os.RemoveAll(dir) // a partial folder left by a crash
-	if err := os.Rename(staging, dir); err != nil {
-		return "", fmt.Errorf("move built binaries into %s: %w", dir, err)
+	for name, pkg := range outputs {
+		if err := os.Rename(filepath.Join(staging, execName(pkg)), filepath.Join(s.dir, name)); err != nil {
+			return fmt.Errorf("move built %s into %s: %w", name, s.dir, err)
+		}
 	}
-	return dir, nil
+	if err := writeBuildTime(times, setNames, took); err != nil {
+		fmt.Fprintf(b.log, "Could not record the build time for progress estimates: %v\n", err)
+	}
+	fmt.Fprintf(b.log, "Built %s in %s\n", p.title(), took.Round(time.Second))
+	return nil
 }
 
-// products lists what the module puts into its cache folder: binaries and copied folders.
-func (m toolModule) products() map[string]bool {
-	p := map[string]bool{}
-	for name := range m.outputs {
-		p[name] = true
+// goEnv builds every tool the same way: static, from the pinned go.sum, outside any workspace.
+var goEnv = []string{"GOFLAGS=-mod=readonly", "CGO_ENABLED=0", "GOWORK=off"}
+
+// execName is the name `go build -o DIR` gives the binary of a main package: the last element of
+// its path, or the one before a major version suffix (go.etcd.io/etcd/server/v3 -> server).
+func execName(pkg string) string {
+	elems := strings.Split(pkg, "/")
+	last := elems[len(elems)-1]
+	if len(elems) > 1 && isMajorVersion(last) {
+		return elems[len(elems)-2]
 	}
-	for name := range m.files {
-		p[name] = true
-	}
-	return p
+	return last
 }
 
-func complete(dir string, m toolModule) bool {
-	for name := range m.outputs {
+func isMajorVersion(s string) bool {
+	if len(s) < 2 || s[0] != 'v' || s[1] < '1' || s[1] > '9' {
+		return false
+	}
+	for _, c := range s[2:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// complete reports whether every binary of set and every folder of its module is in dir.
+func complete(dir string, m toolModule, set outputSet) bool {
+	for name := range set.outputs {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Mode()&0o111 == 0 {
 			return false
 		}
@@ -260,7 +406,7 @@ func complete(dir string, m toolModule) bool {
 func copyModuleFolder(ctx context.Context, moduleDir string, from moduleFolder, to string) error {
 	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", from.module)
 	cmd.Dir = moduleDir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOWORK=off")
+	cmd.Env = append(os.Environ(), goEnv...)
 	out, err := cmd.Output()
 	if err != nil {
 		return fmt.Errorf("locate module %s: %w", from.module, err)

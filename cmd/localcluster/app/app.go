@@ -34,17 +34,20 @@ func New() *cobra.Command {
 }
 
 func newBuildCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "build [BINARY...]",
-		Short: "Build (or find cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm, ko, cert-manager and Argo CD",
+	var sets []string
+	cmd := &cobra.Command{
+		Use:   "build [--set NAME]... [BINARY...]",
+		Short: "Build (or find cached) the test binaries of the named tool sets and binaries, every tool when none is named (as cmd/testbin, which `make` runs)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := toolbin.Ensure(cmd.Context(), cmd.ErrOrStderr(), args...); err != nil {
+			if err := toolbin.Build(cmd.Context(), cmd.ErrOrStderr(), sets, args); err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.ErrOrStderr(), "Test binaries are built.")
 			return nil
 		},
 	}
+	cmd.Flags().StringSliceVar(&sets, "set", nil, "tool sets to build: "+strings.Join(toolbin.ToolSetNames, ", "))
+	return cmd
 }
 
 // stateDir is where clusters started by this tool live, so `down` finds them after a SIGKILL.

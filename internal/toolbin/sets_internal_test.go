@@ -1,0 +1,159 @@
+package toolbin
+
+import (
+	"maps"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// demoRuns is what `make demo` and `make cluster` start (test/localcluster): etcd, the control
+// plane and kwok's fake nodes; with REAL_NODE=1 also a kubelet and kube-proxy. The Argo CD,
+// cert-manager, helm and ko tests start what they need themselves.
+var demoRuns = map[string][]string{
+	"":  {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"},
+	"1": {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubelet", "kube-proxy"},
+}
+
+// On a cold machine every tool is minutes of `make demo`: its build step must ask for what the
+// demo runs and nothing else, and Ensure must build nothing beyond it (a binary's whole set is
+// built with it).
+func TestDemoBuildsOnlyWhatItRuns(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	for _, target := range []string{"demo", "cluster"} {
+		for realNode, want := range demoRuns {
+			t.Run(target+" REAL_NODE="+realNode, func(t *testing.T) {
+				cmd := exec.Command("make", "-n", target, "REAL_NODE="+realNode)
+				cmd.Dir = root
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("make -n %s: %v\n%s", target, err, out)
+				}
+				var builds []string
+				for line := range strings.Lines(string(out)) {
+					if strings.Contains(line, "testdeps") || strings.Contains(line, "apt-get") {
+						t.Errorf("make %s installs what only the Argo CD tests use: %s", target, line)
+					}
+					if isToolBuild(line) {
+						builds = append(builds, strings.TrimSpace(line))
+					}
+				}
+				if len(builds) != 1 {
+					t.Fatalf("make %s builds tools %d times, want once:\n%s", target, len(builds), out)
+				}
+				asked, err := toolsOfCommand(builds[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				built := setsOf(t, asked)
+				if !slices.Equal(built, sorted(want)) {
+					t.Errorf("make %s builds %v (%q), want exactly what it runs: %v", target, built, builds[0], sorted(want))
+				}
+			})
+		}
+	}
+}
+
+// The demo set itself holds none of the tools that only other tests use.
+func TestDemoToolsLackTestOnlyTools(t *testing.T) {
+	built := setsOf(t, DemoTools)
+	for _, tool := range []string{"helm", "ko", "cert-manager", CertManagerCRDs, ArgoCDBinary, ArgoCDCRDs, "kubelet", "kube-proxy"} {
+		if slices.Contains(built, tool) {
+			t.Errorf("building DemoTools builds %s, which the demo does not run", tool)
+		}
+	}
+	if !slices.Equal(built, sorted(DemoTools)) {
+		t.Errorf("building DemoTools builds %v, not just %v", built, sorted(DemoTools))
+	}
+}
+
+// isToolBuild reports whether a command line runs cmd/testbin or `localcluster build`.
+func isToolBuild(line string) bool {
+	fields := strings.Fields(line)
+	for i, f := range fields {
+		if f == "./cmd/testbin" || f == "build" && i > 0 && strings.HasSuffix(fields[i-1], "localcluster") {
+			return true
+		}
+	}
+	return false
+}
+
+// toolsOfCommand reads the tools a build command line asks for: its --set flags expanded and its
+// binaries; every tool when it names none.
+func toolsOfCommand(line string) ([]string, error) {
+	fields := strings.Fields(line)
+	for i, f := range fields {
+		if f == "./cmd/testbin" || f == "build" && i > 0 && strings.HasSuffix(fields[i-1], "localcluster") {
+			fields = fields[i+1:]
+			break
+		}
+	}
+	var names []string
+	for i := 0; i < len(fields); i++ {
+		f := fields[i]
+		if strings.ContainsAny(f, ";&|") { // the shell command ends
+			break
+		}
+		set, isSet := strings.CutPrefix(f, "--set=")
+		if f == "--set" && i+1 < len(fields) {
+			set, isSet = fields[i+1], true
+			i++
+		}
+		if !isSet {
+			names = append(names, f)
+			continue
+		}
+		tools, err := ToolSet(set)
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, tools...)
+	}
+	if len(names) == 0 {
+		return AllTools(), nil
+	}
+	return names, nil
+}
+
+// setsOf is what Ensure(names...) builds: the binaries of every set it needs and the folders of
+// their modules.
+func setsOf(t *testing.T, names []string) []string {
+	t.Helper()
+	b := builder{root: mustRepoRoot(t), cacheRoot: t.TempDir(), modules: toolModules}
+	steps, err := b.plan(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := map[string]bool{}
+	for _, s := range steps {
+		for _, set := range s.sets {
+			for name := range set.outputs {
+				built[name] = true
+			}
+		}
+		for name := range s.module.files {
+			built[name] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(built))
+}
+
+func mustRepoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func sorted(s []string) []string {
+	return slices.Sorted(slices.Values(s))
+}
