@@ -46,15 +46,29 @@ testbin: testdeps ## Build (or reuse cached) etcd, kube-apiserver, kube-controll
 
 # Argo CD's application controller and repo server need a Redis; the e2e tests run Debian's
 # redis-server on a free port and skip, naming the package, when it is missing. RUNLEVEL=1 keeps
-# the package's init script from starting a system-wide redis on port 6379.
+# the package's init script from starting a system-wide redis on port 6379. The real node (REAL_NODE=1
+# and its e2e tests) runs Debian's containerd, runc, CNI plugins, iptables and conntrack the same way.
 .PHONY: testdeps
-testdeps: ## Install Debian's redis-server (for the Argo CD e2e tests) when missing and running as root.
+testdeps: ## Install Debian's redis-server (Argo CD e2e tests) and containerd, runc, CNI plugins, iptables, conntrack (real node) when missing and root.
 	@if ! command -v redis-server >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "Installing Debian's redis-server for the Argo CD e2e tests"; \
 	    apt-get update -qq && RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; \
 	  else \
 	    echo "redis-server is missing and this is not root with apt-get: the Argo CD e2e tests will skip (install Debian's redis-server package)"; \
+	  fi; \
+	fi
+	@missing=""; \
+	for pair in containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables conntrack:conntrack; do \
+	  bin=$${pair%%:*}; pkg=$${pair#*:}; \
+	  if ! command -v $$bin >/dev/null && [ ! -x $$bin ]; then missing="$$missing $$pkg"; fi; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing Debian's$$missing for the real node (REAL_NODE=1 and its e2e tests)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else \
+	    echo "Missing Debian packages$$missing and this is not root with apt-get: the real-node tests will skip (install them as root)"; \
 	  fi; \
 	fi
 

@@ -60,6 +60,8 @@ var toolModules = []toolModule{
 			"kube-apiserver":          "k8s.io/kubernetes/cmd/kube-apiserver",
 			"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
 			"kube-scheduler":          "k8s.io/kubernetes/cmd/kube-scheduler",
+			"kubelet":                 "k8s.io/kubernetes/cmd/kubelet",
+			"kube-proxy":              "k8s.io/kubernetes/cmd/kube-proxy",
 			"etcd":                    "go.etcd.io/etcd/server/v3",
 		},
 	},
