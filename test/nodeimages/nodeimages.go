@@ -250,7 +250,10 @@ func goBuild(ctx context.Context, root, pkg, out string) error {
 	args := append(append([]string{"build"}, goBuildFlags...), "-o", out, pkg)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+Platform.OS, "GOARCH="+Platform.Architecture)
+	// The environment's GOFLAGS (-race, say) and GOAMD64 would change the binary without changing
+	// the cache key.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+Platform.OS, "GOARCH="+Platform.Architecture,
+		"GOAMD64=v1", "GOFLAGS=-mod=readonly")
 	if output, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, output)
 	}
