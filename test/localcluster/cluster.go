@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -59,6 +60,11 @@ type Config struct {
 	// PodReadyDelay makes kwok's fake kubelets take this long to report a pod Running and Ready,
 	// like a real container start; zero is instant.
 	PodReadyDelay time.Duration
+	// RealNode runs the first control-plane node of Nodes as a real node — kubelet, containerd, runc,
+	// the CNI bridge and kube-proxy, with the test images of test/nodeimages imported — instead of
+	// a kwok node; the others stay kwok nodes. It needs root and Debian's packages
+	// (MissingRealNodeDeps; make testdeps). See realnode.go.
+	RealNode bool
 }
 
 // Cluster is a running local control plane.
@@ -79,6 +85,7 @@ type Cluster struct {
 	etcdURL  string
 	mu       sync.Mutex
 	procs    []*process // in start order; stopped in reverse
+	node     *realNode  // nil unless Config.RealNode
 	stopOnce sync.Once
 }
 
@@ -92,7 +99,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if log == nil {
 		log = io.Discard
 	}
-	bins, err := toolbin.Ensure(ctx, log, "kube-apiserver", "kwok")
+	binaries := []string{"kube-apiserver", "kwok"}
+	if cfg.RealNode {
+		if missing := MissingRealNodeDeps(); missing != "" {
+			return nil, fmt.Errorf("a real node needs %s", missing)
+		}
+		binaries = append(binaries, "kubelet", "kube-proxy")
+	}
+	bins, err := toolbin.Ensure(ctx, log, binaries...)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +149,27 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
 	}
-	pki, err := writePKI(c.Dir)
+	nodes := cfg.Nodes
+	if nodes == nil {
+		nodes = DefaultNodes()
+	}
+	// Without a real node everything listens on loopback. With one, kube-apiserver binds and
+	// advertises the host's address on the node's network, where pods reach it.
+	apiAddr, serviceCIDR := "127.0.0.1", "10.96.0.0/16"
+	var apiIPs []net.IP
+	if cfg.RealNode {
+		spec, rest, err := realNodeSpec(nodes)
+		if err != nil {
+			return err
+		}
+		nodes = rest
+		if c.node, err = newRealNode(c.Dir, spec); err != nil {
+			return err
+		}
+		apiAddr, serviceCIDR = c.node.net.HostIP(), c.node.net.ServiceCIDR()
+		apiIPs = []net.IP{net.ParseIP(apiAddr), net.ParseIP(c.node.net.KubernetesServiceIP())}
+	}
+	pki, err := writePKI(c.Dir, apiIPs...)
 	if err != nil {
 		return err
 	}
@@ -168,11 +202,11 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 		return c.componentErr(err)
 	}
 
-	apiURL := "https://127.0.0.1:" + strconv.Itoa(apiPort)
-	if err := c.run("kube-apiserver", []string{
+	apiURL := "https://" + net.JoinHostPort(apiAddr, strconv.Itoa(apiPort))
+	if err := c.run("kube-apiserver", append([]string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + apiAddr,
+		"--advertise-address=" + apiAddr,
 		"--secure-port=" + strconv.Itoa(apiPort),
 		"--tls-cert-file=" + pki.APIServerCert,
 		"--tls-private-key-file=" + pki.APIServerKey,
@@ -180,19 +214,17 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + pki.ServiceAcctPub,
 		"--service-account-signing-key-file=" + pki.ServiceAcctKey,
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range=" + serviceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultTolerationSeconds," +
 			"Priority,TaintNodesByCondition,PodSecurity,MutatingAdmissionWebhook,ValidatingAdmissionWebhook," +
-			"ValidatingAdmissionPolicy,ResourceQuota",
+			"ValidatingAdmissionPolicy,ResourceQuota,NodeRestriction",
 		"--allow-privileged=true",
-		// The kubernetes Service endpoints would point at loopback, which the API rejects.
-		"--endpoint-reconciler-type=none",
 		"--max-requests-inflight=2000",
 		"--max-mutating-requests-inflight=1000",
 		"--profiling=false",
 		"--cert-dir=" + filepath.Join(c.Dir, "apiserver"),
-	}, logDir); err != nil {
+	}, c.apiServerNodeFlags(pki)...), logDir); err != nil {
 		return err
 	}
 
@@ -270,19 +302,27 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 		return c.componentErr(err)
 	}
 
-	nodes := cfg.Nodes
-	if nodes == nil {
-		nodes = DefaultNodes()
+	count := len(nodes)
+	if c.node != nil {
+		if err := c.startRealNode(ctx); err != nil {
+			return err
+		}
+		count++
 	}
 	if err := c.AddNodes(ctx, nodes...); err != nil {
 		return c.componentErr(err)
 	}
-	fmt.Fprintf(c.log, "Cluster ready: %d nodes, KUBECONFIG=%s\n", len(nodes), c.KubeconfigPath)
+	fmt.Fprintf(c.log, "Cluster ready: %d nodes, KUBECONFIG=%s\n", count, c.KubeconfigPath)
 	return nil
 }
 
 func (c *Cluster) run(name string, args []string, logDir string) error {
-	p, err := startProcess(name, c.Binaries.Path(name), args, logDir)
+	return c.runBinary(name, c.Binaries.Path(name), args, logDir)
+}
+
+// runBinary starts a component from bin and adds it to the cluster's processes.
+func (c *Cluster) runBinary(name, bin string, args []string, logDir string) error {
+	p, err := startProcess(name, bin, args, logDir)
 	if err != nil {
 		return err
 	}
@@ -478,20 +518,27 @@ func waitHTTP(ctx context.Context, url string, tlsConfig *tls.Config, what strin
 }
 
 func (c *Cluster) waitAPIServer(ctx context.Context) error {
+	return c.waitUntil(ctx, "kube-apiserver /readyz", func(ctx context.Context) error {
+		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Raw()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, body)
+		}
+		return nil
+	})
+}
+
+// waitUntil polls check until it succeeds, failing early when a component has exited.
+func (c *Cluster) waitUntil(ctx context.Context, what string, check func(ctx context.Context) error) error {
 	var last error
 	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
 		if err := c.Healthy(); err != nil {
 			return false, err
 		}
-		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Raw()
-		if err != nil {
-			last = fmt.Errorf("%w: %s", err, body)
-			return false, nil
-		}
-		return true, nil
+		last = check(ctx)
+		return last == nil, nil
 	})
 	if err != nil {
-		return fmt.Errorf("wait for kube-apiserver /readyz: %w (last: %v)", err, last)
+		return fmt.Errorf("wait for %s: %w (last: %v)", what, err, last)
 	}
 	return nil
 }
@@ -534,6 +581,11 @@ func (c *Cluster) stop(removeDir bool) {
 	// connection errors on the way down.
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].stop(5 * time.Second)
+	}
+	if c.node != nil {
+		if err := cleanUpRealNode(c.Dir); err != nil {
+			fmt.Fprintf(c.log, "Cleaning up the real node: %v\n", err)
+		}
 	}
 	if removeDir {
 		_ = os.RemoveAll(c.Dir)
