@@ -61,7 +61,7 @@ testdeps: ## Install Debian's redis-server (Argo CD e2e tests) and containerd, r
 	@missing=""; \
 	for pair in containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables conntrack:conntrack; do \
 	  bin=$${pair%%:*}; pkg=$${pair#*:}; \
-	  if ! command -v $$bin >/dev/null && [ ! -x $$bin ]; then missing="$$missing $$pkg"; fi; \
+	  if ! command -v $$bin >/dev/null && [ ! -x $$bin ] && [ ! -x /usr/sbin/$$bin ]; then missing="$$missing $$pkg"; fi; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
