@@ -538,9 +538,7 @@ func (c *Cluster) stop(removeDir bool) {
 		procs[i].stop(5 * time.Second)
 	}
 	if c.node != nil {
-		if err := cleanUpRealNode(c.Dir); err != nil {
-			fmt.Fprintf(c.log, "Cleaning up the real node: %v\n", err)
-		}
+		c.cleanUpRealNode()
 	}
 	if removeDir {
 		_ = os.RemoveAll(c.Dir)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,6 +122,20 @@ func TestRealNodeRunsContainersAndLeavesNothingBehind(t *testing.T) {
 	body := httpGet(t, dialerIn(netns), "https://"+net.JoinHostPort(svc.Spec.ClusterIP, "443")+"/version", string(token), ca)
 	if err := json.Unmarshal([]byte(body), &version); err != nil || !strings.HasPrefix(version.GitVersion, "v1.") {
 		t.Errorf("GET /version through the kubernetes Service from the pod answered %q (%v)", body, err)
+	}
+
+	// A registry on the host's loopback is reachable from the node's network once trusted.
+	registry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "registry at "+r.URL.Path)
+	}))
+	defer registry.Close()
+	hostPort := strings.TrimPrefix(registry.URL, "http://")
+	if err := c.TrustRegistry(hostPort); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(hostPort)
+	if body := httpGet(t, dialerIn(netns), "http://"+net.JoinHostPort(c.NodeHostIP(), port)+"/v2/", "", nil); body != "registry at /v2/" {
+		t.Errorf("registry on the host's loopback answered the node's network with %q", body)
 	}
 
 	// A restarted kubelet finds its pod and reports it Ready again.
