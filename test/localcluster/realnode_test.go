@@ -267,6 +267,9 @@ func containerPID(t *testing.T, c *localcluster.Cluster, ctx context.Context, po
 
 // dialerIn returns a dialer whose connections start in the network namespace at path, as a
 // process in that pod would open them: a socket belongs to the namespace of the thread creating it.
+// The thread goes back to the host's namespace before it is unlocked. It must not end instead: the
+// components' parent-death signal fires when the thread that started them exits, and this thread
+// may be that one.
 func dialerIn(path string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		type result struct {
@@ -275,20 +278,30 @@ func dialerIn(path string) func(ctx context.Context, network, addr string) (net.
 		}
 		done := make(chan result, 1)
 		go func() {
-			// The thread is never unlocked: it ends with the goroutine instead of going back to
-			// the scheduler in the pod's namespace.
 			runtime.LockOSThread()
-			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			host, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
+				runtime.UnlockOSThread()
+				done <- result{err: fmt.Errorf("open this thread's network namespace: %w", err)}
+				return
+			}
+			defer unix.Close(host)
+			pod, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				runtime.UnlockOSThread()
 				done <- result{err: fmt.Errorf("open %s: %w", path, err)}
 				return
 			}
-			defer unix.Close(fd)
-			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			defer unix.Close(pod)
+			if err := unix.Setns(pod, unix.CLONE_NEWNET); err != nil {
+				runtime.UnlockOSThread()
 				done <- result{err: fmt.Errorf("enter %s: %w", path, err)}
 				return
 			}
 			conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+			if unix.Setns(host, unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread() // else the thread ends with the goroutine, still locked
+			}
 			done <- result{conn, err}
 		}()
 		r := <-done
