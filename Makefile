@@ -70,7 +70,7 @@ endef
 # redis-server on a free port and skip, naming the package, when it is missing. RUNLEVEL=1 keeps
 # the package's init script from starting a system-wide redis on port 6379.
 .PHONY: testdeps
-testdeps: ## Install Debian's redis-server (for the Argo CD e2e tests) when missing and running as root.
+testdeps: realnodedeps ## Install Debian's redis-server (Argo CD e2e tests) and the real node's packages when missing and root.
 	@if ! command -v redis-server >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "Installing Debian's redis-server for the Argo CD e2e tests"; \
@@ -80,11 +80,35 @@ testdeps: ## Install Debian's redis-server (for the Argo CD e2e tests) when miss
 	  fi; \
 	fi
 
+# The real node (REAL_NODE=1 and its e2e tests) runs Debian's containerd, runc, CNI plugins,
+# iptables and conntrack.
+.PHONY: realnodedeps
+realnodedeps: ## Install Debian's containerd, runc, CNI plugins, iptables and conntrack (real node) when missing and root.
+	@missing=""; \
+	for pair in containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables conntrack:conntrack; do \
+	  bin=$${pair%%:*}; pkg=$${pair#*:}; \
+	  if ! command -v $$bin >/dev/null && [ ! -x $$bin ] && [ ! -x /usr/sbin/$$bin ]; then missing="$$missing $$pkg"; fi; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing Debian's$$missing for the real node (REAL_NODE=1 and its e2e tests)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else \
+	    echo "Missing Debian packages$$missing and this is not root with apt-get: the real-node tests will skip (install them as root)"; \
+	  fi; \
+	fi
+
 ##@ Run
 
+# REAL_NODE=1 makes `make cluster` and `make demo` run the control-plane node as a real node: kubelet,
+# containerd, runc, the CNI bridge and kube-proxy (root and realnodedeps' Debian packages).
+REAL_NODE_ON   := $(filter 1 true yes,$(REAL_NODE))
+REAL_NODE_FLAG := $(if $(REAL_NODE_ON),--real-node)
+REAL_NODE_DEPS := $(if $(REAL_NODE_ON),realnodedeps)
+
 .PHONY: demo
-demo: ## Start the local control plane, apply testdata/demo and show the result; Ctrl-C stops it.
-	$(call with-demo-tools,demo)
+demo: $(REAL_NODE_DEPS) ## Start the local control plane, apply testdata/demo and show the result; Ctrl-C stops it. REAL_NODE=1: a real control-plane node.
+	$(call with-demo-tools,demo $(REAL_NODE_FLAG))
 
 .PHONY: run
 run: ## Run the webhook and rollout controller from this checkout against the current kubeconfig (e.g. `make cluster`) until Ctrl-C.
@@ -95,8 +119,8 @@ demo-down: ## Stop local clusters left by `make demo` or `make cluster` (also af
 	$(GO) run ./cmd/localcluster down
 
 .PHONY: cluster
-cluster: ## Start an empty local control plane (1 control-plane + 4 worker nodes) until Ctrl-C.
-	$(call with-demo-tools,up)
+cluster: $(REAL_NODE_DEPS) ## Start an empty local control plane (1 control-plane + 4 worker nodes) until Ctrl-C. REAL_NODE=1: a real control-plane node.
+	$(call with-demo-tools,up $(REAL_NODE_FLAG))
 
 ##@ Release
 

@@ -6,18 +6,16 @@
 package localcluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"embed"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -42,43 +40,6 @@ const (
 	KwokNodeAnnotation = "kwok.x-k8s.io/node"
 )
 
-// Node describes a fake node to create.
-type Node struct {
-	Name   string
-	Labels map[string]string
-	Taints []corev1.Taint
-}
-
-// ControlPlaneNode returns a node labelled and tainted like a kubeadm control-plane node.
-func ControlPlaneNode(name string) Node {
-	return Node{
-		Name:   name,
-		Labels: map[string]string{ControlPlaneLabel: "", ZoneLabel: "zone-a"},
-		Taints: []corev1.Taint{{Key: ControlPlaneLabel, Effect: corev1.TaintEffectNoSchedule}},
-	}
-}
-
-// WorkerNodes returns n untainted workers named prefix-0..n-1, spread round-robin over zones.
-func WorkerNodes(prefix string, n int, zones ...string) []Node {
-	if len(zones) == 0 {
-		zones = []string{"zone-a", "zone-b", "zone-c"}
-	}
-	nodes := make([]Node, n)
-	for i := range nodes {
-		nodes[i] = Node{
-			Name:   fmt.Sprintf("%s-%d", prefix, i),
-			Labels: map[string]string{ZoneLabel: zones[i%len(zones)]},
-		}
-	}
-	return nodes
-}
-
-// DefaultNodes is one tainted control-plane node and four workers over three zones: the smallest
-// cluster on which "a DaemonSet misses the control plane" is visible.
-func DefaultNodes() []Node {
-	return append([]Node{ControlPlaneNode("control-plane-0")}, WorkerNodes("worker", 4)...)
-}
-
 // Config says what cluster to start. The zero value starts DefaultNodes in a temp folder.
 type Config struct {
 	// Nodes created and waited for (Ready, not-ready taint gone) before Start returns.
@@ -97,6 +58,11 @@ type Config struct {
 	// PodReadyDelay makes kwok's fake kubelets take this long to report a pod Running and Ready,
 	// like a real container start; zero is instant.
 	PodReadyDelay time.Duration
+	// RealNode runs the first control-plane node of Nodes as a real node — kubelet, containerd, runc,
+	// the CNI bridge and kube-proxy, with the test images of test/nodeimages imported — instead of
+	// a kwok node; the others stay kwok nodes. It needs root and Debian's packages
+	// (MissingRealNodeDeps; make testdeps). See realnode.go.
+	RealNode bool
 }
 
 // Cluster is a running local control plane.
@@ -117,11 +83,9 @@ type Cluster struct {
 	etcdURL  string
 	mu       sync.Mutex
 	procs    []*process // in start order; stopped in reverse
+	node     *realNode  // nil unless Config.RealNode
 	stopOnce sync.Once
 }
-
-//go:embed kwokstages/*.yaml
-var kwokStages embed.FS
 
 // Start builds (or reuses) the binaries, starts every component on free loopback ports, creates
 // the nodes and waits until they are Ready. On error everything already started is stopped.
@@ -130,7 +94,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if log == nil {
 		log = io.Discard
 	}
-	bins, err := toolbin.Ensure(ctx, log, "kube-apiserver", "kwok")
+	binaries := []string{"kube-apiserver", "kwok"}
+	if cfg.RealNode {
+		if missing := MissingRealNodeDeps(); missing != "" {
+			return nil, fmt.Errorf("a real node needs %s", missing)
+		}
+		binaries = append(binaries, "kubelet", "kube-proxy")
+	}
+	bins, err := toolbin.Ensure(ctx, log, binaries...)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +144,27 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
 	}
-	pki, err := writePKI(c.Dir)
+	nodes := cfg.Nodes
+	if nodes == nil {
+		nodes = DefaultNodes()
+	}
+	// Without a real node everything listens on loopback. With one, kube-apiserver binds and
+	// advertises the host's address on the node's network, where pods reach it.
+	apiAddr, serviceCIDR := "127.0.0.1", "10.96.0.0/16"
+	var apiIPs []net.IP
+	if cfg.RealNode {
+		spec, rest, err := realNodeSpec(nodes)
+		if err != nil {
+			return err
+		}
+		nodes = rest
+		if c.node, err = newRealNode(c.Dir, spec); err != nil {
+			return err
+		}
+		apiAddr, serviceCIDR = c.node.net.HostIP(), c.node.net.ServiceCIDR()
+		apiIPs = []net.IP{net.ParseIP(apiAddr), net.ParseIP(c.node.net.KubernetesServiceIP())}
+	}
+	pki, err := writePKI(c.Dir, apiIPs...)
 	if err != nil {
 		return err
 	}
@@ -206,11 +197,11 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 		return c.componentErr(err)
 	}
 
-	apiURL := "https://127.0.0.1:" + strconv.Itoa(apiPort)
-	if err := c.run("kube-apiserver", []string{
+	apiURL := "https://" + net.JoinHostPort(apiAddr, strconv.Itoa(apiPort))
+	if err := c.run("kube-apiserver", append([]string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + apiAddr,
+		"--advertise-address=" + apiAddr,
 		"--secure-port=" + strconv.Itoa(apiPort),
 		"--tls-cert-file=" + pki.APIServerCert,
 		"--tls-private-key-file=" + pki.APIServerKey,
@@ -218,19 +209,17 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + pki.ServiceAcctPub,
 		"--service-account-signing-key-file=" + pki.ServiceAcctKey,
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range=" + serviceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultTolerationSeconds," +
 			"Priority,TaintNodesByCondition,PodSecurity,MutatingAdmissionWebhook,ValidatingAdmissionWebhook," +
-			"ValidatingAdmissionPolicy,ResourceQuota",
+			"ValidatingAdmissionPolicy,ResourceQuota,NodeRestriction",
 		"--allow-privileged=true",
-		// The kubernetes Service endpoints would point at loopback, which the API rejects.
-		"--endpoint-reconciler-type=none",
 		"--max-requests-inflight=2000",
 		"--max-mutating-requests-inflight=1000",
 		"--profiling=false",
 		"--cert-dir=" + filepath.Join(c.Dir, "apiserver"),
-	}, logDir); err != nil {
+	}, c.apiServerNodeFlags(pki)...), logDir); err != nil {
 		return err
 	}
 
@@ -308,19 +297,27 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 		return c.componentErr(err)
 	}
 
-	nodes := cfg.Nodes
-	if nodes == nil {
-		nodes = DefaultNodes()
+	count := len(nodes)
+	if c.node != nil {
+		if err := c.startRealNode(ctx); err != nil {
+			return err
+		}
+		count++
 	}
 	if err := c.AddNodes(ctx, nodes...); err != nil {
 		return c.componentErr(err)
 	}
-	fmt.Fprintf(c.log, "Cluster ready: %d nodes, KUBECONFIG=%s\n", len(nodes), c.KubeconfigPath)
+	fmt.Fprintf(c.log, "Cluster ready: %d nodes, KUBECONFIG=%s\n", count, c.KubeconfigPath)
 	return nil
 }
 
 func (c *Cluster) run(name string, args []string, logDir string) error {
-	p, err := startProcess(name, c.Binaries.Path(name), args, logDir)
+	return c.runBinary(name, c.Binaries.Path(name), args, logDir)
+}
+
+// runBinary starts a component from bin and adds it to the cluster's processes.
+func (c *Cluster) runBinary(name, bin string, args []string, logDir string) error {
+	p, err := startProcess(name, bin, args, logDir)
 	if err != nil {
 		return err
 	}
@@ -450,46 +447,6 @@ func (c *Cluster) writeKubeconfig(server string, pki *pkiFiles) error {
 	return nil
 }
 
-func (c *Cluster) writeKwokConfig(extra []byte, podReadyDelay time.Duration) (string, error) {
-	var buf bytes.Buffer
-	// Leases keep 1,000 fake nodes alive with a fraction of the status writes; the pod CIDR is wide
-	// enough that fake pod IPs never run out at benchmark scale.
-	buf.WriteString(`apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokConfiguration
-options:
-  cidr: 10.128.0.1/12
-  nodeLeaseDurationSeconds: 40
-  nodeLeaseParallelism: 8
-  nodePlayStageParallelism: 8
-  podPlayStageParallelism: 8
-`)
-	entries, err := kwokStages.ReadDir("kwokstages")
-	if err != nil {
-		return "", err
-	}
-	for _, e := range entries {
-		data, err := kwokStages.ReadFile("kwokstages/" + e.Name())
-		if err != nil {
-			return "", err
-		}
-		if e.Name() == "pod-ready.yaml" && podReadyDelay > 0 {
-			data = bytes.Replace(data, []byte("    kind: Pod\n  selector:"),
-				[]byte(fmt.Sprintf("    kind: Pod\n  delay:\n    durationMilliseconds: %d\n  selector:", podReadyDelay.Milliseconds())), 1)
-		}
-		buf.WriteString("---\n")
-		buf.Write(data)
-	}
-	if len(extra) > 0 {
-		buf.WriteString("\n---\n")
-		buf.Write(extra)
-	}
-	path := filepath.Join(c.Dir, "kwok.yaml")
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		return "", fmt.Errorf("write kwok config: %w", err)
-	}
-	return path, nil
-}
-
 const pollInterval = 100 * time.Millisecond
 
 func waitHTTP(ctx context.Context, url string, tlsConfig *tls.Config, what string) error {
@@ -516,20 +473,27 @@ func waitHTTP(ctx context.Context, url string, tlsConfig *tls.Config, what strin
 }
 
 func (c *Cluster) waitAPIServer(ctx context.Context) error {
+	return c.waitUntil(ctx, "kube-apiserver /readyz", func(ctx context.Context) error {
+		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Raw()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, body)
+		}
+		return nil
+	})
+}
+
+// waitUntil polls check until it succeeds, failing early when a component has exited.
+func (c *Cluster) waitUntil(ctx context.Context, what string, check func(ctx context.Context) error) error {
 	var last error
 	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
 		if err := c.Healthy(); err != nil {
 			return false, err
 		}
-		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Raw()
-		if err != nil {
-			last = fmt.Errorf("%w: %s", err, body)
-			return false, nil
-		}
-		return true, nil
+		last = check(ctx)
+		return last == nil, nil
 	})
 	if err != nil {
-		return fmt.Errorf("wait for kube-apiserver /readyz: %w (last: %v)", err, last)
+		return fmt.Errorf("wait for %s: %w (last: %v)", what, err, last)
 	}
 	return nil
 }
@@ -554,136 +518,6 @@ func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
 	return c.waitServiceAccount(ctx, name)
 }
 
-// AddNodes creates fake nodes for kwok to manage and waits until each is Ready with the
-// node-lifecycle not-ready taint lifted, i.e. until the DaemonSet controller would place pods on it.
-func (c *Cluster) AddNodes(ctx context.Context, nodes ...Node) error {
-	if len(nodes) == 0 {
-		return nil
-	}
-	const workers = 16
-	errs := make(chan error, len(nodes))
-	work := make(chan Node)
-	var wg sync.WaitGroup
-	for range min(workers, len(nodes)) {
-		wg.Go(func() {
-			for n := range work {
-				errs <- c.createNode(ctx, n)
-			}
-		})
-	}
-	for _, n := range nodes {
-		work <- n
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	if err := errors.Join(all...); err != nil {
-		return err
-	}
-	names := make([]string, len(nodes))
-	for i, n := range nodes {
-		names[i] = n.Name
-	}
-	return c.WaitNodesSchedulable(ctx, names...)
-}
-
-func (c *Cluster) createNode(ctx context.Context, n Node) error {
-	labels := map[string]string{
-		HostnameLabel:        n.Name,
-		"kubernetes.io/os":   "linux",
-		"kubernetes.io/arch": "amd64",
-		"type":               "kwok",
-	}
-	for k, v := range n.Labels {
-		labels[k] = v
-	}
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        n.Name,
-			Labels:      labels,
-			Annotations: map[string]string{KwokNodeAnnotation: "fake"},
-		},
-		Spec: corev1.NodeSpec{Taints: n.Taints},
-	}
-	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create node %s: %w", n.Name, err)
-	}
-	return nil
-}
-
-// WaitNodesSchedulable waits until the named nodes are Ready and carry none of the taints the
-// node lifecycle controller puts on nodes it has not yet seen healthy.
-func (c *Cluster) WaitNodesSchedulable(ctx context.Context, names ...string) error {
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
-	}
-	var pending []string
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		if err := c.Healthy(); err != nil {
-			return false, err
-		}
-		list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		pending = pending[:0]
-		seen := 0
-		for i := range list.Items {
-			n := &list.Items[i]
-			if !want[n.Name] {
-				continue
-			}
-			seen++
-			if !nodeSchedulable(n) {
-				pending = append(pending, n.Name)
-			}
-		}
-		return seen == len(want) && len(pending) == 0, nil
-	})
-	if err != nil {
-		return fmt.Errorf("wait for %d nodes to be Ready (still waiting for %s): %w", len(want), summarize(pending), err)
-	}
-	return nil
-}
-
-func nodeSchedulable(n *corev1.Node) bool {
-	ready := false
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-			ready = true
-		}
-	}
-	for _, t := range n.Spec.Taints {
-		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
-			return false
-		}
-	}
-	return ready
-}
-
-func summarize(names []string) string {
-	if len(names) == 0 {
-		return "nodes not yet created"
-	}
-	if len(names) > 5 {
-		return strings.Join(names[:5], ", ") + fmt.Sprintf(" and %d more", len(names)-5)
-	}
-	return strings.Join(names, ", ")
-}
-
-// DeleteNode deletes a node the way a cloud provider does when an instance goes away.
-func (c *Cluster) DeleteNode(ctx context.Context, name string) error {
-	if err := c.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		return fmt.Errorf("delete node %s: %w", name, err)
-	}
-	return nil
-}
-
 // Stop terminates every component and removes the cluster folder. It is safe to call more than once.
 func (c *Cluster) Stop() {
 	c.stopOnce.Do(func() { c.stop(true) })
@@ -702,6 +536,9 @@ func (c *Cluster) stop(removeDir bool) {
 	// connection errors on the way down.
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].stop(5 * time.Second)
+	}
+	if c.node != nil {
+		c.cleanUpRealNode()
 	}
 	if removeDir {
 		_ = os.RemoveAll(c.Dir)

@@ -104,16 +104,17 @@ type pkiFiles struct {
 	ca             *authority // kept in memory only, to sign webhook serving certificates
 }
 
-// writePKI generates the CA, the apiserver's serving certificate, an admin client certificate in
-// system:masters, and the service-account signing key, and writes them under dir with 0600 modes.
-func writePKI(dir string) (*pkiFiles, error) {
+// writePKI generates the CA, the apiserver's serving certificate (for loopback and apiIPs), an
+// admin client certificate in system:masters, and the service-account signing key, and writes them
+// under dir with 0600 modes.
+func writePKI(dir string, apiIPs ...net.IP) (*pkiFiles, error) {
 	ca, err := newAuthority("daemonguard-localcluster-ca")
 	if err != nil {
 		return nil, err
 	}
 	serving, err := ca.issue("kube-apiserver", nil,
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
+		append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}, apiIPs...),
 		x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return nil, err

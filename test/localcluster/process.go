@@ -157,7 +157,8 @@ func writePIDs(dir string, procs []*process) error {
 	return os.WriteFile(filepath.Join(dir, pidFileName), b, 0o644)
 }
 
-// Reap kills the process groups recorded in a cluster folder and removes the folder. It is the
+// Reap kills the process groups recorded in a cluster folder, cleans up after its real node if it
+// has one, and removes the folder. It is the
 // out-of-band cleanup for a cluster whose owning process cannot run Stop any more.
 func Reap(dir string) error {
 	data, err := os.ReadFile(filepath.Join(dir, pidFileName))
@@ -176,6 +177,9 @@ func Reap(dir string) error {
 			continue
 		}
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	if err := cleanUpRealNode(dir); err != nil {
+		return err
 	}
 	return os.RemoveAll(dir)
 }

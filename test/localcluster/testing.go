@@ -22,6 +22,16 @@ func NeedCluster(t testing.TB) {
 	}
 }
 
+// NeedRealNode skips a test under -short, and when this machine cannot run a real node
+// (Config.RealNode), naming what is missing: root or Debian's packages.
+func NeedRealNode(t testing.TB) {
+	t.Helper()
+	NeedCluster(t)
+	if missing := MissingRealNodeDeps(); missing != "" {
+		t.Skipf("a real node needs %s", missing)
+	}
+}
+
 // Kubectl runs the real kubectl against the cluster, with stdin when it is not empty.
 func (c *Cluster) Kubectl(ctx context.Context, stdin string, args ...string) (stdout, stderr string, err error) {
 	cmd := exec.CommandContext(ctx, "kubectl", args...)
