@@ -155,7 +155,8 @@ func runHealth(script string, obj any, libs []luaLib) (status, message string, e
 			return "", "", fmt.Errorf("open %q: %w", lib.name, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// The bound only stops a script that loops forever; a loaded CI machine must not trip it.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	L.SetContext(ctx)
 
