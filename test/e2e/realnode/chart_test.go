@@ -37,10 +37,10 @@ func TestChartOnRealNode(t *testing.T) {
 	t.Run("the seed DaemonSet is injected and runs on the tainted control-plane node", func(t *testing.T) {
 		checkSeed(t, ns, nodeimages.AgentV1)
 	})
-	t.Run("a DaemonSet a policy forbids is denied, naming the policy", func(t *testing.T) {
+	t.Run("a DaemonSet a policy forbids is denied naming the policy", func(t *testing.T) {
 		checkDenied(t, ns)
 	})
-	t.Run("the containers run as 65532, without capabilities, on a read-only root", func(t *testing.T) {
+	t.Run("the containers run as 65532 without capabilities on a read-only root", func(t *testing.T) {
 		checkSecurity(t, append(webhooks, controllers...))
 	})
 	t.Run("a managed rollout of real containers", func(t *testing.T) {

@@ -20,7 +20,7 @@ func testFaults(t *testing.T, a *artifacts, in *installed) {
 	ns := cluster.NewTestNamespace(t)
 	kubectl(t, seedDaemonSet(t, nodeimages.AgentV1), "apply", "-n", ns, "-f", "-")
 
-	t.Run("a deleted webhook pod: admission answers from the other replica", func(t *testing.T) {
+	t.Run("a deleted webhook pod leaves admission to the other replica", func(t *testing.T) {
 		webhooks, _ := waitChartPods(t, image)
 		load := startWrites(t, 2)
 		start := time.Now()
@@ -32,7 +32,7 @@ func testFaults(t *testing.T, a *artifacts, in *installed) {
 		load.finish(t, "the deletion of a webhook pod")
 	})
 
-	t.Run("a kubelet restart: the containers keep serving and the pods are Ready again", func(t *testing.T) {
+	t.Run("the containers serve through a kubelet restart and the pods are Ready again", func(t *testing.T) {
 		webhooks, controllers := waitChartPods(t, image)
 		before := containerIDs(append(webhooks, controllers...))
 		load := startWrites(t, 2)
@@ -63,11 +63,11 @@ func testFaults(t *testing.T, a *artifacts, in *installed) {
 		load.finish(t, "the kubelet restart")
 	})
 
-	t.Run("a drain of the real node is held by the webhook's PodDisruptionBudget", func(t *testing.T) {
+	t.Run("a drain of the real node is held by the webhook PodDisruptionBudget", func(t *testing.T) {
 		waitChartPods(t, image)
 		load := startWrites(t, 2)
 		out, stderr, err := cluster.Kubectl(context.Background(), "", "drain", realNode, "--ignore-daemonsets",
-			"--delete-emptydir-data", "--timeout=20s")
+			"--delete-emptydir-data", "--timeout=12s")
 		t.Cleanup(func() { _, _, _ = cluster.Kubectl(context.Background(), "", "uncordon", realNode) })
 		if err == nil {
 			t.Fatalf("kubectl drain %s succeeded; the PodDisruptionBudget should have kept the last webhook pod:\n%s", realNode, out)
@@ -96,16 +96,16 @@ func testFaults(t *testing.T, a *artifacts, in *installed) {
 		t.Cleanup(func() {
 			_, _, _ = cluster.Kubectl(ctx, "", "scale", "-n", releaseNamespace, "deployment/"+fullname+"-webhook", "--replicas=2")
 		})
-		t.Run("a DaemonSet pod is recreated and its container runs (the pod webhook fails open)", func(t *testing.T) {
+		t.Run("a DaemonSet pod is recreated and its container runs as the pod webhook fails open", func(t *testing.T) {
 			replaceSeedPod(t, ns)
 		})
-		t.Run("failurePolicy Fail: a DaemonSet write is rejected, naming the webhook", func(t *testing.T) {
+		t.Run("with failurePolicy Fail a DaemonSet write is rejected naming the webhook", func(t *testing.T) {
 			_, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, inertDaemonSet("while-down"), metav1.CreateOptions{})
 			if err == nil || !strings.Contains(err.Error(), "failed calling webhook") || !strings.Contains(err.Error(), "daemonsets.validate.daemonguard.io") {
 				t.Errorf("a DaemonSet create with no webhook replica: %v, want a rejection naming daemonsets.validate.daemonguard.io", err)
 			}
 		})
-		t.Run("failurePolicy Ignore: a DaemonSet write is admitted, injected in-process", func(t *testing.T) {
+		t.Run("with failurePolicy Ignore a DaemonSet write is admitted and injected in-process", func(t *testing.T) {
 			in.upgrade(t, "--set", "webhook.failurePolicy=Ignore")
 			ds, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, inertDaemonSet("while-down"), metav1.CreateOptions{})
 			if err != nil {

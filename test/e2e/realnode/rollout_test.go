@@ -75,7 +75,7 @@ func testManagedRollout(t *testing.T, a *artifacts) {
 	checkAgentVersion(t, ns, "v1")
 	s := startBudgetSampler(t, ns)
 
-	t.Run("v1 to v2: the canary on the real node, then a pause", func(t *testing.T) {
+	t.Run("v1 to v2 with the canary on the real node then a pause", func(t *testing.T) {
 		start := time.Now()
 		kubectl(t, "", "set", "image", "-n", ns, "ds/"+agentName, "agent="+nodeimages.AgentV2)
 		ds := waitRollout(t, ns, rolloutapi.PhasePaused, 2*time.Minute)
@@ -90,7 +90,7 @@ func testManagedRollout(t *testing.T, a *artifacts) {
 		checkAgentVersion(t, ns, "v2")
 	})
 
-	t.Run("the controller's pod is killed while paused; the new leader resumes the rollout", func(t *testing.T) {
+	t.Run("the controller pod is killed while paused and the new leader resumes the rollout", func(t *testing.T) {
 		ctx := context.Background()
 		old := leaseHolder(t)
 		pods, err := listPods(ctx, releaseNamespace, component("controller"))
@@ -116,7 +116,7 @@ func testManagedRollout(t *testing.T, a *artifacts) {
 		waitAgents(t, ns, map[string]string{realNode: nodeimages.AgentV2, "control-plane-1": nodeimages.AgentV2, "control-plane-2": nodeimages.AgentV2})
 	})
 
-	t.Run("the crash-looping version halts on the real node's CrashLoopBackOff", func(t *testing.T) {
+	t.Run("the crash-looping version halts on the real node CrashLoopBackOff", func(t *testing.T) {
 		start := time.Now()
 		kubectl(t, "", "set", "image", "-n", ns, "ds/"+agentName, "agent="+nodeimages.AgentCrash)
 		ds := waitRollout(t, ns, rolloutapi.PhaseFailed, 2*time.Minute)
@@ -287,6 +287,7 @@ type budgetSampler struct {
 	maxUnavailable int
 	samples        int
 	imagesOn       map[string]map[string]bool
+	synced         bool // the initial list is in; before that the map is partial
 	stop           chan struct{}
 	once           sync.Once
 }
@@ -310,7 +311,9 @@ func startBudgetSampler(t *testing.T, ns string) *budgetSampler {
 		} else {
 			s.pods[p.Name] = p
 		}
-		s.sample()
+		if s.synced {
+			s.sample()
+		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { record(o, false) },
@@ -323,6 +326,10 @@ func startBudgetSampler(t *testing.T, ns string) *budgetSampler {
 	if !cache.WaitForCacheSync(s.stop, inf.HasSynced) {
 		t.Fatal("the pod informer did not sync")
 	}
+	s.mu.Lock()
+	s.synced = true
+	s.sample()
+	s.mu.Unlock()
 	t.Cleanup(s.stopWatching)
 	return s
 }
