@@ -61,7 +61,7 @@ testdeps: ## Install Debian's redis-server (Argo CD e2e tests) and containerd, r
 	@missing=""; \
 	for pair in containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables conntrack:conntrack; do \
 	  bin=$${pair%%:*}; pkg=$${pair#*:}; \
-	  if ! command -v $$bin >/dev/null && [ ! -x $$bin ]; then missing="$$missing $$pkg"; fi; \
+	  if ! command -v $$bin >/dev/null && [ ! -x $$bin ] && [ ! -x /usr/sbin/$$bin ]; then missing="$$missing $$pkg"; fi; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -74,9 +74,13 @@ testdeps: ## Install Debian's redis-server (Argo CD e2e tests) and containerd, r
 
 ##@ Run
 
+# REAL_NODE=1 makes `make cluster` and `make demo` run the control-plane node as a real node: kubelet,
+# containerd, runc, the CNI bridge and kube-proxy (root and make testdeps' Debian packages).
+REAL_NODE_FLAG = $(if $(filter 1 true yes,$(REAL_NODE)),--real-node)
+
 .PHONY: demo
-demo: testbin ## Start the local control plane, apply testdata/demo and show the result; Ctrl-C stops it.
-	$(GO) run ./cmd/localcluster demo
+demo: testbin ## Start the local control plane, apply testdata/demo and show the result; Ctrl-C stops it. REAL_NODE=1: a real control-plane node.
+	$(GO) run ./cmd/localcluster demo $(REAL_NODE_FLAG)
 
 .PHONY: run
 run: ## Run the webhook and rollout controller from this checkout against the current kubeconfig (e.g. `make cluster`) until Ctrl-C.
@@ -87,8 +91,8 @@ demo-down: ## Stop local clusters left by `make demo` or `make cluster` (also af
 	$(GO) run ./cmd/localcluster down
 
 .PHONY: cluster
-cluster: testbin ## Start an empty local control plane (1 control-plane + 4 worker nodes) until Ctrl-C.
-	$(GO) run ./cmd/localcluster up
+cluster: testbin ## Start an empty local control plane (1 control-plane + 4 worker nodes) until Ctrl-C. REAL_NODE=1: a real control-plane node.
+	$(GO) run ./cmd/localcluster up $(REAL_NODE_FLAG)
 
 ##@ Release
 

@@ -24,6 +24,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
+	"github.com/daemonguard/daemonguard/test/nodeimages"
 )
 
 // Options configure a demo run.
@@ -33,6 +34,9 @@ type Options struct {
 	ParentDir string // where the cluster folder goes; `make demo-down` reaps what is under it
 	// Wait keeps the cluster running until ctx is cancelled (Ctrl-C). Tests turn it off.
 	Wait bool
+	// RealNode runs the control-plane node as a real node (localcluster.Config.RealNode), with the
+	// seed DaemonSet on the node-agent image (see realnode.go).
+	RealNode bool
 }
 
 // Run runs the demo end to end.
@@ -41,7 +45,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := os.MkdirAll(opts.ParentDir, 0o755); err != nil {
 		return err
 	}
-	c, err := localcluster.Start(ctx, localcluster.Config{ParentDir: opts.ParentDir, Log: out})
+	c, err := localcluster.Start(ctx, localcluster.Config{ParentDir: opts.ParentDir, Log: out, RealNode: opts.RealNode})
 	if err != nil {
 		return err
 	}
@@ -54,7 +58,16 @@ func Run(ctx context.Context, opts Options) error {
 	defer hook.Stop()
 	fmt.Fprintf(out, "daemonguard webhook serving at %s, registered as MutatingWebhookConfiguration and ValidatingWebhookConfiguration \"daemonguard\"\n", hook.URL)
 
-	if _, err := kubectl(ctx, c, out, "apply", "-f", filepath.Join(opts.Repo, "testdata", "demo")); err != nil {
+	seed, err := seedManifest(filepath.Join(opts.Repo, "testdata", "demo", "nginx-ds.yaml"), opts.RealNode)
+	if err != nil {
+		return err
+	}
+	if opts.RealNode {
+		fmt.Fprintf(out, "\n%s is a real node (kubelet, containerd, runc, CNI, kube-proxy): nothing can be pulled there, so the seed\n"+
+			"DaemonSet runs the node-agent image built in this checkout (%s) instead of nginx:1.7.9, and its pod on\n"+
+			"%s is a real container. The rollout and policy DaemonSets stay on the kwok nodes.\n", c.RealNodeName(), nodeimages.AgentV1, c.RealNodeName())
+	}
+	if _, err := applyManifest(ctx, c, out, "testdata/demo/nginx-ds.yaml", seed); err != nil {
 		return err
 	}
 	reports, err := settle(ctx, c.Client, 2*time.Minute)
@@ -71,10 +84,14 @@ func Run(ctx context.Context, opts Options) error {
 	if _, err := kubectl(ctx, c, out, "apply", "-f", filepath.Join(policyDir, "wide-budget.yaml")); err == nil {
 		return fmt.Errorf("the wide-budget DaemonSet was admitted; the rolling_update_budget policy should deny it")
 	}
-	if _, err := kubectl(ctx, c, out, "apply", "-f", filepath.Join(policyDir, "on-delete.yaml")); err != nil {
+	onDelete, err := kwokOnlyManifest(filepath.Join(policyDir, "on-delete.yaml"), opts.RealNode)
+	if err != nil {
 		return err
 	}
-	if err := rolloutDemo(ctx, c, out, opts.Repo); err != nil {
+	if _, err := applyManifest(ctx, c, out, "testdata/demo-policy/on-delete.yaml", onDelete); err != nil {
+		return err
+	}
+	if err := rolloutDemo(ctx, c, out, opts.Repo, opts.RealNode); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "\nTo run daemonguard in a cluster: the Helm chart charts/daemonguard (TLS from cert-manager or self-managed),\nand Rego synced from git by Argo CD: see Install in README.md and charts/daemonguard/README.md.")
@@ -91,19 +108,25 @@ func Run(ctx context.Context, opts Options) error {
 
 // rolloutDemo shows a managed rollout: a canary node, a timed pause, the rest one node at a time;
 // then the seed's failing image halting the rollout after one node, and a roll forward.
-func rolloutDemo(ctx context.Context, c *localcluster.Cluster, out io.Writer, repo string) error {
+func rolloutDemo(ctx context.Context, c *localcluster.Cluster, out io.Writer, repo string, realNode bool) error {
 	fmt.Fprintln(out, "\nProgressive rollout by daemonguard's rollout controller (see docs/rollouts.md):")
 	ctl, err := harness.StartController(ctx, c)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = ctl.Stop() }()
+	agent, err := kwokOnlyManifest(filepath.Join(repo, "testdata", "demo-rollout", "node-agent.yaml"), realNode)
+	if err != nil {
+		return err
+	}
+	if _, err := applyManifest(ctx, c, out, "testdata/demo-rollout/node-agent.yaml", agent); err != nil {
+		return err
+	}
 	steps := []struct {
 		tool     string
 		args     []string
 		wantFail bool
 	}{
-		{"kubectl", []string{"apply", "-f", filepath.Join(repo, "testdata", "demo-rollout", "node-agent.yaml")}, false},
 		{"daemonguard", []string{"rollout", "status", "ds/node-agent", "--timeout=2m"}, false},
 		{"kubectl", []string{"set", "image", "ds/node-agent", "agent=nginx:1.26.0"}, false},
 		{"daemonguard", []string{"rollout", "status", "ds/node-agent", "--timeout=2m"}, false},

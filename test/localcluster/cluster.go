@@ -6,10 +6,8 @@
 package localcluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"embed"
 	"errors"
 	"fmt"
 	"io"
@@ -88,9 +86,6 @@ type Cluster struct {
 	node     *realNode  // nil unless Config.RealNode
 	stopOnce sync.Once
 }
-
-//go:embed kwokstages/*.yaml
-var kwokStages embed.FS
 
 // Start builds (or reuses) the binaries, starts every component on free loopback ports, creates
 // the nodes and waits until they are Ready. On error everything already started is stopped.
@@ -452,46 +447,6 @@ func (c *Cluster) writeKubeconfig(server string, pki *pkiFiles) error {
 	return nil
 }
 
-func (c *Cluster) writeKwokConfig(extra []byte, podReadyDelay time.Duration) (string, error) {
-	var buf bytes.Buffer
-	// Leases keep 1,000 fake nodes alive with a fraction of the status writes; the pod CIDR is wide
-	// enough that fake pod IPs never run out at benchmark scale.
-	buf.WriteString(`apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokConfiguration
-options:
-  cidr: 10.128.0.1/12
-  nodeLeaseDurationSeconds: 40
-  nodeLeaseParallelism: 8
-  nodePlayStageParallelism: 8
-  podPlayStageParallelism: 8
-`)
-	entries, err := kwokStages.ReadDir("kwokstages")
-	if err != nil {
-		return "", err
-	}
-	for _, e := range entries {
-		data, err := kwokStages.ReadFile("kwokstages/" + e.Name())
-		if err != nil {
-			return "", err
-		}
-		if e.Name() == "pod-ready.yaml" && podReadyDelay > 0 {
-			data = bytes.Replace(data, []byte("    kind: Pod\n  selector:"),
-				[]byte(fmt.Sprintf("    kind: Pod\n  delay:\n    durationMilliseconds: %d\n  selector:", podReadyDelay.Milliseconds())), 1)
-		}
-		buf.WriteString("---\n")
-		buf.Write(data)
-	}
-	if len(extra) > 0 {
-		buf.WriteString("\n---\n")
-		buf.Write(extra)
-	}
-	path := filepath.Join(c.Dir, "kwok.yaml")
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		return "", fmt.Errorf("write kwok config: %w", err)
-	}
-	return path, nil
-}
-
 const pollInterval = 100 * time.Millisecond
 
 func waitHTTP(ctx context.Context, url string, tlsConfig *tls.Config, what string) error {
@@ -583,9 +538,7 @@ func (c *Cluster) stop(removeDir bool) {
 		procs[i].stop(5 * time.Second)
 	}
 	if c.node != nil {
-		if err := cleanUpRealNode(c.Dir); err != nil {
-			fmt.Fprintf(c.log, "Cleaning up the real node: %v\n", err)
-		}
+		c.cleanUpRealNode()
 	}
 	if removeDir {
 		_ = os.RemoveAll(c.Dir)

@@ -2,11 +2,16 @@ package localcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/daemonguard/daemonguard/test/nodeimages"
 )
@@ -145,26 +150,66 @@ func repository(ref string) string {
 	return ref
 }
 
-// TrustRegistry lets the real node pull from a plain-HTTP registry at hostPort ("127.0.0.1:5000",
-// as the test registry listens) under that name. The node lives in a network namespace of its own,
-// where the host's loopback is not reachable: the registry must listen on the host's address of the
-// node network (Cluster.NodeHostIP) or on all addresses, and pulls are sent there.
+// TrustRegistry lets the real node pull from a plain-HTTP registry listening at hostPort on the
+// host's loopback ("127.0.0.1:5000"), under that name, as users' nodes pull from their registry.
+// The node lives in a network namespace of its own, where the host's loopback is another one: the
+// node's containerd is pointed at the host's address on the node network, where a forwarder (until
+// Stop) passes connections on to hostPort. A registry that listens on all addresses is reached there
+// directly.
 func (c *Cluster) TrustRegistry(hostPort string) error {
 	if c.node == nil {
 		return fmt.Errorf("trust registry %s: the cluster has no real node (Config.RealNode)", hostPort)
 	}
-	_, port, ok := strings.Cut(hostPort, ":")
-	if !ok {
-		return fmt.Errorf("trust registry %q: want HOST:PORT", hostPort)
+	_, port, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return fmt.Errorf("trust registry %q: %w", hostPort, err)
 	}
-	server := "http://" + c.node.net.HostIP() + ":" + port
+	onNodeNetwork := net.JoinHostPort(c.node.net.HostIP(), port)
+	if err := c.forward(onNodeNetwork, hostPort); err != nil {
+		return fmt.Errorf("trust registry %s: %w", hostPort, err)
+	}
+	server := "http://" + onNodeNetwork
 	dir := c.node.path("containerd", "certs.d", hostPort)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n", server, server)
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", server, server)
 	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
 		return fmt.Errorf("trust registry %s: %w", hostPort, err)
 	}
+	return nil
+}
+
+// forward passes TCP connections to listen on to target until the cluster stops. When listen is
+// taken already (a server on all addresses), that server answers there itself.
+func (c *Cluster) forward(listen, target string) error {
+	ln, err := net.Listen("tcp", listen)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.node.forwards = append(c.node.forwards, ln)
+	c.mu.Unlock()
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return // closed by Stop
+			}
+			go func() {
+				defer in.Close()
+				out, err := net.DialTimeout("tcp", target, 5*time.Second)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go func() { _, _ = io.Copy(out, in) }()
+				_, _ = io.Copy(in, out)
+			}()
+		}
+	}()
 	return nil
 }

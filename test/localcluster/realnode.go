@@ -100,8 +100,9 @@ type realNode struct {
 	// changes: teardown puts them back.
 	Sysctls map[string]string `json:"sysctls"`
 
-	net  nodeNetwork // same as Net; short for use in code
-	spec Node
+	net      nodeNetwork // same as Net; short for use in code
+	spec     Node
+	forwards []net.Listener // TrustRegistry's; closed by Stop
 }
 
 const realNodeStateFile = "realnode.json"
@@ -469,6 +470,16 @@ func cgroupHierarchies() []string {
 		}
 	}
 	return dirs
+}
+
+// cleanUpRealNode closes TrustRegistry's forwarders and removes what the stopped node leaves.
+func (c *Cluster) cleanUpRealNode() {
+	for _, ln := range c.node.forwards {
+		ln.Close()
+	}
+	if err := cleanUpRealNode(c.Dir); err != nil {
+		fmt.Fprintf(c.log, "Cleaning up the real node: %v\n", err)
+	}
 }
 
 // cleanUpRealNode removes what the real node leaves behind once its components are stopped: the pods'

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,6 +122,20 @@ func TestRealNodeRunsContainersAndLeavesNothingBehind(t *testing.T) {
 	body := httpGet(t, dialerIn(netns), "https://"+net.JoinHostPort(svc.Spec.ClusterIP, "443")+"/version", string(token), ca)
 	if err := json.Unmarshal([]byte(body), &version); err != nil || !strings.HasPrefix(version.GitVersion, "v1.") {
 		t.Errorf("GET /version through the kubernetes Service from the pod answered %q (%v)", body, err)
+	}
+
+	// A registry on the host's loopback is reachable from the node's network once trusted.
+	registry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "registry at "+r.URL.Path)
+	}))
+	defer registry.Close()
+	hostPort := strings.TrimPrefix(registry.URL, "http://")
+	if err := c.TrustRegistry(hostPort); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(hostPort)
+	if body := httpGet(t, dialerIn(netns), "http://"+net.JoinHostPort(c.NodeHostIP(), port)+"/v2/", "", nil); body != "registry at /v2/" {
+		t.Errorf("registry on the host's loopback answered the node's network with %q", body)
 	}
 
 	// A restarted kubelet finds its pod and reports it Ready again.
@@ -252,6 +267,9 @@ func containerPID(t *testing.T, c *localcluster.Cluster, ctx context.Context, po
 
 // dialerIn returns a dialer whose connections start in the network namespace at path, as a
 // process in that pod would open them: a socket belongs to the namespace of the thread creating it.
+// The thread goes back to the host's namespace before it is unlocked. It must not end instead: the
+// components' parent-death signal fires when the thread that started them exits, and this thread
+// may be that one.
 func dialerIn(path string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		type result struct {
@@ -260,20 +278,30 @@ func dialerIn(path string) func(ctx context.Context, network, addr string) (net.
 		}
 		done := make(chan result, 1)
 		go func() {
-			// The thread is never unlocked: it ends with the goroutine instead of going back to
-			// the scheduler in the pod's namespace.
 			runtime.LockOSThread()
-			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			host, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
+				runtime.UnlockOSThread()
+				done <- result{err: fmt.Errorf("open this thread's network namespace: %w", err)}
+				return
+			}
+			defer unix.Close(host)
+			pod, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				runtime.UnlockOSThread()
 				done <- result{err: fmt.Errorf("open %s: %w", path, err)}
 				return
 			}
-			defer unix.Close(fd)
-			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			defer unix.Close(pod)
+			if err := unix.Setns(pod, unix.CLONE_NEWNET); err != nil {
+				runtime.UnlockOSThread()
 				done <- result{err: fmt.Errorf("enter %s: %w", path, err)}
 				return
 			}
 			conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+			if unix.Setns(host, unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread() // else the thread ends with the goroutine, still locked
+			}
 			done <- result{conn, err}
 		}()
 		r := <-done

@@ -47,6 +47,8 @@ func newBuildCommand() *cobra.Command {
 	}
 }
 
+const realNodeFlagHelp = "run the control-plane node as a real node (kubelet, containerd, runc, CNI, kube-proxy); needs root and Debian's packages (make testdeps)"
+
 // stateDir is where clusters started by this tool live, so `down` finds them after a SIGKILL.
 func stateDir() (string, error) {
 	root, err := toolbin.RepoRoot()
@@ -57,7 +59,10 @@ func stateDir() (string, error) {
 }
 
 func newUpCommand() *cobra.Command {
-	var workers int
+	var (
+		workers  int
+		realNode bool
+	)
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start a local control plane (one control-plane node plus workers) and keep it running until Ctrl-C",
@@ -70,7 +75,7 @@ func newUpCommand() *cobra.Command {
 				return err
 			}
 			nodes := append([]localcluster.Node{localcluster.ControlPlaneNode("control-plane-0")}, localcluster.WorkerNodes("worker", workers)...)
-			c, err := localcluster.Start(cmd.Context(), localcluster.Config{Nodes: nodes, ParentDir: parent, Log: cmd.ErrOrStderr()})
+			c, err := localcluster.Start(cmd.Context(), localcluster.Config{Nodes: nodes, ParentDir: parent, Log: cmd.ErrOrStderr(), RealNode: realNode})
 			if err != nil {
 				return err
 			}
@@ -82,11 +87,12 @@ func newUpCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&workers, "workers", 4, "number of untainted worker nodes")
+	cmd.Flags().BoolVar(&realNode, "real-node", false, realNodeFlagHelp)
 	return cmd
 }
 
 func newDemoCommand() *cobra.Command {
-	var wait bool
+	var wait, realNode bool
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Start a local cluster, apply testdata/demo and show where each DaemonSet runs",
@@ -99,10 +105,11 @@ func newDemoCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return demo.Run(cmd.Context(), demo.Options{Out: cmd.OutOrStdout(), Repo: root, ParentDir: parent, Wait: wait})
+			return demo.Run(cmd.Context(), demo.Options{Out: cmd.OutOrStdout(), Repo: root, ParentDir: parent, Wait: wait, RealNode: realNode})
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", true, "keep the cluster running until Ctrl-C")
+	cmd.Flags().BoolVar(&realNode, "real-node", false, realNodeFlagHelp)
 	return cmd
 }
 

@@ -1,0 +1,55 @@
+package localcluster
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+//go:embed kwokstages/*.yaml
+var kwokStages embed.FS
+
+// writeKwokConfig writes kwok's configuration: its options and the stages of kwokstages, extra
+// stages after them, and a delay before pods turn Ready when podReadyDelay is set.
+func (c *Cluster) writeKwokConfig(extra []byte, podReadyDelay time.Duration) (string, error) {
+	var buf bytes.Buffer
+	// Leases keep 1,000 fake nodes alive with a fraction of the status writes; the pod CIDR is wide
+	// enough that fake pod IPs never run out at benchmark scale.
+	buf.WriteString(`apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  cidr: 10.128.0.1/12
+  nodeLeaseDurationSeconds: 40
+  nodeLeaseParallelism: 8
+  nodePlayStageParallelism: 8
+  podPlayStageParallelism: 8
+`)
+	entries, err := kwokStages.ReadDir("kwokstages")
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		data, err := kwokStages.ReadFile("kwokstages/" + e.Name())
+		if err != nil {
+			return "", err
+		}
+		if e.Name() == "pod-ready.yaml" && podReadyDelay > 0 {
+			data = bytes.Replace(data, []byte("    kind: Pod\n  selector:"),
+				[]byte(fmt.Sprintf("    kind: Pod\n  delay:\n    durationMilliseconds: %d\n  selector:", podReadyDelay.Milliseconds())), 1)
+		}
+		buf.WriteString("---\n")
+		buf.Write(data)
+	}
+	if len(extra) > 0 {
+		buf.WriteString("\n---\n")
+		buf.Write(extra)
+	}
+	path := filepath.Join(c.Dir, "kwok.yaml")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return "", fmt.Errorf("write kwok config: %w", err)
+	}
+	return path, nil
+}
