@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -78,18 +77,10 @@ func getArtifacts(t *testing.T) *artifacts {
 func buildArtifacts(ctx context.Context, t *testing.T) (*artifacts, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
-	// The registry listens on the host's address on the node's network, which helm on the host
-	// and containerd in the node's network namespace both reach (the host's loopback is not the
-	// node's). It outlives the test that happens to build it: it serves every pull of the process,
-	// including the kubelet's after a restart, and dies with the process.
-	reg := httptest.NewUnstartedServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	listener, err := net.Listen("tcp", net.JoinHostPort(cluster.NodeHostIP(), "0"))
-	if err != nil {
-		return nil, fmt.Errorf("listen for the registry: %w", err)
-	}
-	reg.Listener.Close()
-	reg.Listener = listener
-	reg.Start()
+	// The registry listens on the host's loopback, as release_e2e_test's does; TrustRegistry
+	// points the node's containerd at it. It outlives the test that happens to build it: it serves
+	// every pull of the process, including the kubelet's after a restart, and dies with the process.
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	a := &artifacts{registry: strings.TrimPrefix(reg.URL, "http://")}
 	if err := cluster.TrustRegistry(a.registry); err != nil {
 		return nil, fmt.Errorf("let containerd pull from %s: %w", a.registry, err)
