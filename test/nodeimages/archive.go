@@ -27,7 +27,8 @@ const (
 // image` writes into bin/release/image) as an archive to outTarball that imports as ref. ref is
 // repo:tag, repo@sha256:… or repo:tag@sha256:… (the reference `make image` records); a digest in
 // it must be the image's, and picks it when the layout holds several. The archive names the
-// image by its tag and by its digest, so a chart pinned by digest finds it after the import.
+// image by its tag and by its digest, so after the import containerd's CRI finds it as repo:tag,
+// repo@sha256:… and repo:tag@sha256:…: a chart pinned by digest needs no `ctr images tag`.
 func FromLayout(layoutDir, ref, outTarball string) (Image, error) {
 	path, err := layout.FromPath(layoutDir)
 	if err != nil {

@@ -69,6 +69,9 @@ var Platform = v1.Platform{OS: "linux", Architecture: "amd64"}
 
 const sourceURL = "https://github.com/daemonguard/daemonguard"
 
+// sourceDir is this package's folder in the checkout; the programs are in folders below it.
+const sourceDir = "test/nodeimages"
+
 // spec says how one image is made.
 type spec struct {
 	ref         string
@@ -140,7 +143,7 @@ func Build(ctx context.Context, dir string) ([]Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	src := filepath.Join(root, "test", "nodeimages")
+	src := filepath.Join(root, filepath.FromSlash(sourceDir))
 	sources, err := sourceKey(src)
 	if err != nil {
 		return nil, err
@@ -174,7 +177,7 @@ func Build(ctx context.Context, dir string) ([]Image, error) {
 		bin, ok := binaries[s.program]
 		if !ok {
 			bin = filepath.Join(work, s.program)
-			if err := goBuild(ctx, root, "./test/nodeimages/"+s.program, bin); err != nil {
+			if err := goBuild(ctx, root, "./"+sourceDir+"/"+s.program, bin); err != nil {
 				return nil, err
 			}
 			binaries[s.program] = bin
@@ -215,7 +218,7 @@ func (s spec) image(bin string) (v1.Image, error) {
 	img = mutate.ConfigMediaType(mutate.MediaType(img, types.OCIManifestSchema1), types.OCIConfigJSON)
 	return mutate.Append(img, mutate.Addendum{
 		Layer:   layer,
-		History: v1.History{CreatedBy: "nodeimages: " + s.binaryPath() + " built from test/nodeimages/" + s.program},
+		History: v1.History{CreatedBy: "nodeimages: " + s.binaryPath() + " built from " + sourceDir + "/" + s.program},
 	})
 }
 

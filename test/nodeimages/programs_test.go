@@ -45,7 +45,7 @@ func buildProgram(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(imageDir, "bin", name)
-	if err := goBuild(context.Background(), root, "./test/nodeimages/"+name, bin); err != nil {
+	if err := goBuild(context.Background(), root, "./"+sourceDir+"/"+name, bin); err != nil {
 		t.Fatal(err)
 	}
 	programs[name] = bin
