@@ -75,7 +75,7 @@ func (h *Handlers) gatherDaemonSet(ctx context.Context, req admission.Request, n
 		if in.OldObject, err = decodeObject(req.OldObject.Raw); err != nil {
 			return end(admission.Errored(http.StatusBadRequest, fmt.Errorf("old object: %w", err)))
 		}
-		if req.Operation == admissionv1.Update && onlyStatusAnnotationsChanged(in.OldObject, obj) {
+		if req.Operation == admissionv1.Update && statusOnlyUpdate(in.OldObject, obj) {
 			// The rollout controller reporting progress: neither a new injection (which would
 			// start a new revision behind the user's back) nor a policy verdict is due.
 			return end(admission.Allowed("only daemonguard status annotations changed"))
@@ -140,47 +140,62 @@ func templatePodSpec(obj map[string]any) (*corev1.PodSpec, bool) {
 	return &typed, true
 }
 
-// onlyStatusAnnotationsChanged tells an update that differs from the stored object only in the
-// rollout controller's status.daemonguard.io/ annotations and in fields the API server maintains.
+// StatusOnlyUpdateCEL is the one definition of the rollout controller's progress report, the
+// update no DaemonSet admission acts on: an UPDATE whose spec, labels and annotations other than
+// status.daemonguard.io/ ones are unchanged, and whose status.daemonguard.io/ annotations changed.
+// Such a write needs neither an injection (which would start a revision behind the user's back)
+// nor a policy verdict. The webhook configurations skip it with !(StatusOnlyUpdateCEL) as a
+// matchCondition, so a rollout keeps reporting while the webhook is down; the in-process
+// injection policy uses it as a variable; the handlers answer it with statusOnlyUpdate, the same
+// rule over decoded objects (TestStatusOnlyUpdateMatchesCEL holds the two together).
+const StatusOnlyUpdateCEL = `request.operation == 'UPDATE' && object.spec == oldObject.spec` +
+	` && (has(object.metadata.labels) ? object.metadata.labels : {}) == (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})` +
+	` && (has(object.metadata.annotations) ? object.metadata.annotations : {}).all(k, k.startsWith('` + rolloutapi.StatusPrefix + `') || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))` +
+	` && (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).all(k, k.startsWith('` + rolloutapi.StatusPrefix + `') || (has(object.metadata.annotations) && k in object.metadata.annotations))` +
+	` && ((has(object.metadata.annotations) ? object.metadata.annotations : {}).exists(k, k.startsWith('` + rolloutapi.StatusPrefix + `') && !(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))` +
+	` || (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).exists(k, k.startsWith('` + rolloutapi.StatusPrefix + `') && !(has(object.metadata.annotations) && k in object.metadata.annotations)))`
+
+// statusOnlyUpdate is StatusOnlyUpdateCEL over the decoded old and new objects of an UPDATE:
+// same spec, same labels (absent and empty alike), same annotations outside
+// status.daemonguard.io/, and some status.daemonguard.io/ annotation added, changed or removed.
 // Neither object is modified.
-func onlyStatusAnnotationsChanged(oldObj, newObj map[string]any) bool {
-	changed := false
-	strip := func(obj map[string]any) map[string]any {
-		out := make(map[string]any, len(obj))
-		for k, v := range obj {
-			if k != "status" && k != "metadata" {
-				out[k] = v
-			}
-		}
-		meta, _ := obj["metadata"].(map[string]any)
-		metaOut := make(map[string]any, len(meta))
-		for k, v := range meta {
-			switch k {
-			case "managedFields", "resourceVersion", "generation":
-			case "annotations":
-				ann, ok := v.(map[string]any)
-				if !ok {
-					metaOut[k] = v
-					continue
-				}
-				kept := make(map[string]any, len(ann))
-				for a, x := range ann {
-					if strings.HasPrefix(a, rolloutapi.StatusPrefix) {
-						changed = true
-						continue
-					}
-					kept[a] = x
-				}
-				if len(kept) > 0 {
-					metaOut[k] = kept
-				}
-			default:
-				metaOut[k] = v
-			}
-		}
-		out["metadata"] = metaOut
-		return out
+func statusOnlyUpdate(oldObj, newObj map[string]any) bool {
+	if !reflect.DeepEqual(oldObj["spec"], newObj["spec"]) {
+		return false
 	}
-	same := reflect.DeepEqual(strip(oldObj), strip(newObj))
-	return changed && same
+	oldLabels, newLabels := metaMap(oldObj, "labels"), metaMap(newObj, "labels")
+	if len(oldLabels) != 0 || len(newLabels) != 0 {
+		if !reflect.DeepEqual(oldLabels, newLabels) {
+			return false
+		}
+	}
+	oldAnn, newAnn := metaMap(oldObj, "annotations"), metaMap(newObj, "annotations")
+	statusChanged := false
+	for k, v := range newAnn {
+		was, ok := oldAnn[k]
+		same := ok && reflect.DeepEqual(was, v)
+		switch {
+		case strings.HasPrefix(k, rolloutapi.StatusPrefix):
+			statusChanged = statusChanged || !same
+		case !same:
+			return false
+		}
+	}
+	for k := range oldAnn {
+		if _, ok := newAnn[k]; ok {
+			continue
+		}
+		if !strings.HasPrefix(k, rolloutapi.StatusPrefix) {
+			return false
+		}
+		statusChanged = true
+	}
+	return statusChanged
+}
+
+// metaMap returns metadata[key] as a map (nil when absent or not an object).
+func metaMap(obj map[string]any, key string) map[string]any {
+	meta, _ := obj["metadata"].(map[string]any)
+	m, _ := meta[key].(map[string]any)
+	return m
 }

@@ -33,7 +33,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -428,17 +427,6 @@ func build(c *classes, o Options) *Objects {
 
 // variables are the policy's CEL variables.
 func variables(c *classes) []admissionregistrationv1.Variable {
-	p := q(rolloutapi.StatusPrefix)
-	statusOnly := strings.Join([]string{
-		`request.operation == "UPDATE" && oldObject != null`,
-		`(variables.annotations.exists(k, k.startsWith(` + p + `)) || variables.oldAnnotations.exists(k, k.startsWith(` + p + `)))`,
-		`object.spec == oldObject.spec`,
-		`variables.labels == ` + orEmpty("oldObject.metadata.labels", "{}"),
-		orEmpty("object.metadata.ownerReferences", "[]") + ` == ` + orEmpty("oldObject.metadata.ownerReferences", "[]"),
-		orEmpty("object.metadata.finalizers", "[]") + ` == ` + orEmpty("oldObject.metadata.finalizers", "[]"),
-		`variables.annotations.all(k, k.startsWith(` + p + `) || (k in variables.oldAnnotations && variables.oldAnnotations[k] == variables.annotations[k]))`,
-		`variables.oldAnnotations.all(k, k.startsWith(` + p + `) || k in variables.annotations)`,
-	}, " &&\n")
 	field := func(f string) string { return orEmpty("h."+f, `""`) }
 	return []admissionregistrationv1.Variable{
 		{Name: "namespaceName", Expression: `namespaceObject.metadata.name`},
@@ -448,9 +436,9 @@ func variables(c *classes) []admissionregistrationv1.Variable {
 		{Name: "annotations", Expression: orEmpty("object.metadata.annotations", "{}")},
 		{Name: "oldAnnotations", Expression: `oldObject == null ? {} : ` + orEmpty("oldObject.metadata.annotations", "{}")},
 		{Name: "optedOut", Expression: q(OptOutAnnotation) + ` in variables.annotations && variables.annotations[` + q(OptOutAnnotation) + `] == "false"`},
-		// The rollout controller reporting progress in status.daemonguard.io/ annotations: the
-		// webhook leaves such updates alone (no injection behind the user's back).
-		{Name: "statusOnly", Expression: statusOnly},
+		// The rollout controller reporting progress: the webhook leaves such updates alone (no
+		// injection behind the user's back), by the same rule.
+		{Name: "statusOnly", Expression: webhook.StatusOnlyUpdateCEL},
 		// The template's tolerations as string maps (string() everywhere: the API server's CEL
 		// wants homogeneous literals and types the fields dyn): absent fields "", the operator "Equal" when
 		// left out (as the API server reads it), tolerationSeconds in decimal.
