@@ -1,14 +1,8 @@
-// Package webhook holds daemonguard's admission logic as pure functions over the raw request
-// object — what to patch, warn about and deny — and the thin controller-runtime handlers that
-// adapt them to AdmissionReviews. Patches are computed from the raw bytes as received, so fields
-// unknown to this build's k8s.io/api survive mutation untouched.
 package webhook
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -16,24 +10,6 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
-
-// decodeObject decodes one JSON object into generic JSON, numbers kept exact as json.Number, so
-// that the patch and the policies see every field, also those unknown to this build.
-func decodeObject(raw []byte) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil {
-		return nil, fmt.Errorf("decode object: %w", err)
-	}
-	if obj == nil {
-		return nil, fmt.Errorf("decode object: null is not an object")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("decode object: data after the object")
-	}
-	return obj, nil
-}
 
 // child returns obj[key] as an object, or nil when the key is absent or null. It fails when the key
 // holds something that is not an object: such input is malformed and must not be overwritten.

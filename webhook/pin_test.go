@@ -75,7 +75,7 @@ func TestPodPinPatch(t *testing.T) {
 			if tc.wantPatch != (len(res.Patch) > 0) {
 				t.Fatalf("patch %v, want patch: %v (%s)", res.Patch, tc.wantPatch, res.Reason)
 			}
-			out := applyPatch(t, []byte(tc.pod), res.Patch)
+			out := patched(t, []byte(tc.pod), res.Patch)
 			obj, _ := decodeObject(out)
 			spec, _ := obj["spec"].(map[string]any)
 			if tc.wantNoField != "" {
@@ -179,7 +179,7 @@ func TestPodPinPatchMatchesTheDiff(t *testing.T) {
 			t.Fatal(err)
 		}
 		var g, w any
-		got, wantOut := applyPatch(t, raw, res.Patch), applyPatch(t, raw, want)
+		got, wantOut := patched(t, raw, res.Patch), patched(t, raw, want)
 		if json.Unmarshal(got, &g) != nil || json.Unmarshal(wantOut, &w) != nil || !reflect.DeepEqual(g, w) {
 			t.Fatalf("case %d %s:\nwritten gives %s\ndiff gives    %s", i, raw, got, wantOut)
 		}

@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -138,28 +137,7 @@ func Run(ctx context.Context, opts Options) error {
 		ExemptNamespaces: exempt,
 		FailureMode:      opts.FailureMode,
 		Log:              log.WithName("admission"),
-		Facts: webhook.Facts{
-			NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
-				var ns corev1.Namespace
-				// The handlers only read these objects, so the cache's own copies do (no deep copy
-				// per request).
-				if err := reader.Get(ctx, types.NamespacedName{Name: name}, &ns, client.UnsafeDisableDeepCopy); err != nil {
-					return nil, err
-				}
-				return ns.Labels, nil
-			},
-			Nodes: func(ctx context.Context) ([]*corev1.Node, error) {
-				var list corev1.NodeList
-				if err := reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-					return nil, err
-				}
-				out := make([]*corev1.Node, len(list.Items))
-				for i := range list.Items {
-					out[i] = &list.Items[i]
-				}
-				return out, nil
-			},
-		},
+		Facts:            webhook.ReaderFacts(reader),
 	}
 	server := mgr.GetWebhookServer()
 	for path, endpoint := range handlers.Endpoints() {
