@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daemonguard/daemonguard/internal/admissionsim"
 	"github.com/daemonguard/daemonguard/internal/audit"
+	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
 func newAuditCommand() *cobra.Command {
@@ -46,7 +46,7 @@ audit would write with --open-reports, without writing them: one per namespace w
 			if err != nil {
 				return fmt.Errorf("create client: %w", err)
 			}
-			set, err := admissionsim.LoadPolicySet(cmd.Context(), policyDirs)
+			set, err := policy.CompileDirs(cmd.Context(), policyDirs)
 			if err != nil {
 				return err
 			}
