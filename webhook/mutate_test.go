@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
@@ -379,4 +380,34 @@ func onlyCreatesEmptyObjects(t *testing.T, raw []byte, ops []jsonpatch.Operation
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+func TestCovers(t *testing.T) {
+	w := corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+	cases := map[string]struct {
+		h    corev1.Toleration
+		want bool
+	}{
+		"an identical toleration":                {w, true},
+		"Exists for the key and every effect":    {corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists}, true},
+		"Exists for every key":                   {corev1.Toleration{Operator: corev1.TolerationOpExists}, true},
+		"Exists for every key, another effect":   {corev1.Toleration{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}, false},
+		"Exists for the key with another effect": {corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}, false},
+		"Equal for the key and effect":           {corev1.Toleration{Key: "k", Effect: corev1.TaintEffectNoSchedule}, false},
+		"Exists for another key":                 {corev1.Toleration{Key: "j", Operator: corev1.TolerationOpExists}, false},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := Covers(c.h, w); got != c.want {
+				t.Errorf("Covers(%+v, %+v) = %v", c.h, w, got)
+			}
+		})
+	}
+	equal := corev1.Toleration{Key: "k", Value: "v", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](5)}
+	if !Covers(corev1.Toleration{Key: "k", Operator: corev1.TolerationOpEqual, Value: "v", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](5)}, equal) {
+		t.Error("an explicit Equal operator does not cover the same toleration with the operator left out")
+	}
+	if Covers(corev1.Toleration{Key: "k", Value: "v", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](6)}, equal) {
+		t.Error("other tolerationSeconds cover")
+	}
 }

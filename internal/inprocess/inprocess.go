@@ -358,27 +358,14 @@ func freshName(params map[string]any) string {
 func withoutCovered(ts []corev1.Toleration) []corev1.Toleration {
 	var out []corev1.Toleration
 	for _, t := range ts {
-		if !slices.ContainsFunc(out, func(h corev1.Toleration) bool { return covers(h, t) }) {
+		if !slices.ContainsFunc(out, func(h corev1.Toleration) bool { return webhook.Covers(h, t) }) {
 			out = append(out, t)
 		}
 	}
 	return out
 }
 
-// covers is the webhook's covered() for one toleration h: an identical toleration, or an Exists
-// toleration for the same key (or every key) with the same or any effect.
-func covers(h, w corev1.Toleration) bool {
-	hOp, wOp := opOf(h), opOf(w)
-	effectOK := h.Effect == "" || h.Effect == w.Effect
-	switch {
-	case hOp == corev1.TolerationOpExists && (h.Key == "" || h.Key == w.Key) && effectOK:
-		return true
-	case hOp == wOp && h.Key == w.Key && h.Value == w.Value && h.Effect == w.Effect:
-		return ptr.Equal(h.TolerationSeconds, w.TolerationSeconds)
-	}
-	return false
-}
-
+// opOf is the toleration's operator as the API server reads it (Equal when left out).
 func opOf(t corev1.Toleration) corev1.TolerationOperator {
 	if t.Operator == "" {
 		return corev1.TolerationOpEqual
@@ -534,7 +521,7 @@ func classPatch(c class) string {
 	return fmt.Sprintf("(%s ? [] :\n%s)", strings.Join(excluded, " || "), patch)
 }
 
-// coveredCEL is covers(h, t) in CEL over an entry h of variables.tolerations.
+// coveredCEL is webhook.Covers(h, t) in CEL over an entry h of variables.tolerations.
 func coveredCEL(t corev1.Toleration) string {
 	exists := `h.operator == "Exists" && (h.key == "" || h.key == ` + q(t.Key) + `) && (h.effect == "" || h.effect == ` + q(string(t.Effect)) + `)`
 	if opOf(t) == corev1.TolerationOpExists {
