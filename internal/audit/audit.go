@@ -153,8 +153,8 @@ func init() {
 }
 
 // Auditor runs the audit periodically and reports every finding as an Event on the DaemonSet, as
-// metrics and, with Reports set, as OpenReports Reports. Only the leader runs it, so replicas do
-// not multiply the Events.
+// metrics and, with Reports set, as OpenReports Reports. Only the holder of the audit's lease runs
+// it, so replicas do not multiply the Events.
 type Auditor struct {
 	Reader   client.Reader
 	Engine   *policy.Engine
@@ -166,10 +166,7 @@ type Auditor struct {
 	Log     logr.Logger
 }
 
-// NeedLeaderElection implements manager.LeaderElectionRunnable.
-func (a *Auditor) NeedLeaderElection() bool { return true }
-
-// Start implements manager.Runnable: audit now, then every Interval until ctx ends.
+// Start audits now, then every Interval until ctx ends.
 func (a *Auditor) Start(ctx context.Context) error {
 	ticker := time.NewTicker(a.Interval)
 	defer ticker.Stop()

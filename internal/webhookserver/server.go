@@ -46,6 +46,9 @@ import (
 // replacement Rego policies and parameters; Argo CD syncs them from git.
 const PolicyConfigMapLabel = "daemonguard.io/policy"
 
+// auditLease is the Lease (in the webhook's namespace) whose holder runs the audit.
+const auditLease = "daemonguard-webhook"
+
 // Options configure the webhook server.
 type Options struct {
 	RESTConfig *rest.Config
@@ -110,18 +113,12 @@ func Run(ctx context.Context, opts Options) error {
 		maps.Copy(byObject, selftls.CacheOptions(tlsOpts))
 	}
 	mgr, err := ctrl.NewManager(opts.RESTConfig, ctrl.Options{
-		Logger:                  log,
-		Cache:                   cache.Options{ByObject: byObject},
-		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
-		LeaderElection:          opts.LeaderElection,
-		LeaderElectionID:        "daemonguard-webhook",
-		LeaderElectionNamespace: opts.Namespace,
-		// The audit stops before the manager returns, so the lease can go at once.
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 ptr.To(leadership.LeaseDuration),
-		RenewDeadline:                 ptr.To(leadership.RenewDeadline),
-		RetryPeriod:                   ptr.To(leadership.RetryPeriod),
-		HealthProbeBindAddress:        opts.HealthAddr,
+		Logger:  log,
+		Cache:   cache.Options{ByObject: byObject},
+		Metrics: metricsserver.Options{BindAddress: opts.MetricsAddr},
+		// No leader election here: the manager's ends the process when its lease cannot be
+		// renewed, and admission must not depend on the audit's lease (see auditLease).
+		HealthProbeBindAddress: opts.HealthAddr,
 		WebhookServer: crwebhook.NewServer(crwebhook.Options{
 			Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir, CertName: "tls.crt", KeyName: "tls.key",
 		}),
@@ -201,7 +198,20 @@ func Run(ctx context.Context, opts Options) error {
 				return err
 			}
 		}
-		if err := mgr.Add(auditor); err != nil {
+		runAudit := func(ctx context.Context) error { return auditor.Start(ctx) }
+		if opts.LeaderElection {
+			// Only the holder of the audit's lease audits, so replicas do not multiply the
+			// Events; a replica that loses the lease stops auditing and campaigns again, and
+			// keeps serving admission all along.
+			runAudit = func(ctx context.Context) error {
+				return leadership.Campaign(ctx, opts.RESTConfig, opts.Namespace, auditLease, log.WithName("audit"), func(ctx context.Context) {
+					if err := auditor.Start(ctx); err != nil {
+						log.Error(err, "Audit stopped")
+					}
+				})
+			}
+		}
+		if err := mgr.Add(everyReplica(runAudit)); err != nil {
 			return err
 		}
 	}
