@@ -51,7 +51,7 @@ func (o ConfigurationOptions) clientConfig(path string) admissionregistrationv1.
 }
 
 func (o ConfigurationOptions) namespaceSelector() *metav1.LabelSelector {
-	exempt := append([]string{o.Namespace, metav1.NamespaceSystem}, o.ExemptNamespaces...)
+	exempt := ExemptNamespaces(o.Namespace, o.ExemptNamespaces)
 	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: exempt,
 	}}}

@@ -27,9 +27,6 @@ import (
 	"github.com/go-logr/logr"
 )
 
-// IgnoreLabel opts a DaemonSet out of every daemonguard webhook (also used as objectSelector).
-const IgnoreLabel = "daemonguard.io/ignore"
-
 // Facts supplies what admission knows of the live cluster. Nil functions mean "unknown".
 type Facts struct {
 	NamespaceLabels func(ctx context.Context, name string) (map[string]string, error)

@@ -40,9 +40,6 @@ import (
 // cluster serves it.
 const APIVersion = "admissionregistration.k8s.io/v1"
 
-// OptOutAnnotation opts a DaemonSet out of injection (read by the inject policy).
-const OptOutAnnotation = "daemonguard.io/inject"
-
 // Options say where the generated objects apply. They mirror webhook.ConfigurationOptions, whose
 // selectors the binding takes over unchanged.
 type Options struct {
@@ -422,7 +419,7 @@ func variables(c *classes) []admissionregistrationv1.Variable {
 		{Name: "labels", Expression: orEmpty("object.metadata.labels", "{}")},
 		{Name: "annotations", Expression: orEmpty("object.metadata.annotations", "{}")},
 		{Name: "oldAnnotations", Expression: `oldObject == null ? {} : ` + orEmpty("oldObject.metadata.annotations", "{}")},
-		{Name: "optedOut", Expression: q(OptOutAnnotation) + ` in variables.annotations && variables.annotations[` + q(OptOutAnnotation) + `] == "false"`},
+		{Name: "optedOut", Expression: q(webhook.OptOutAnnotation) + ` in variables.annotations && variables.annotations[` + q(webhook.OptOutAnnotation) + `] == "false"`},
 		// The rollout controller reporting progress: the webhook leaves such updates alone (no
 		// injection behind the user's back), by the same rule.
 		{Name: "statusOnly", Expression: webhook.StatusOnlyUpdateCEL},

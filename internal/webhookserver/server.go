@@ -17,7 +17,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -41,10 +40,6 @@ import (
 	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/webhook"
 )
-
-// PolicyConfigMapLabel selects the ConfigMaps (in the webhook's namespace) that carry extra or
-// replacement Rego policies and parameters; Argo CD syncs them from git.
-const PolicyConfigMapLabel = "daemonguard.io/policy"
 
 // auditLease is the Lease (in the webhook's namespace) whose holder runs the audit.
 const auditLease = "daemonguard-webhook"
@@ -82,7 +77,7 @@ type Options struct {
 
 // Run serves the admission webhooks until ctx ends. The policy set starts as the built-ins and
 // follows the labelled ConfigMaps: a set that fails to compile is reported (an Event and
-// PolicyErrorAnnotation on the ConfigMaps at fault) and the last good set keeps serving.
+// webhook.PolicyErrorAnnotation on the ConfigMaps at fault) and the last good set keeps serving.
 func Run(ctx context.Context, opts Options) error {
 	log := opts.Log
 	builtin, builtinParams, err := policy.Builtin()
@@ -95,7 +90,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	engine := policy.NewEngine(initial)
 
-	policySelector := labels.SelectorFromSet(labels.Set{PolicyConfigMapLabel: "true"})
+	policySelector := labels.SelectorFromSet(labels.Set{webhook.PolicyConfigMapLabel: "true"})
 	byObject := map[client.Object]cache.ByObject{
 		// Only the policy ConfigMaps of our own namespace: no cluster-wide ConfigMap access.
 		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}, Label: policySelector},
@@ -128,7 +123,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	reader := mgr.GetCache()
-	exempt := append([]string{opts.Namespace, metav1.NamespaceSystem}, opts.ExemptNamespaces...)
+	exempt := webhook.ExemptNamespaces(opts.Namespace, opts.ExemptNamespaces)
 	handlers := &webhook.Handlers{
 		Engine:           engine,
 		ExemptNamespaces: exempt,
