@@ -178,6 +178,8 @@ func Run(ctx context.Context, opts Options) error {
 	})); err != nil {
 		return err
 	}
+	// runAudit audits every AuditInterval until ctx ends; with the audit off it only waits.
+	runAudit := func(ctx context.Context) { <-ctx.Done() }
 	if opts.AuditInterval > 0 {
 		auditor := &audit.Auditor{
 			Reader: mgr.GetCache(), Engine: engine, Interval: opts.AuditInterval, Exempt: exempt,
@@ -188,20 +190,24 @@ func Run(ctx context.Context, opts Options) error {
 				return err
 			}
 		}
-		runAudit := func(ctx context.Context) error { return auditor.Start(ctx) }
-		if opts.LeaderElection {
-			// Only the holder of the audit's lease audits, so replicas do not multiply the
-			// Events; a replica that loses the lease stops auditing and campaigns again, and
-			// keeps serving admission all along.
-			runAudit = func(ctx context.Context) error {
-				return leadership.Campaign(ctx, opts.RESTConfig, opts.Namespace, auditLease, log.WithName("audit"), func(ctx context.Context) {
-					if err := auditor.Start(ctx); err != nil {
-						log.Error(err, "Audit stopped")
-					}
-				})
+		runAudit = func(ctx context.Context) {
+			if err := auditor.Start(ctx); err != nil {
+				log.Error(err, "Audit stopped")
 			}
 		}
-		if err := mgr.Add(everyReplica(runAudit)); err != nil {
+	}
+	switch {
+	case opts.LeaderElection:
+		// Only the holder of the audit's lease audits, so replicas do not multiply the Events;
+		// a replica that loses the lease stops auditing and campaigns again, and keeps serving
+		// admission all along.
+		if err := mgr.Add(everyReplica(func(ctx context.Context) error {
+			return leadership.Campaign(ctx, opts.RESTConfig, opts.Namespace, auditLease, log.WithName("audit"), runAudit)
+		})); err != nil {
+			return err
+		}
+	case opts.AuditInterval > 0:
+		if err := mgr.Add(everyReplica(func(ctx context.Context) error { runAudit(ctx); return nil })); err != nil {
 			return err
 		}
 	}
