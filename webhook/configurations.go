@@ -5,8 +5,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // ConfigurationOptions say how the API server reaches daemonguard's webhooks.
@@ -53,7 +51,7 @@ func (o ConfigurationOptions) clientConfig(path string) admissionregistrationv1.
 }
 
 func (o ConfigurationOptions) namespaceSelector() *metav1.LabelSelector {
-	exempt := append([]string{o.Namespace, metav1.NamespaceSystem}, o.ExemptNamespaces...)
+	exempt := ExemptNamespaces(o.Namespace, o.ExemptNamespaces)
 	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: exempt,
 	}}}
@@ -76,20 +74,11 @@ func (o ConfigurationOptions) defaults() ConfigurationOptions {
 	return o
 }
 
-// rolloutStatusOnly is the CEL matchCondition that keeps the rollout controller's progress
-// reports away from the DaemonSet webhooks: an UPDATE whose spec, labels and annotations other than
-// status.daemonguard.io/ ones are unchanged, and whose status.daemonguard.io/ annotations changed.
-// Such a write neither needs an injection nor a policy verdict (the handlers answer it so too, see
-// onlyStatusAnnotationsChanged), and it must not depend on the webhook being up: a rollout in
-// flight keeps reporting while daemonguard's webhook is down, whatever the failurePolicy.
+// rolloutStatusOnly keeps the rollout controller's progress reports (StatusOnlyUpdateCEL) away
+// from the DaemonSet webhooks, whatever their failurePolicy.
 var rolloutStatusOnly = admissionregistrationv1.MatchCondition{
-	Name: "not-rollout-status-only",
-	Expression: `!(request.operation == 'UPDATE' && object.spec == oldObject.spec` +
-		` && (has(object.metadata.labels) ? object.metadata.labels : {}) == (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})` +
-		` && (has(object.metadata.annotations) ? object.metadata.annotations : {}).all(k, k.startsWith('` + rolloutapi.StatusPrefix + `') || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))` +
-		` && (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).all(k, k.startsWith('` + rolloutapi.StatusPrefix + `') || (has(object.metadata.annotations) && k in object.metadata.annotations))` +
-		` && ((has(object.metadata.annotations) ? object.metadata.annotations : {}).exists(k, k.startsWith('` + rolloutapi.StatusPrefix + `') && !(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))` +
-		` || (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).exists(k, k.startsWith('` + rolloutapi.StatusPrefix + `') && !(has(object.metadata.annotations) && k in object.metadata.annotations))))`,
+	Name:       "not-rollout-status-only",
+	Expression: "!(" + StatusOnlyUpdateCEL + ")",
 }
 
 var daemonSetRule = admissionregistrationv1.RuleWithOperations{

@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/daemonguard/daemonguard/internal/toolbin"
-	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
 const webhookNamespace = harness.WebhookNamespace
@@ -303,7 +303,7 @@ func TestBrokenPolicyConfigMapKeepsLastGoodSet(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
 	cms := cluster.Client.CoreV1().ConfigMaps(webhookNamespace)
-	labels := map[string]string{webhookserver.PolicyConfigMapLabel: "true"}
+	labels := map[string]string{webhook.PolicyConfigMapLabel: "true"}
 
 	// 1. A valid extra policy is hot-loaded: it denies images tagged latest.
 	extra := &corev1.ConfigMap{
@@ -363,7 +363,7 @@ violation contains {"field": "spec.template.spec.containers", "msg": sprintf("im
 		if err != nil {
 			return "", false, err
 		}
-		v, ok := cm.Annotations[webhookserver.PolicyErrorAnnotation]
+		v, ok := cm.Annotations[webhook.PolicyErrorAnnotation]
 		return v, ok, nil
 	}
 	cluster.WaitFor(t, time.Minute, "the broken ConfigMap carries the error with file and line", func(ctx context.Context) (bool, string) {

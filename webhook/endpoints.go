@@ -1,12 +1,21 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
+	"strconv"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
@@ -49,25 +58,20 @@ func (m DaemonSetMutator) Handle(ctx context.Context, req admission.Request) adm
 }
 
 func (m DaemonSetMutator) mutate(ctx context.Context, req admission.Request) admission.Response {
-	r := m.gatherDaemonSet(ctx, req, false)
-	if r.end != nil {
-		return *r.end
+	if resp, ok := daemonSetOnly(req); !ok {
+		return resp
 	}
-	decision, err := m.Engine.Set().Inject(ctx, r.in)
-	if err != nil {
-		return m.evaluationFailed(req, err)
+	r := m.admission().Mutate(ctx, m.Engine.Set(), reviewOf(req))
+	if resp, ended := m.ended(req, r); ended {
+		return resp
 	}
-	patch, err := daemonSetPatch(r.in.Object, decision)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
+	if len(r.Patch) > 0 {
+		return admission.Patched("", r.Patch...)
 	}
-	if len(patch) > 0 {
-		return admission.Patched("", patch...)
-	}
-	if decision.Inject {
+	if r.Inject.Inject {
 		return admission.Allowed("template already has everything the inject policy asks for")
 	}
-	return admission.Allowed(decision.Reason)
+	return admission.Allowed(r.Inject.Reason)
 }
 
 // DaemonSetValidator enforces the validation policies on DaemonSets.
@@ -79,25 +83,55 @@ func (v DaemonSetValidator) Handle(ctx context.Context, req admission.Request) a
 }
 
 func (v DaemonSetValidator) validate(ctx context.Context, req admission.Request) admission.Response {
-	r := v.gatherDaemonSet(ctx, req, true)
-	if r.end != nil {
-		return *r.end
+	if resp, ok := daemonSetOnly(req); !ok {
+		return resp
 	}
-	violations, err := v.Engine.Set().Validate(ctx, r.in)
-	if err != nil {
-		return v.evaluationFailed(req, err)
+	r := v.admission().Validate(ctx, v.Engine.Set(), reviewOf(req))
+	if resp, ended := v.ended(req, r); ended {
+		return resp
 	}
-	verdict := Decide(violations)
-	for _, x := range violations {
+	for _, x := range r.Violations {
 		violationsTotal.WithLabelValues(x.Policy, string(x.Action)).Inc()
 	}
-	for _, d := range verdict.DryRuns {
+	for _, d := range r.Verdict.DryRuns {
 		v.Log.Info("Dry-run policy violated", "policy", d.Policy, "field", d.Field, "message", d.Message, "namespace", req.Namespace, "name", req.Name)
 	}
-	if !verdict.Allowed {
-		return admission.Denied(verdict.DenialMessage()).WithWarnings(verdict.WarningMessages()...)
+	if !r.Verdict.Allowed {
+		return admission.Denied(r.Verdict.DenialMessage()).WithWarnings(r.Verdict.WarningMessages()...)
 	}
-	return admission.Allowed("").WithWarnings(verdict.WarningMessages()...)
+	return admission.Allowed("").WithWarnings(r.Verdict.WarningMessages()...)
+}
+
+// admission is the core the handlers adapt.
+func (h *Handlers) admission() *Admission {
+	return &Admission{Exempt: h.ExemptNamespaces, Facts: h.Facts, Log: h.Log}
+}
+
+// reviewOf is the core's view of an admission request.
+func reviewOf(req admission.Request) Review {
+	return Review{Operation: policy.Operation(req.Operation), Namespace: req.Namespace, Object: req.Object.Raw, OldObject: req.OldObject.Raw}
+}
+
+// daemonSetOnly answers a request for anything but an apps/v1 DaemonSet with a bad request.
+func daemonSetOnly(req admission.Request) (admission.Response, bool) {
+	if k := req.Kind; k.Group != "apps" || k.Version != "v1" || k.Kind != "DaemonSet" {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("this endpoint admits apps/v1 DaemonSet, got %s/%s %s", k.Group, k.Version, k.Kind)), false
+	}
+	return admission.Response{}, true
+}
+
+// ended answers a review the core ended early: skipped, malformed, or not evaluated (by the
+// failure mode).
+func (h *Handlers) ended(req admission.Request, r Result) (admission.Response, bool) {
+	switch {
+	case r.Malformed != nil:
+		return admission.Errored(http.StatusBadRequest, r.Malformed), true
+	case r.Skip != "":
+		return admission.Allowed(r.Skip), true
+	case r.Failed != nil:
+		return h.evaluationFailed(req, r.Failed), true
+	}
+	return admission.Response{}, false
 }
 
 // PodPinner pins DaemonSet pods to their node by node affinity (Pods, CREATE only).
@@ -115,7 +149,7 @@ func (p PodPinner) pin(req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed("only CREATE is pinned")
 	}
-	if p.exempt(req.Namespace) {
+	if slices.Contains(p.ExemptNamespaces, req.Namespace) {
 		return admission.Allowed("namespace " + req.Namespace + " is exempt")
 	}
 	res, err := PodPinPatch(req.Object.Raw)
@@ -126,4 +160,116 @@ func (p PodPinner) pin(req admission.Request) admission.Response {
 		return admission.Allowed(res.Reason)
 	}
 	return admission.Patched(res.Reason, res.Patch...)
+}
+
+// FailureMode says what happens when policies cannot be evaluated. Neither mode admits silently.
+type FailureMode string
+
+// Failure modes.
+const (
+	// FailClosed rejects the request, naming the evaluation error.
+	FailClosed FailureMode = "deny"
+	// FailOpenWithWarning admits the request with an admission warning, a log line and a metric.
+	FailOpenWithWarning FailureMode = "warn"
+)
+
+// evaluationFailed applies the failure mode to an error from the policy engine.
+func (h *Handlers) evaluationFailed(req admission.Request, err error) admission.Response {
+	evaluationErrors.Inc()
+	h.Log.Error(err, "Policy evaluation failed", "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "failureMode", h.FailureMode)
+	if h.FailureMode == FailOpenWithWarning {
+		return admission.Allowed("").WithWarnings("daemonguard could not evaluate its policies and admitted this object unchecked: " + err.Error())
+	}
+	return admission.Denied("daemonguard could not evaluate its policies (failure mode deny): " + err.Error())
+}
+
+var (
+	admissionTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "daemonguard_admission_requests_total",
+		Help: "Admission requests handled, by webhook and result (allowed, patched, denied, error).",
+	}, []string{"webhook", "result"})
+	violationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "daemonguard_policy_violations_total",
+		Help: "Policy violations found at admission, by policy and enforcement action.",
+	}, []string{"policy", "action"})
+	evaluationErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "daemonguard_policy_evaluation_errors_total",
+		Help: "Admission requests whose policies could not be evaluated; the failure mode decided them.",
+	})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(admissionTotal, violationsTotal, evaluationErrors)
+}
+
+// observe counts an admission response by webhook and result.
+func (h *Handlers) observe(webhook string, resp admission.Response) admission.Response {
+	result := "allowed"
+	switch {
+	case resp.Result != nil && resp.Result.Code >= 400 && resp.Result.Code != http.StatusForbidden:
+		result = "error"
+	case !resp.Allowed:
+		result = "denied"
+	case len(resp.Patches) > 0:
+		result = "patched"
+	}
+	admissionTotal.WithLabelValues(webhook, result).Inc()
+	return resp
+}
+
+// ReviewBodyLimit is the size from which an AdmissionReview body is refused. It is
+// controller-runtime's own limit (admission.maxRequestSize, unexported), which admission.Webhook
+// enforces after this layer: a review carries at most two objects (old and new), each at most
+// 3 MiB, the API server's request body limit (twice etcd's recommended 1.5 MiB, for JSON), and
+// less than 1 MiB besides. A body this large does not come from a conforming API server.
+const ReviewBodyLimit = 7 << 20
+
+// refuseOversized answers a review body of ReviewBodyLimit bytes or more with HTTP 413 and a
+// Status naming the limit, and passes smaller ones to next, labelled as the JSON it answers
+// (admission.Webhook sets no Content-Type, which makes the server sniff text/plain).
+//
+// admission.Webhook alone answers such a body with HTTP 200 and stops reading it, so the server
+// hangs up on the rest: HTTP/2 resets the stream, which clients such as curl report as a framing
+// error without the answer, and HTTP/1.1 closes the connection under a client still sending. So
+// the rest of the body is read and discarded before answering, up to twice the limit in all: a
+// client that sends more is cut off rather than served.
+func refuseOversized(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		var read int64
+		switch {
+		case r.Body == nil || r.Body == http.NoBody || (r.ContentLength >= 0 && r.ContentLength < ReviewBodyLimit):
+			next.ServeHTTP(w, r)
+			return
+		case r.ContentLength < 0:
+			// Of unknown length (chunked): read up to the limit to tell.
+			head, err := io.ReadAll(io.LimitReader(r.Body, ReviewBodyLimit))
+			if err != nil {
+				writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("read the review body: %v", err)))
+				return
+			}
+			if len(head) < ReviewBodyLimit {
+				r.Body = io.NopCloser(bytes.NewReader(head))
+				next.ServeHTTP(w, r)
+				return
+			}
+			read = int64(len(head))
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 2*ReviewBodyLimit-read))
+		size := "at least " + strconv.Itoa(ReviewBodyLimit)
+		if r.ContentLength >= 0 {
+			size = strconv.FormatInt(r.ContentLength, 10)
+		}
+		writeStatus(w, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
+			"the AdmissionReview body of %s bytes is over daemonguard's limit: it must be under %d bytes (7 MiB)", size, ReviewBodyLimit)))
+	})
+}
+
+// writeStatus answers with a Status, the form the API server answers its own errors in and
+// decodes from a webhook that fails.
+func writeStatus(w http.ResponseWriter, err *apierrors.StatusError) {
+	status := err.ErrStatus
+	status.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}
+	w.WriteHeader(int(status.Code))
+	_ = json.NewEncoder(w).Encode(status)
 }

@@ -1,39 +1,17 @@
-// Package webhook holds daemonguard's admission logic as pure functions over the raw request
-// object — what to patch, warn about and deny — and the thin controller-runtime handlers that
-// adapt them to AdmissionReviews. Patches are computed from the raw bytes as received, so fields
-// unknown to this build's k8s.io/api survive mutation untouched.
 package webhook
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
+	"slices"
 	"strconv"
 
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
-
-// decodeObject decodes one JSON object into generic JSON, numbers kept exact as json.Number, so
-// that the patch and the policies see every field, also those unknown to this build.
-func decodeObject(raw []byte) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil {
-		return nil, fmt.Errorf("decode object: %w", err)
-	}
-	if obj == nil {
-		return nil, fmt.Errorf("decode object: null is not an object")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("decode object: data after the object")
-	}
-	return obj, nil
-}
 
 // child returns obj[key] as an object, or nil when the key is absent or null. It fails when the key
 // holds something that is not an object: such input is malformed and must not be overwritten.
@@ -199,36 +177,33 @@ func tolerationOf(item any) (corev1.Toleration, error) {
 	return t, err
 }
 
-// covered reports whether the tolerations already tolerate everything w tolerates: an identical
-// toleration, or an Exists toleration for the same key (or every key) with the same or any effect.
+// covered reports whether the tolerations already tolerate everything w tolerates.
 func covered(have []corev1.Toleration, w corev1.Toleration) bool {
-	wOp := w.Operator
-	if wOp == "" {
-		wOp = corev1.TolerationOpEqual
-	}
-	for _, h := range have {
-		hOp := h.Operator
-		if hOp == "" {
-			hOp = corev1.TolerationOpEqual
-		}
-		effectOK := h.Effect == "" || h.Effect == w.Effect
-		switch {
-		case hOp == corev1.TolerationOpExists && h.Key == "" && effectOK:
-			return true
-		case hOp == corev1.TolerationOpExists && h.Key == w.Key && effectOK:
-			return true
-		case hOp == wOp && h.Key == w.Key && h.Value == w.Value && h.Effect == w.Effect && sameSeconds(h.TolerationSeconds, w.TolerationSeconds):
-			return true
-		}
+	return slices.ContainsFunc(have, func(h corev1.Toleration) bool { return Covers(h, w) })
+}
+
+// Covers reports whether toleration h tolerates everything w tolerates: h is identical to w, or
+// an Exists toleration for the same key (or every key) with the same or any effect. The inject
+// patch appends only tolerations the template does not cover, and the in-process policy's
+// generator bakes the same rule into CEL.
+func Covers(h, w corev1.Toleration) bool {
+	hOp, wOp := operator(h), operator(w)
+	effectOK := h.Effect == "" || h.Effect == w.Effect
+	switch {
+	case hOp == corev1.TolerationOpExists && (h.Key == "" || h.Key == w.Key) && effectOK:
+		return true
+	case hOp == wOp && h.Key == w.Key && h.Value == w.Value && h.Effect == w.Effect:
+		return ptr.Equal(h.TolerationSeconds, w.TolerationSeconds)
 	}
 	return false
 }
 
-func sameSeconds(a, b *int64) bool {
-	if a == nil || b == nil {
-		return a == b
+// operator is the toleration's operator as the API server reads it (Equal when left out).
+func operator(t corev1.Toleration) corev1.TolerationOperator {
+	if t.Operator == "" {
+		return corev1.TolerationOpEqual
 	}
-	return *a == *b
+	return t.Operator
 }
 
 // tolerationJSON renders a toleration the way the API server stores it (omitempty fields left out),

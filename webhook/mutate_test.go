@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
@@ -24,22 +25,14 @@ var controlPlaneDecision = policy.InjectDecision{
 	PriorityClassName: "system-node-critical",
 }
 
-func applyPatch(t *testing.T, raw []byte, ops []jsonpatch.Operation) []byte {
+func patched(t *testing.T, raw []byte, ops []jsonpatch.Operation) []byte {
 	t.Helper()
 	if len(ops) == 0 {
 		return raw
 	}
-	b, err := json.Marshal(ops)
+	out, err := applyPatch(raw, ops)
 	if err != nil {
 		t.Fatal(err)
-	}
-	p, err := jsonpatchapply.DecodePatch(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := p.Apply(raw)
-	if err != nil {
-		t.Fatalf("apply %s: %v", b, err)
 	}
 	return out
 }
@@ -100,7 +93,7 @@ func TestDaemonSetPatch(t *testing.T) {
 			if tc.wantNoPatch != (len(ops) == 0) {
 				t.Fatalf("patch = %v, want empty: %v", ops, tc.wantNoPatch)
 			}
-			out := podSpecOf(t, applyPatch(t, raw, ops))
+			out := podSpecOf(t, patched(t, raw, ops))
 			tols, _ := out["tolerations"].([]any)
 			if len(tols) != tc.wantTolerations {
 				t.Errorf("got %d tolerations %v, want %d", len(tols), tols, tc.wantTolerations)
@@ -127,7 +120,7 @@ func TestDaemonSetPatchKeepsUnknownFields(t *testing.T) {
 			t.Errorf("unexpected %s at %s: only additions are allowed", op.Operation, op.Path)
 		}
 	}
-	out, err := decodeObject(applyPatch(t, raw, ops))
+	out, err := decodeObject(patched(t, raw, ops))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +191,7 @@ func TestDaemonSetPatchIsIdempotentAndKeepsUserTolerations(t *testing.T) {
 		if err != nil {
 			t.Fatalf("case %d %s: %v", i, raw, err)
 		}
-		out := applyPatch(t, raw, first)
+		out := patched(t, raw, first)
 		second, err := DaemonSetPatch(out, controlPlaneDecision)
 		if err != nil {
 			t.Fatal(err)
@@ -351,7 +344,7 @@ func TestDaemonSetPatchMatchesTheDiff(t *testing.T) {
 		if len(ops) == 0 && len(want) > 0 && !onlyCreatesEmptyObjects(t, raw, want) {
 			t.Fatalf("case %d %s: no patch, the diff is %v", i, raw, want)
 		}
-		got, wantOut := applyPatch(t, raw, ops), applyPatch(t, raw, want)
+		got, wantOut := patched(t, raw, ops), patched(t, raw, want)
 		if len(ops) == 0 {
 			continue // the diff may have created empty objects only (checked above)
 		}
@@ -370,7 +363,7 @@ func TestDaemonSetPatchMatchesTheDiff(t *testing.T) {
 // leaves it out, which is the one difference allowed.
 func onlyCreatesEmptyObjects(t *testing.T, raw []byte, ops []jsonpatch.Operation) bool {
 	t.Helper()
-	out, err := decodeObject(applyPatch(t, raw, ops))
+	out, err := decodeObject(patched(t, raw, ops))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,4 +380,34 @@ func onlyCreatesEmptyObjects(t *testing.T, raw []byte, ops []jsonpatch.Operation
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+func TestCovers(t *testing.T) {
+	w := corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+	cases := map[string]struct {
+		h    corev1.Toleration
+		want bool
+	}{
+		"an identical toleration":                {w, true},
+		"Exists for the key and every effect":    {corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists}, true},
+		"Exists for every key":                   {corev1.Toleration{Operator: corev1.TolerationOpExists}, true},
+		"Exists for every key, another effect":   {corev1.Toleration{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}, false},
+		"Exists for the key with another effect": {corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}, false},
+		"Equal for the key and effect":           {corev1.Toleration{Key: "k", Effect: corev1.TaintEffectNoSchedule}, false},
+		"Exists for another key":                 {corev1.Toleration{Key: "j", Operator: corev1.TolerationOpExists}, false},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := Covers(c.h, w); got != c.want {
+				t.Errorf("Covers(%+v, %+v) = %v", c.h, w, got)
+			}
+		})
+	}
+	equal := corev1.Toleration{Key: "k", Value: "v", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](5)}
+	if !Covers(corev1.Toleration{Key: "k", Operator: corev1.TolerationOpEqual, Value: "v", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](5)}, equal) {
+		t.Error("an explicit Equal operator does not cover the same toleration with the operator left out")
+	}
+	if Covers(corev1.Toleration{Key: "k", Value: "v", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](6)}, equal) {
+		t.Error("other tolerationSeconds cover")
+	}
 }

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -76,7 +75,7 @@ func TestPodPinPatch(t *testing.T) {
 			if tc.wantPatch != (len(res.Patch) > 0) {
 				t.Fatalf("patch %v, want patch: %v (%s)", res.Patch, tc.wantPatch, res.Reason)
 			}
-			out := applyPatch(t, []byte(tc.pod), res.Patch)
+			out := patched(t, []byte(tc.pod), res.Patch)
 			obj, _ := decodeObject(out)
 			spec, _ := obj["spec"].(map[string]any)
 			if tc.wantNoField != "" {
@@ -108,33 +107,6 @@ func TestPodPinPatch(t *testing.T) {
 		})
 	}
 	_ = json.Valid
-}
-
-func TestOnlyStatusAnnotationsChanged(t *testing.T) {
-	base := `{"metadata":{"name":"d","resourceVersion":"1","annotations":{"a":"1"%s}},"spec":{"x":%s}}`
-	tests := map[string]struct {
-		old, new string
-		want     bool
-	}{
-		"status annotation added":            {fmt.Sprintf(base, "", "1"), fmt.Sprintf(base, `,"status.daemonguard.io/step":"1/2"`, "1"), true},
-		"status annotation changed":          {fmt.Sprintf(base, `,"status.daemonguard.io/step":"1/2"`, "1"), fmt.Sprintf(base, `,"status.daemonguard.io/step":"2/2"`, "1"), true},
-		"spec changed too":                   {fmt.Sprintf(base, "", "1"), fmt.Sprintf(base, `,"status.daemonguard.io/step":"1/2"`, "2"), false},
-		"a user annotation changed":          {fmt.Sprintf(base, "", "1"), strings.Replace(fmt.Sprintf(base, `,"status.daemonguard.io/x":"y"`, "1"), `"a":"1"`, `"a":"2"`, 1), false},
-		"nothing daemonguard changed":        {fmt.Sprintf(base, "", "1"), fmt.Sprintf(base, "", "1"), false},
-		"a setting annotation is not status": {fmt.Sprintf(base, "", "1"), fmt.Sprintf(base, `,"daemonguard.io/paused":"true"`, "1"), false},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			oldObj, err1 := decodeObject([]byte(tc.old))
-			newObj, err2 := decodeObject([]byte(tc.new))
-			if err1 != nil || err2 != nil {
-				t.Fatal(err1, err2)
-			}
-			if got := onlyStatusAnnotationsChanged(oldObj, newObj); got != tc.want {
-				t.Errorf("got %v, want %v", got, tc.want)
-			}
-		})
-	}
 }
 
 // Property: for random affinities (pins, other terms, nulls and wrong types on the way), a rewrite
@@ -207,7 +179,7 @@ func TestPodPinPatchMatchesTheDiff(t *testing.T) {
 			t.Fatal(err)
 		}
 		var g, w any
-		got, wantOut := applyPatch(t, raw, res.Patch), applyPatch(t, raw, want)
+		got, wantOut := patched(t, raw, res.Patch), patched(t, raw, want)
 		if json.Unmarshal(got, &g) != nil || json.Unmarshal(wantOut, &w) != nil || !reflect.DeepEqual(g, w) {
 			t.Fatalf("case %d %s:\nwritten gives %s\ndiff gives    %s", i, raw, got, wantOut)
 		}

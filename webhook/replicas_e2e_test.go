@@ -29,7 +29,7 @@ func TestReplicaThatIsNotLeaderIsReadyWithPolicyConfigMapsLoaded(t *testing.T) {
 
 	cms := cluster.Client.CoreV1().ConfigMaps(webhookNamespace)
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "second-replica", Labels: map[string]string{webhookserver.PolicyConfigMapLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "second-replica", Labels: map[string]string{webhook.PolicyConfigMapLabel: "true"}},
 		Data: map[string]string{"second_replica.rego": `package daemonguard.policies.second_replica
 
 violation contains {"field": "metadata.name", "msg": "second-replica-probe is not allowed"} if {

@@ -16,12 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/daemonguard/daemonguard/webhook"
 	lua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
-
-	"github.com/daemonguard/daemonguard/internal/webhookserver"
 )
 
 const (
@@ -341,7 +340,7 @@ func TestScriptUsesBaseFunctionsOnly(t *testing.T) {
 // TestConfigMapHealthReadsTheWebhooksNames: configmap_health.lua spells the label that selects
 // policy ConfigMaps and the annotation the webhook writes exactly as the webhook does.
 func TestConfigMapHealthReadsTheWebhooksNames(t *testing.T) {
-	for _, name := range []string{webhookserver.PolicyConfigMapLabel, webhookserver.PolicyErrorAnnotation} {
+	for _, name := range []string{webhook.PolicyConfigMapLabel, webhook.PolicyErrorAnnotation} {
 		if !strings.Contains(ConfigMapHealthLua, `"`+name+`"`) {
 			t.Errorf("configmap_health.lua does not read %q", name)
 		}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
@@ -23,8 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/daemonguard/daemonguard/internal/admissionsim"
-	nodeset "github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/webhook"
 )
@@ -78,14 +75,16 @@ func Run(ctx context.Context, reader client.Reader, set *policy.Set, exempt []st
 	for i := range nodeList.Items {
 		nodes[i] = &nodeList.Items[i]
 	}
-
+	// The facts are read once per pass, not once per DaemonSet.
+	core := &webhook.Admission{Exempt: exempt, Facts: webhook.Facts{
+		NamespaceLabels: func(_ context.Context, name string) (map[string]string, error) { return nsLabels[name], nil },
+		Nodes:           func(context.Context) ([]*corev1.Node, error) { return nodes, nil },
+	}}
 	var findings []Finding
 	for i := range daemonSets.Items {
-		ds := &daemonSets.Items[i]
-		if slices.Contains(exempt, ds.Namespace) || ds.Labels[webhook.IgnoreLabel] == "true" {
-			continue
+		if f, ok := evaluate(ctx, core, set, &daemonSets.Items[i]); ok {
+			findings = append(findings, f)
 		}
-		findings = append(findings, evaluate(ctx, set, ds, nsLabels[ds.Namespace], nodes))
 	}
 	sort.Slice(findings, func(i, j int) bool {
 		if findings[i].Namespace != findings[j].Namespace {
@@ -103,7 +102,9 @@ func describe(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-func evaluate(ctx context.Context, set *policy.Set, ds *appsv1.DaemonSet, nsLabels map[string]string, nodes []*corev1.Node) Finding {
+// evaluate runs the admission core over a stored DaemonSet; ok is false when admission leaves
+// it alone (exempt namespace, IgnoreLabel).
+func evaluate(ctx context.Context, core *webhook.Admission, set *policy.Set, ds *appsv1.DaemonSet) (Finding, bool) {
 	f := Finding{Namespace: ds.Namespace, Name: ds.Name, UID: ds.UID, Violations: []policy.Violation{}}
 	obj := ds.DeepCopy()
 	obj.APIVersion, obj.Kind = "apps/v1", "DaemonSet"
@@ -112,23 +113,24 @@ func evaluate(ctx context.Context, set *policy.Set, ds *appsv1.DaemonSet, nsLabe
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		f.Error = err.Error()
-		return f
+		return f, true
 	}
-	doc := admissionsim.Document{Source: "cluster", Raw: raw, Kind: "DaemonSet", Namespace: ds.Namespace, Name: ds.Name}
-	r := admissionsim.Evaluate(ctx, set, doc, admissionsim.Context{
-		Operation:       policy.OpAudit,
-		NamespaceLabels: nsLabels,
-		Cluster:         &policy.ClusterFacts{Nodes: len(nodes), MatchingNodes: nodeset.Count(&ds.Spec.Template.Spec, nodes)},
-	})
-	if r.Err != nil {
-		f.Error = r.Err.Error()
-		return f
+	r := core.Simulate(ctx, set, webhook.Review{Operation: policy.OpAudit, Namespace: ds.Namespace, Object: raw})
+	switch {
+	case r.Skip != "":
+		return f, false
+	case r.Malformed != nil:
+		f.Error = r.Malformed.Error()
+		return f, true
+	case r.Failed != nil:
+		f.Error = r.Failed.Error()
+		return f, true
 	}
-	f.MissingInjection = r.Changed
+	f.MissingInjection = len(r.Patch) > 0
 	if r.Violations != nil {
 		f.Violations = r.Violations
 	}
-	return f
+	return f, true
 }
 
 var (
@@ -151,8 +153,8 @@ func init() {
 }
 
 // Auditor runs the audit periodically and reports every finding as an Event on the DaemonSet, as
-// metrics and, with Reports set, as OpenReports Reports. Only the leader runs it, so replicas do
-// not multiply the Events.
+// metrics and, with Reports set, as OpenReports Reports. Only the holder of the audit's lease runs
+// it, so replicas do not multiply the Events.
 type Auditor struct {
 	Reader   client.Reader
 	Engine   *policy.Engine
@@ -164,10 +166,7 @@ type Auditor struct {
 	Log     logr.Logger
 }
 
-// NeedLeaderElection implements manager.LeaderElectionRunnable.
-func (a *Auditor) NeedLeaderElection() bool { return true }
-
-// Start implements manager.Runnable: audit now, then every Interval until ctx ends.
+// Start audits now, then every Interval until ctx ends.
 func (a *Auditor) Start(ctx context.Context) error {
 	ticker := time.NewTicker(a.Interval)
 	defer ticker.Stop()

@@ -14,9 +14,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/daemonguard/daemonguard/internal/admissionsim"
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/cli"
+	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
@@ -55,7 +55,7 @@ func TestAuditFindsDaemonSetsCreatedBeforeInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := admissionsim.LoadPolicySet(ctx, nil)
+	set, err := policy.CompileDirs(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

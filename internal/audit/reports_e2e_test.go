@@ -29,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daemonguard/daemonguard/internal/admissionsim"
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/policy"
@@ -109,7 +108,7 @@ func testPolicySet(t *testing.T) (*policy.Set, string) {
 	if err := os.WriteFile(filepath.Join(dir, "parameters.yaml"), []byte("enforcement: {rollout_annotations: dryrun}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	set, err := admissionsim.LoadPolicySet(context.Background(), []string{dir})
+	set, err := policy.CompileDirs(context.Background(), []string{dir})
 	if err != nil {
 		t.Fatal(err)
 	}

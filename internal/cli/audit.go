@@ -10,13 +10,13 @@ import (
 	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daemonguard/daemonguard/internal/admissionsim"
 	"github.com/daemonguard/daemonguard/internal/audit"
+	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
 func newAuditCommand() *cobra.Command {
@@ -46,11 +46,11 @@ audit would write with --open-reports, without writing them: one per namespace w
 			if err != nil {
 				return fmt.Errorf("create client: %w", err)
 			}
-			set, err := admissionsim.LoadPolicySet(cmd.Context(), policyDirs)
+			set, err := policy.CompileDirs(cmd.Context(), policyDirs)
 			if err != nil {
 				return err
 			}
-			findings, err := audit.Run(cmd.Context(), c, set, append([]string{metav1.NamespaceSystem}, exempt...))
+			findings, err := audit.Run(cmd.Context(), c, set, webhook.ExemptNamespaces("", exempt))
 			if err != nil {
 				return err
 			}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/daemonguard/daemonguard/internal/admissionsim"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -50,17 +49,18 @@ or cannot be evaluated; warnings alone exit 0.
 			var reports []checkReport
 			denied := false
 			for _, d := range docs {
-				if !admissionsim.IsDaemonSet(d) {
+				if !IsDaemonSet(d) {
 					continue
 				}
-				r := admissionsim.Evaluate(cmd.Context(), set, d, admissionsim.Context{})
+				r := simulate(cmd.Context(), set, d)
+				err := simulationError(r)
 				rep := checkReport{Source: d.Source, Kind: d.Kind, Namespace: d.Namespace, Name: d.Name,
-					Allowed: r.Err == nil && r.Verdict.Allowed, Mutated: r.Changed, Violations: r.Violations}
+					Allowed: err == nil && (r.Skip != "" || r.Verdict.Allowed), Mutated: len(r.Patch) > 0, Violations: r.Violations}
 				if rep.Violations == nil {
 					rep.Violations = []policy.Violation{}
 				}
-				if r.Err != nil {
-					rep.Error = r.Err.Error()
+				if err != nil {
+					rep.Error = err.Error()
 				}
 				denied = denied || !rep.Allowed
 				reports = append(reports, rep)
@@ -130,15 +130,15 @@ func name(ns, n string) string {
 
 // loadManifests compiles the policy set (built-ins plus --policies) and reads the -f manifests:
 // the common start of check and mutate.
-func loadManifests(cmd *cobra.Command, files, policyDirs []string) (*policy.Set, []admissionsim.Document, error) {
+func loadManifests(cmd *cobra.Command, files, policyDirs []string) (*policy.Set, []Document, error) {
 	if len(files) == 0 {
 		return nil, nil, fmt.Errorf("-f is required (a file, a directory or - for stdin)")
 	}
-	set, err := admissionsim.LoadPolicySet(cmd.Context(), policyDirs)
+	set, err := policy.CompileDirs(cmd.Context(), policyDirs)
 	if err != nil {
 		return nil, nil, err
 	}
-	docs, err := admissionsim.Read(files, cmd.InOrStdin())
+	docs, err := Read(files, cmd.InOrStdin())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -8,8 +8,6 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
-
-	"github.com/daemonguard/daemonguard/internal/admissionsim"
 )
 
 func newMutateCommand() *cobra.Command {
@@ -27,12 +25,14 @@ func newMutateCommand() *cobra.Command {
 			out := cmd.OutOrStdout()
 			for i, d := range docs {
 				mutated := d.Raw
-				if admissionsim.IsDaemonSet(d) {
-					r := admissionsim.Evaluate(cmd.Context(), set, d, admissionsim.Context{})
-					if r.Err != nil {
-						return fmt.Errorf("%s: %w", d.Ref(), r.Err)
+				if IsDaemonSet(d) {
+					r := simulate(cmd.Context(), set, d)
+					if err := simulationError(r); err != nil {
+						return fmt.Errorf("%s: %w", d.Ref(), err)
 					}
-					mutated = r.Mutated
+					if r.Skip == "" {
+						mutated = r.Mutated
+					}
 				}
 				if diff {
 					if err := printDiff(out, d, mutated); err != nil {
@@ -60,7 +60,7 @@ func newMutateCommand() *cobra.Command {
 	return cmd
 }
 
-func printDiff(w io.Writer, d admissionsim.Document, mutated []byte) error {
+func printDiff(w io.Writer, d Document, mutated []byte) error {
 	before, err := yaml.JSONToYAML(d.Raw)
 	if err != nil {
 		return err

@@ -6,8 +6,8 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daemonguard/daemonguard/internal/admissionsim"
 	"github.com/daemonguard/daemonguard/internal/inprocess"
+	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
 func newPolicyExportCommand() *cobra.Command {
@@ -29,7 +29,7 @@ It refuses when a --policies directory replaces or extends the inject policy or 
 Rego: the API server cannot evaluate Rego, so injection must stay in the webhook then.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			modules, params, err := admissionsim.LoadPolicies(policyDirs)
+			modules, params, err := policy.FromDirs(policyDirs)
 			if err != nil {
 				return err
 			}

@@ -28,9 +28,9 @@ import (
 	"github.com/daemonguard/daemonguard/internal/inprocess"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
-	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
 var cluster *localcluster.Cluster
@@ -118,7 +118,7 @@ func TestDifferentialWebhookVersusPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "inprocess-test", Namespace: harness.WebhookNamespace, Labels: map[string]string{webhookserver.PolicyConfigMapLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "inprocess-test", Namespace: harness.WebhookNamespace, Labels: map[string]string{webhook.PolicyConfigMapLabel: "true"}},
 		Data:       map[string]string{"parameters.yaml": testParameters},
 	}
 	if _, err := cluster.Client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
@@ -397,10 +397,10 @@ func manifests(t *testing.T) []manifest {
 	})
 	variant("a priority class of its own", func(ds *appsv1.DaemonSet) { spec(ds).PriorityClassName = "system-cluster-critical" })
 	variant("the opt-out annotation", func(ds *appsv1.DaemonSet) {
-		ds.Annotations = map[string]string{inprocess.OptOutAnnotation: "false"}
+		ds.Annotations = map[string]string{webhook.OptOutAnnotation: "false"}
 	})
 	variant("the opt-out annotation set to true (not an opt-out)", func(ds *appsv1.DaemonSet) {
-		ds.Annotations = map[string]string{inprocess.OptOutAnnotation: "true"}
+		ds.Annotations = map[string]string{webhook.OptOutAnnotation: "true"}
 	})
 	variant("the ignore label", func(ds *appsv1.DaemonSet) { ds.Labels["daemonguard.io/ignore"] = "true" })
 	variant("the agents class's excluded label", func(ds *appsv1.DaemonSet) { ds.Labels["daemonguard-test/skip"] = "yes" })

@@ -33,16 +33,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // APIVersion is the API version of the generated objects; the chart's auto mode checks that the
 // cluster serves it.
 const APIVersion = "admissionregistration.k8s.io/v1"
-
-// OptOutAnnotation opts a DaemonSet out of injection (read by the inject policy).
-const OptOutAnnotation = "daemonguard.io/inject"
 
 // Options say where the generated objects apply. They mirror webhook.ConfigurationOptions, whose
 // selectors the binding takes over unchanged.
@@ -359,27 +355,14 @@ func freshName(params map[string]any) string {
 func withoutCovered(ts []corev1.Toleration) []corev1.Toleration {
 	var out []corev1.Toleration
 	for _, t := range ts {
-		if !slices.ContainsFunc(out, func(h corev1.Toleration) bool { return covers(h, t) }) {
+		if !slices.ContainsFunc(out, func(h corev1.Toleration) bool { return webhook.Covers(h, t) }) {
 			out = append(out, t)
 		}
 	}
 	return out
 }
 
-// covers is the webhook's covered() for one toleration h: an identical toleration, or an Exists
-// toleration for the same key (or every key) with the same or any effect.
-func covers(h, w corev1.Toleration) bool {
-	hOp, wOp := opOf(h), opOf(w)
-	effectOK := h.Effect == "" || h.Effect == w.Effect
-	switch {
-	case hOp == corev1.TolerationOpExists && (h.Key == "" || h.Key == w.Key) && effectOK:
-		return true
-	case hOp == wOp && h.Key == w.Key && h.Value == w.Value && h.Effect == w.Effect:
-		return ptr.Equal(h.TolerationSeconds, w.TolerationSeconds)
-	}
-	return false
-}
-
+// opOf is the toleration's operator as the API server reads it (Equal when left out).
 func opOf(t corev1.Toleration) corev1.TolerationOperator {
 	if t.Operator == "" {
 		return corev1.TolerationOpEqual
@@ -428,17 +411,6 @@ func build(c *classes, o Options) *Objects {
 
 // variables are the policy's CEL variables.
 func variables(c *classes) []admissionregistrationv1.Variable {
-	p := q(rolloutapi.StatusPrefix)
-	statusOnly := strings.Join([]string{
-		`request.operation == "UPDATE" && oldObject != null`,
-		`(variables.annotations.exists(k, k.startsWith(` + p + `)) || variables.oldAnnotations.exists(k, k.startsWith(` + p + `)))`,
-		`object.spec == oldObject.spec`,
-		`variables.labels == ` + orEmpty("oldObject.metadata.labels", "{}"),
-		orEmpty("object.metadata.ownerReferences", "[]") + ` == ` + orEmpty("oldObject.metadata.ownerReferences", "[]"),
-		orEmpty("object.metadata.finalizers", "[]") + ` == ` + orEmpty("oldObject.metadata.finalizers", "[]"),
-		`variables.annotations.all(k, k.startsWith(` + p + `) || (k in variables.oldAnnotations && variables.oldAnnotations[k] == variables.annotations[k]))`,
-		`variables.oldAnnotations.all(k, k.startsWith(` + p + `) || k in variables.annotations)`,
-	}, " &&\n")
 	field := func(f string) string { return orEmpty("h."+f, `""`) }
 	return []admissionregistrationv1.Variable{
 		{Name: "namespaceName", Expression: `namespaceObject.metadata.name`},
@@ -447,10 +419,10 @@ func variables(c *classes) []admissionregistrationv1.Variable {
 		{Name: "labels", Expression: orEmpty("object.metadata.labels", "{}")},
 		{Name: "annotations", Expression: orEmpty("object.metadata.annotations", "{}")},
 		{Name: "oldAnnotations", Expression: `oldObject == null ? {} : ` + orEmpty("oldObject.metadata.annotations", "{}")},
-		{Name: "optedOut", Expression: q(OptOutAnnotation) + ` in variables.annotations && variables.annotations[` + q(OptOutAnnotation) + `] == "false"`},
-		// The rollout controller reporting progress in status.daemonguard.io/ annotations: the
-		// webhook leaves such updates alone (no injection behind the user's back).
-		{Name: "statusOnly", Expression: statusOnly},
+		{Name: "optedOut", Expression: q(webhook.OptOutAnnotation) + ` in variables.annotations && variables.annotations[` + q(webhook.OptOutAnnotation) + `] == "false"`},
+		// The rollout controller reporting progress: the webhook leaves such updates alone (no
+		// injection behind the user's back), by the same rule.
+		{Name: "statusOnly", Expression: webhook.StatusOnlyUpdateCEL},
 		// The template's tolerations as string maps (string() everywhere: the API server's CEL
 		// wants homogeneous literals and types the fields dyn): absent fields "", the operator "Equal" when
 		// left out (as the API server reads it), tolerationSeconds in decimal.
@@ -546,7 +518,7 @@ func classPatch(c class) string {
 	return fmt.Sprintf("(%s ? [] :\n%s)", strings.Join(excluded, " || "), patch)
 }
 
-// coveredCEL is covers(h, t) in CEL over an entry h of variables.tolerations.
+// coveredCEL is webhook.Covers(h, t) in CEL over an entry h of variables.tolerations.
 func coveredCEL(t corev1.Toleration) string {
 	exists := `h.operator == "Exists" && (h.key == "" || h.key == ` + q(t.Key) + `) && (h.effect == "" || h.effect == ` + q(string(t.Effect)) + `)`
 	if opOf(t) == corev1.TolerationOpExists {

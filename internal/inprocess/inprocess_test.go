@@ -118,33 +118,3 @@ inject:
 		t.Errorf("default class %+v, want %+v", got.def, def)
 	}
 }
-
-func TestCovers(t *testing.T) {
-	w := corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
-	cases := map[string]struct {
-		h    corev1.Toleration
-		want bool
-	}{
-		"an identical toleration":                {w, true},
-		"Exists for the key and every effect":    {corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists}, true},
-		"Exists for every key":                   {corev1.Toleration{Operator: corev1.TolerationOpExists}, true},
-		"Exists for every key, another effect":   {corev1.Toleration{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}, false},
-		"Exists for the key with another effect": {corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}, false},
-		"Equal for the key and effect":           {corev1.Toleration{Key: "k", Effect: corev1.TaintEffectNoSchedule}, false},
-		"Exists for another key":                 {corev1.Toleration{Key: "j", Operator: corev1.TolerationOpExists}, false},
-	}
-	for name, c := range cases {
-		t.Run(name, func(t *testing.T) {
-			if got := covers(c.h, w); got != c.want {
-				t.Errorf("covers(%+v, %+v) = %v", c.h, w, got)
-			}
-		})
-	}
-	equal := corev1.Toleration{Key: "k", Value: "v", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](5)}
-	if !covers(corev1.Toleration{Key: "k", Operator: corev1.TolerationOpEqual, Value: "v", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](5)}, equal) {
-		t.Error("an explicit Equal operator does not cover the same toleration with the operator left out")
-	}
-	if covers(corev1.Toleration{Key: "k", Value: "v", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](6)}, equal) {
-		t.Error("other tolerationSeconds cover")
-	}
-}

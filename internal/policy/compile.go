@@ -149,11 +149,3 @@ func (s *Set) Policies() []string { return s.policies }
 
 // HasInject reports whether the set has an inject policy.
 func (s *Set) HasInject() bool { return s.hasInject }
-
-// Enforcement returns the action of a policy: its override, its own rule, or deny.
-func (s *Set) Enforcement(policy string) Action {
-	if a, ok := s.enforcement[policy]; ok {
-		return a
-	}
-	return Deny
-}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -142,3 +143,29 @@ func eval(ctx context.Context, q rego.PreparedEvalQuery, input ast.Value) (rs re
 	}()
 	return q.Eval(ctx, rego.EvalParsedInput(input))
 }
+
+// Enforcement returns the action of a policy: its override, its own rule, or deny.
+func (s *Set) Enforcement(policy string) Action {
+	if a, ok := s.enforcement[policy]; ok {
+		return a
+	}
+	return Deny
+}
+
+// Engine holds the policy set in force and swaps it atomically on reload.
+type Engine struct {
+	current atomic.Pointer[Set]
+}
+
+// NewEngine returns an engine serving set.
+func NewEngine(set *Set) *Engine {
+	e := &Engine{}
+	e.current.Store(set)
+	return e
+}
+
+// Set returns the policy set in force.
+func (e *Engine) Set() *Set { return e.current.Load() }
+
+// Swap puts a new set in force; evaluations already running finish on the old one.
+func (e *Engine) Swap(set *Set) { e.current.Store(set) }

@@ -1,9 +1,12 @@
 package policy
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -79,4 +82,45 @@ func MergeParameters(base, override map[string]any) map[string]any {
 		out[k] = v
 	}
 	return out
+}
+
+// CompileDirs compiles the built-in policies, overlaid with the .rego files and parameters.yaml
+// found in dirs (same replacement rules as ConfigMaps: a module with a built-in's package replaces it).
+func CompileDirs(ctx context.Context, dirs []string) (*Set, error) {
+	modules, params, err := FromDirs(dirs)
+	if err != nil {
+		return nil, err
+	}
+	return Compile(ctx, modules, params)
+}
+
+// LoadPolicies returns the modules and parameters CompileDirs compiles.
+func FromDirs(dirs []string) ([]Module, map[string]any, error) {
+	builtin, params, err := Builtin()
+	if err != nil {
+		return nil, nil, err
+	}
+	var sources []Source
+	for _, dir := range dirs {
+		src := Source{Name: dir, Files: map[string]string{}}
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			if strings.HasSuffix(path, ".rego") || filepath.Base(path) == "parameters.yaml" {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					return err
+				}
+				rel, _ := filepath.Rel(dir, path)
+				src.Files[rel] = string(data)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("read policies from %s: %w", dir, err)
+		}
+		sources = append(sources, src)
+	}
+	return Overlay(builtin, params, sources)
 }

@@ -1,28 +1,22 @@
-// Package webhookserver assembles the daemonguard webhook process: controller-runtime's webhook
-// server (TLS reloaded by its certwatcher) with the admission handlers, the policy set hot-reloaded
-// from labelled ConfigMaps, and the periodic audit on the elected leader.
+// Package webhookserver assembles the daemonguard webhook process. Each of its jobs has a file:
+// server.go wires the process (controller-runtime's webhook server with TLS reloaded by its
+// certwatcher, the admission handlers, the audit on the holder of its lease); reloader.go
+// hot-reloads the policy set from labelled ConfigMaps; policyerrors.go writes a rejected set's
+// errors onto the ConfigMaps at fault; inprocessdrift.go checks that the in-process injection
+// policy still follows the policy set in force.
 package webhookserver
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -30,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -43,9 +36,8 @@ import (
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
-// PolicyConfigMapLabel selects the ConfigMaps (in the webhook's namespace) that carry extra or
-// replacement Rego policies and parameters; Argo CD syncs them from git.
-const PolicyConfigMapLabel = "daemonguard.io/policy"
+// auditLease is the Lease (in the webhook's namespace) whose holder runs the audit.
+const auditLease = "daemonguard-webhook"
 
 // Options configure the webhook server.
 type Options struct {
@@ -80,7 +72,7 @@ type Options struct {
 
 // Run serves the admission webhooks until ctx ends. The policy set starts as the built-ins and
 // follows the labelled ConfigMaps: a set that fails to compile is reported (an Event and
-// PolicyErrorAnnotation on the ConfigMaps at fault) and the last good set keeps serving.
+// webhook.PolicyErrorAnnotation on the ConfigMaps at fault) and the last good set keeps serving.
 func Run(ctx context.Context, opts Options) error {
 	log := opts.Log
 	builtin, builtinParams, err := policy.Builtin()
@@ -93,7 +85,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	engine := policy.NewEngine(initial)
 
-	policySelector := labels.SelectorFromSet(labels.Set{PolicyConfigMapLabel: "true"})
+	policySelector := labels.SelectorFromSet(labels.Set{webhook.PolicyConfigMapLabel: "true"})
 	byObject := map[client.Object]cache.ByObject{
 		// Only the policy ConfigMaps of our own namespace: no cluster-wide ConfigMap access.
 		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}, Label: policySelector},
@@ -111,18 +103,12 @@ func Run(ctx context.Context, opts Options) error {
 		maps.Copy(byObject, selftls.CacheOptions(tlsOpts))
 	}
 	mgr, err := ctrl.NewManager(opts.RESTConfig, ctrl.Options{
-		Logger:                  log,
-		Cache:                   cache.Options{ByObject: byObject},
-		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
-		LeaderElection:          opts.LeaderElection,
-		LeaderElectionID:        "daemonguard-webhook",
-		LeaderElectionNamespace: opts.Namespace,
-		// The audit stops before the manager returns, so the lease can go at once.
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 ptr.To(leadership.LeaseDuration),
-		RenewDeadline:                 ptr.To(leadership.RenewDeadline),
-		RetryPeriod:                   ptr.To(leadership.RetryPeriod),
-		HealthProbeBindAddress:        opts.HealthAddr,
+		Logger:  log,
+		Cache:   cache.Options{ByObject: byObject},
+		Metrics: metricsserver.Options{BindAddress: opts.MetricsAddr},
+		// No leader election here: the manager's ends the process when its lease cannot be
+		// renewed, and admission must not depend on the audit's lease (see auditLease).
+		HealthProbeBindAddress: opts.HealthAddr,
 		WebhookServer: crwebhook.NewServer(crwebhook.Options{
 			Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir, CertName: "tls.crt", KeyName: "tls.key",
 		}),
@@ -132,34 +118,13 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	reader := mgr.GetCache()
-	exempt := append([]string{opts.Namespace, metav1.NamespaceSystem}, opts.ExemptNamespaces...)
+	exempt := webhook.ExemptNamespaces(opts.Namespace, opts.ExemptNamespaces)
 	handlers := &webhook.Handlers{
 		Engine:           engine,
 		ExemptNamespaces: exempt,
 		FailureMode:      opts.FailureMode,
 		Log:              log.WithName("admission"),
-		Facts: webhook.Facts{
-			NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
-				var ns corev1.Namespace
-				// The handlers only read these objects, so the cache's own copies do (no deep copy
-				// per request).
-				if err := reader.Get(ctx, types.NamespacedName{Name: name}, &ns, client.UnsafeDisableDeepCopy); err != nil {
-					return nil, err
-				}
-				return ns.Labels, nil
-			},
-			Nodes: func(ctx context.Context) ([]*corev1.Node, error) {
-				var list corev1.NodeList
-				if err := reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-					return nil, err
-				}
-				out := make([]*corev1.Node, len(list.Items))
-				for i := range list.Items {
-					out[i] = &list.Items[i]
-				}
-				return out, nil
-			},
-		},
+		Facts:            webhook.ReaderFacts(reader),
 	}
 	server := mgr.GetWebhookServer()
 	for path, endpoint := range handlers.Endpoints() {
@@ -213,6 +178,8 @@ func Run(ctx context.Context, opts Options) error {
 	})); err != nil {
 		return err
 	}
+	// runAudit audits every AuditInterval until ctx ends; with the audit off it only waits.
+	runAudit := func(ctx context.Context) { <-ctx.Done() }
 	if opts.AuditInterval > 0 {
 		auditor := &audit.Auditor{
 			Reader: mgr.GetCache(), Engine: engine, Interval: opts.AuditInterval, Exempt: exempt,
@@ -223,7 +190,24 @@ func Run(ctx context.Context, opts Options) error {
 				return err
 			}
 		}
-		if err := mgr.Add(auditor); err != nil {
+		runAudit = func(ctx context.Context) {
+			if err := auditor.Start(ctx); err != nil {
+				log.Error(err, "Audit stopped")
+			}
+		}
+	}
+	switch {
+	case opts.LeaderElection:
+		// Only the holder of the audit's lease audits, so replicas do not multiply the Events;
+		// a replica that loses the lease stops auditing and campaigns again, and keeps serving
+		// admission all along.
+		if err := mgr.Add(everyReplica(func(ctx context.Context) error {
+			return leadership.Campaign(ctx, opts.RESTConfig, opts.Namespace, auditLease, log.WithName("audit"), runAudit)
+		})); err != nil {
+			return err
+		}
+	case opts.AuditInterval > 0:
+		if err := mgr.Add(everyReplica(func(ctx context.Context) error { runAudit(ctx); return nil })); err != nil {
 			return err
 		}
 	}
@@ -262,152 +246,4 @@ func stripNode(obj any) (any, error) {
 		n.Annotations = nil
 	}
 	return obj, nil
-}
-
-// PolicyStatus is what /policy-status reports about the policy set in force.
-type PolicyStatus struct {
-	Healthy   bool      `json:"healthy"` // false when the last reload failed and an older set serves
-	LastError string    `json:"lastError,omitempty"`
-	Modules   []string  `json:"modules"`
-	LoadedAt  time.Time `json:"loadedAt"`
-	// InProcessInjection is set when a MutatingAdmissionPolicy injects instead of the webhook.
-	InProcessInjection *InProcessInjectionStatus `json:"inProcessInjection,omitempty"`
-}
-
-var (
-	policySetHealthy = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "daemonguard_policy_set_healthy",
-		Help: "1 when the last policy reload compiled, 0 when it failed and the last good set still serves.",
-	})
-	policyReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "daemonguard_policy_reloads_total",
-		Help: "Policy set reloads from ConfigMaps, by result (success, failure).",
-	}, []string{"result"})
-)
-
-func init() {
-	policySetHealthy.Set(1)
-	metrics.Registry.MustRegister(policySetHealthy, policyReloads)
-}
-
-// policyReloader recompiles the whole policy set whenever a labelled ConfigMap changes.
-type policyReloader struct {
-	client        client.Client
-	namespace     string
-	selector      labels.Selector
-	engine        *policy.Engine
-	builtin       []policy.Module
-	builtinParams map[string]any
-	recorder      events.EventRecorder
-	log           logr.Logger
-	mu            sync.Mutex // one reload at a time
-	status        atomicStatus
-	loaded        atomic.Bool     // the ConfigMaps have been read once: until then only the built-ins serve
-	hasGoodSet    bool            // a set compiled from the ConfigMaps has loaded in this process (under mu)
-	inProcess     *inProcessCheck // nil when the webhook injects
-}
-
-type atomicStatus struct {
-	mu sync.RWMutex
-	v  PolicyStatus
-}
-
-func (a *atomicStatus) Store(s PolicyStatus) { a.mu.Lock(); a.v = s; a.mu.Unlock() }
-func (a *atomicStatus) Load() PolicyStatus   { a.mu.RLock(); defer a.mu.RUnlock(); return a.v }
-
-// Reconcile ignores which ConfigMap changed: the set is compiled from all of them together.
-func (r *policyReloader) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var list corev1.ConfigMapList
-	if err := r.client.List(ctx, &list, client.InNamespace(r.namespace), client.MatchingLabelsSelector{Selector: r.selector}); err != nil {
-		return reconcile.Result{}, err
-	}
-	defer r.loaded.Store(true)
-	modules, params, set, err := r.compile(ctx, list.Items)
-	if err != nil {
-		policyReloads.WithLabelValues("failure").Inc()
-		policySetHealthy.Set(0)
-		prev := r.status.Load()
-		r.status.Store(PolicyStatus{Healthy: false, LastError: err.Error(), Modules: prev.Modules, LoadedAt: prev.LoadedAt})
-		r.log.Error(err, "Policy set rejected; the last good set keeps serving")
-		if !r.hasGoodSet {
-			r.serveWithoutBlamed(ctx, list.Items, err)
-		}
-		for i := range list.Items {
-			cm := &list.Items[i]
-			if blamesConfigMap(err.Error(), cm.Name) {
-				r.recorder.Eventf(cm, nil, corev1.EventTypeWarning, "PolicyRejected", "Reload", "policy set rejected, last good set keeps serving: %v", err)
-			}
-		}
-		r.writePolicyErrors(ctx, planPolicyErrors(list.Items, err))
-		return reconcile.Result{}, nil // retrying cannot fix the Rego; the next ConfigMap change will
-	}
-	r.engine.Swap(set)
-	r.hasGoodSet = true
-	policyReloads.WithLabelValues("success").Inc()
-	policySetHealthy.Set(1)
-	r.status.Store(PolicyStatus{Healthy: true, Modules: set.Modules(), LoadedAt: time.Now(), InProcessInjection: r.status.Load().InProcessInjection})
-	if r.inProcess != nil {
-		r.checkInProcess(ctx, modules, params, list.Items)
-	}
-	r.log.Info("Policy set loaded", "modules", len(set.Modules()), "configMaps", len(list.Items))
-	r.writePolicyErrors(ctx, planPolicyErrors(list.Items, nil))
-	return reconcile.Result{}, nil
-}
-
-// serveWithoutBlamed is what a replica that has never loaded a set from the ConfigMaps (one that
-// started after a broken commit) serves instead of the built-ins alone: the set of the ConfigMaps
-// the error does not blame, so the teams' valid policies are enforced on this replica as on
-// the replicas that keep their last good set. It stays unhealthy: the blamed ConfigMaps are not.
-func (r *policyReloader) serveWithoutBlamed(ctx context.Context, cms []corev1.ConfigMap, reloadErr error) {
-	var keep []corev1.ConfigMap
-	for _, cm := range cms {
-		if !blamesConfigMap(reloadErr.Error(), cm.Name) {
-			keep = append(keep, cm)
-		}
-	}
-	if len(keep) == 0 {
-		return
-	}
-	_, _, set, err := r.compile(ctx, keep)
-	if err != nil {
-		r.log.Error(err, "Policy set without the rejected ConfigMaps rejected too; the built-ins keep serving")
-		return
-	}
-	r.engine.Swap(set)
-	prev := r.status.Load()
-	prev.Modules, prev.LoadedAt = set.Modules(), time.Now()
-	r.status.Store(prev)
-	r.log.Info("Policy set loaded without the rejected ConfigMaps", "modules", len(set.Modules()), "configMaps", len(keep))
-}
-
-// compile puts the ConfigMaps' policies over the built-ins and compiles the set; errors name
-// the ConfigMap and key (configmap/NAME/KEY).
-func (r *policyReloader) compile(ctx context.Context, cms []corev1.ConfigMap) ([]policy.Module, map[string]any, *policy.Set, error) {
-	sources := make([]policy.Source, len(cms))
-	for i, cm := range cms {
-		sources[i] = policy.Source{Name: "configmap/" + cm.Name, Files: cm.Data}
-	}
-	modules, params, err := policy.Overlay(r.builtin, r.builtinParams, sources)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	set, err := policy.Compile(ctx, modules, params)
-	return modules, params, set, err
-}
-
-// ready is the readiness check: a replica is ready once it has read the policy ConfigMaps, whether
-// their set loaded or was rejected (then the set it had before serves).
-func (r *policyReloader) ready(*http.Request) error {
-	if !r.loaded.Load() {
-		return errors.New("the policy ConfigMaps are not loaded yet")
-	}
-	return nil
-}
-
-// ServeHTTP serves /policy-status.
-func (r *policyReloader) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(r.status.Load())
 }

@@ -371,7 +371,8 @@ The subjects of the controller's role bindings.
 {{/*
 The matchCondition of the two DaemonSet webhooks that lets the rollout controller's progress reports
 (updates that change only status.daemonguard.io/ annotations) skip them, so a rollout in flight
-keeps reporting while the webhook is down. Mirrors rolloutStatusOnly in webhook/configurations.go.
+keeps reporting while the webhook is down: !(webhook.StatusOnlyUpdateCEL), held to it by
+TestWebhookConfigurationsMatchCode.
 */}}
 {{- define "daemonguard.webhook.rolloutStatusOnly" -}}
 - name: not-rollout-status-only

@@ -1,4 +1,4 @@
-package admissionsim
+package cli
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 func builtinSet(t *testing.T) *policy.Set {
 	t.Helper()
-	set, err := LoadPolicySet(context.Background(), nil)
+	set, err := policy.CompileDirs(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,9 +45,9 @@ func TestFixtures(t *testing.T) {
 				if err != nil || len(docs) != 1 {
 					t.Fatalf("read: %v (%d docs)", err, len(docs))
 				}
-				r := Evaluate(context.Background(), set, docs[0], Context{})
-				if r.Err != nil {
-					t.Fatal(r.Err)
+				r := simulate(context.Background(), set, docs[0])
+				if err := simulationError(r); err != nil {
+					t.Fatal(err)
 				}
 				if dir == "allowed" {
 					if !r.Verdict.Allowed {
@@ -113,11 +113,11 @@ func TestSeedIsMutatedAndAllowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := Evaluate(context.Background(), builtinSet(t), docs[0], Context{})
-	if r.Err != nil || !r.Verdict.Allowed {
-		t.Fatalf("seed not allowed: %v %v", r.Err, r.Violations)
+	r := simulate(context.Background(), builtinSet(t), docs[0])
+	if err := simulationError(r); err != nil || !r.Verdict.Allowed {
+		t.Fatalf("seed not allowed: %v %v", err, r.Violations)
 	}
-	if !r.Changed || !strings.Contains(string(r.Mutated), `"priorityClassName":"system-node-critical"`) ||
+	if len(r.Patch) == 0 || !strings.Contains(string(r.Mutated), `"priorityClassName":"system-node-critical"`) ||
 		!strings.Contains(string(r.Mutated), "node-role.kubernetes.io/control-plane") {
 		t.Errorf("seed not mutated as admission would: %s", r.Mutated)
 	}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
 type configMapOption func(*corev1.ConfigMap)
@@ -21,13 +22,13 @@ func withFile(key, content string) configMapOption {
 }
 
 func withPolicyError(value string) configMapOption {
-	return func(cm *corev1.ConfigMap) { cm.Annotations[PolicyErrorAnnotation] = value }
+	return func(cm *corev1.ConfigMap) { cm.Annotations[webhook.PolicyErrorAnnotation] = value }
 }
 
 func policyConfigMap(name string, opts ...configMapOption) corev1.ConfigMap {
 	cm := corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "daemonguard", ResourceVersion: "7",
-			Labels: map[string]string{PolicyConfigMapLabel: "true"}, Annotations: map[string]string{}},
+			Labels: map[string]string{webhook.PolicyConfigMapLabel: "true"}, Annotations: map[string]string{}},
 		Data: map[string]string{},
 	}
 	for _, o := range opts {
@@ -174,9 +175,9 @@ func TestPlanPolicyErrors(t *testing.T) {
 				cm := &tc.cms[i]
 				if w, ok := got[cm.Name]; ok {
 					if w.Value == "" {
-						delete(cm.Annotations, PolicyErrorAnnotation)
+						delete(cm.Annotations, webhook.PolicyErrorAnnotation)
 					} else {
-						cm.Annotations[PolicyErrorAnnotation] = w.Value
+						cm.Annotations[webhook.PolicyErrorAnnotation] = w.Value
 					}
 					cm.ResourceVersion = "8"
 				}
@@ -221,7 +222,7 @@ func TestPolicyContentChanged(t *testing.T) {
 		change func(*corev1.ConfigMap)
 		want   bool
 	}{
-		"the policy error annotation alone changes": {func(cm *corev1.ConfigMap) { cm.Annotations[PolicyErrorAnnotation] = "e" }, false},
+		"the policy error annotation alone changes": {func(cm *corev1.ConfigMap) { cm.Annotations[webhook.PolicyErrorAnnotation] = "e" }, false},
 		"another annotation and the resourceVersion change": {func(cm *corev1.ConfigMap) {
 			cm.Annotations["argocd.argoproj.io/tracking-id"] = "x"
 			cm.ResourceVersion = "8"

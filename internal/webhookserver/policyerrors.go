@@ -21,17 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/daemonguard/daemonguard/internal/kubetext"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
-// PolicyErrorAnnotation is set by the webhook on a policy ConfigMap whose Rego or parameters made
-// the policy set fail to load, and removed once the set loads again (or the error no longer
-// names the ConfigMap). Its value is one line: the first error in this ConfigMap with its file
-// and line, how many more there are, the digest of the rejected data (see dataDigest) and that
-// the last good set keeps serving. Argo CD shows the ConfigMap Degraded with this text when its
-// argocd-cm carries daemonguard's ConfigMap health check (controller/argocd).
-const PolicyErrorAnnotation = "status.daemonguard.io/policy-error"
-
-// policyErrorFieldManager owns PolicyErrorAnnotation and nothing else, so GitOps tools that apply
+// policyErrorFieldManager owns webhook.PolicyErrorAnnotation and nothing else, so GitOps tools that apply
 // the ConfigMap server-side (Argo CD with ServerSideApply=true) neither own nor diff it.
 const policyErrorFieldManager = "daemonguard-webhook"
 
@@ -39,7 +32,7 @@ const policyErrorFieldManager = "daemonguard-webhook"
 // boundary): a whole compile error list would bloat the object and Argo CD's status with it.
 const maxPolicyErrorLen = 512
 
-// policyErrorWrite is one change of PolicyErrorAnnotation on a ConfigMap.
+// policyErrorWrite is one change of webhook.PolicyErrorAnnotation on a ConfigMap.
 type policyErrorWrite struct {
 	ConfigMap string
 	// ResourceVersion is the version whose data was evaluated: the write is refused (Conflict)
@@ -55,7 +48,7 @@ func blamesConfigMap(errText, name string) bool {
 	return strings.Contains(errText, "configmap/"+name+"/") || !strings.Contains(errText, "configmap/")
 }
 
-// planPolicyErrors decides which policy ConfigMaps need PolicyErrorAnnotation written or removed
+// planPolicyErrors decides which policy ConfigMaps need webhook.PolicyErrorAnnotation written or removed
 // after a reload that ended in reloadErr (nil when the set loaded). ConfigMaps already carrying
 // the right value are left out, so replicas that reach the same decision do not write again and a
 // write of the annotation alone plans nothing new.
@@ -67,7 +60,7 @@ func planPolicyErrors(cms []corev1.ConfigMap, reloadErr error) []policyErrorWrit
 		if reloadErr != nil && blamesConfigMap(reloadErr.Error(), cm.Name) {
 			want = policyErrorValue(cm, reloadErr)
 		}
-		if cm.Annotations[PolicyErrorAnnotation] != want {
+		if cm.Annotations[webhook.PolicyErrorAnnotation] != want {
 			writes = append(writes, policyErrorWrite{ConfigMap: cm.Name, ResourceVersion: cm.ResourceVersion, Value: want})
 		}
 	}
@@ -154,7 +147,7 @@ func (r *policyReloader) writePolicyErrors(ctx context.Context, writes []policyE
 		}
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 			"resourceVersion": w.ResourceVersion,
-			"annotations":     map[string]any{PolicyErrorAnnotation: value},
+			"annotations":     map[string]any{webhook.PolicyErrorAnnotation: value},
 		}})
 		if err != nil {
 			r.log.Error(err, "Failed to encode the policy error annotation", "configMap", w.ConfigMap)
@@ -169,18 +162,18 @@ func (r *policyReloader) writePolicyErrors(ctx context.Context, writes []policyE
 			r.log.V(1).Info("Skipped the policy error annotation of a changed ConfigMap", "configMap", w.ConfigMap, "error", err.Error())
 		case err != nil:
 			r.log.Error(err, "Failed to write the policy error annotation; reloads go on, the Event and /policy-status still report the error (does the webhook's Role allow patch on configmaps?)",
-				"configMap", w.ConfigMap, "annotation", PolicyErrorAnnotation)
+				"configMap", w.ConfigMap, "annotation", webhook.PolicyErrorAnnotation)
 		case w.Value == "":
 			r.log.Info("Removed the policy error annotation", "configMap", w.ConfigMap)
 		default:
-			r.log.Info("Recorded the policy error on the ConfigMap", "configMap", w.ConfigMap, "annotation", PolicyErrorAnnotation)
+			r.log.Info("Recorded the policy error on the ConfigMap", "configMap", w.ConfigMap, "annotation", webhook.PolicyErrorAnnotation)
 		}
 	}
 }
 
 // policyContentChanged lets through the ConfigMap events that can change the policy set: every
 // create and delete, and updates of data, binaryData or labels. Updates of annotations alone
-// (PolicyErrorAnnotation written by this or another replica, Argo CD's tracking) reload nothing.
+// (webhook.PolicyErrorAnnotation written by this or another replica, Argo CD's tracking) reload nothing.
 var policyContentChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		older, ok1 := e.ObjectOld.(*corev1.ConfigMap)

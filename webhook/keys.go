@@ -1,0 +1,35 @@
+package webhook
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The daemonguard.io keys of admission, each defined here once. The rollout controller's keys
+// are in internal/rolloutapi.
+const (
+	// IgnoreLabel opts a DaemonSet out of every daemonguard webhook (also used as objectSelector).
+	IgnoreLabel = "daemonguard.io/ignore"
+	// OptOutAnnotation opts a DaemonSet out of injection (read by the inject policy).
+	OptOutAnnotation = "daemonguard.io/inject"
+	// PolicyConfigMapLabel selects the ConfigMaps (in the webhook's namespace) that carry extra or
+	// replacement Rego policies and parameters; Argo CD syncs them from git.
+	PolicyConfigMapLabel = "daemonguard.io/policy"
+	// PolicyErrorAnnotation is set by the webhook on a policy ConfigMap whose Rego or parameters made
+	// the policy set fail to load, and removed once the set loads again (or the error no longer
+	// names the ConfigMap). Its value is one line: the first error in this ConfigMap with its file
+	// and line, how many more there are, the digest of the rejected data (see dataDigest) and that
+	// the last good set keeps serving. Argo CD shows the ConfigMap Degraded with this text when its
+	// argocd-cm carries daemonguard's ConfigMap health check (controller/argocd).
+	PolicyErrorAnnotation = "status.daemonguard.io/policy-error"
+)
+
+// ExemptNamespaces are the namespaces admission never acts on: daemonguard's own (own, when
+// known), kube-system and the extra ones configured. The webhook configurations' namespace
+// selector, the handlers, the in-process policy's binding and the audit all take this list.
+func ExemptNamespaces(own string, extra []string) []string {
+	var out []string
+	if own != "" {
+		out = append(out, own)
+	}
+	return append(append(out, metav1.NamespaceSystem), extra...)
+}

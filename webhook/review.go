@@ -1,0 +1,410 @@
+// Package webhook is daemonguard's admission: the core that decodes a DaemonSet write, gathers
+// the facts the policies read, evaluates the policy set and decides (review.go), the patches it
+// computes from the raw object so that fields unknown to this build survive (mutate.go, pin.go),
+// the thin controller-runtime handlers that adapt it to AdmissionReviews (endpoints.go) and the
+// webhook configurations that register them (configurations.go).
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+	"strings"
+
+	jsonpatchapply "github.com/evanphx/json-patch/v5"
+	"gomodules.xyz/jsonpatch/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/daemonguard/daemonguard/internal/nodes"
+	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/go-logr/logr"
+)
+
+// Facts supplies what admission knows of the live cluster. Nil functions mean "unknown".
+type Facts struct {
+	NamespaceLabels func(ctx context.Context, name string) (map[string]string, error)
+	Nodes           func(ctx context.Context) ([]*corev1.Node, error)
+}
+
+// ReaderFacts reads the facts from a controller-runtime reader, normally the manager's cache.
+// Admission only reads these objects, so the cache's own copies serve (no deep copy per review).
+func ReaderFacts(reader client.Reader) Facts {
+	return Facts{
+		NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
+			var ns corev1.Namespace
+			if err := reader.Get(ctx, types.NamespacedName{Name: name}, &ns, client.UnsafeDisableDeepCopy); err != nil {
+				return nil, err
+			}
+			return ns.Labels, nil
+		},
+		Nodes: func(ctx context.Context) ([]*corev1.Node, error) {
+			var list corev1.NodeList
+			if err := reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+				return nil, err
+			}
+			out := make([]*corev1.Node, len(list.Items))
+			for i := range list.Items {
+				out[i] = &list.Items[i]
+			}
+			return out, nil
+		},
+	}
+}
+
+// Review is one DaemonSet write in admission's terms: the objects as raw JSON, as the API server
+// sends them or a manifest holds them.
+type Review struct {
+	Operation policy.Operation
+	Namespace string
+	Object    []byte
+	OldObject []byte // UPDATE only
+}
+
+// Admission is daemonguard's admission core, the one pipeline behind the webhooks, `daemonguard
+// check` and `mutate`, the audit and the in-process policy's generator: decode the review, gather
+// the facts the policies read, evaluate the policy set, decide. Each step runs once per review.
+type Admission struct {
+	// Exempt namespaces are never acted on (ExemptNamespaces).
+	Exempt []string
+	Facts  Facts
+	Log    logr.Logger
+}
+
+// Result is what admission decided about one review. Exactly one of Skip, Malformed and Failed is
+// set when admission ends early.
+type Result struct {
+	// Skip says why admission leaves the write alone (exempt, opted out, a status-only update).
+	Skip string
+	// Malformed is the reason the review cannot be evaluated (answered as a bad request).
+	Malformed error
+	// Failed is the policy engine's error; the failure mode decides.
+	Failed error
+	// Inject is the inject policy's decision and Patch the JSON patch that applies it.
+	Inject policy.InjectDecision
+	Patch  []jsonpatch.Operation
+	// Mutated is the object with Patch applied (Simulate only).
+	Mutated []byte
+	// Violations and Verdict are the validation policies' (Validate and Simulate).
+	Violations []policy.Violation
+	Verdict    Verdict
+	// Input is what the policies were given.
+	Input *policy.Input
+}
+
+func (r Result) ended() bool { return r.Skip != "" || r.Malformed != nil || r.Failed != nil }
+
+// Mutate decides what the inject policy adds to the DaemonSet (the mutating webhook).
+func (a *Admission) Mutate(ctx context.Context, set *policy.Set, rv Review) Result {
+	r := a.decode(rv)
+	if r.ended() {
+		return r
+	}
+	labels, _ := a.gather(ctx, rv.Namespace, false)
+	r.Input.Namespace.Labels = labels
+	a.inject(ctx, set, &r)
+	return r
+}
+
+// Validate judges the DaemonSet by the validation policies (the validating webhook).
+func (a *Admission) Validate(ctx context.Context, set *policy.Set, rv Review) Result {
+	r := a.decode(rv)
+	if r.ended() {
+		return r
+	}
+	labels, nodeList := a.gather(ctx, rv.Namespace, true)
+	r.Input.Namespace.Labels = labels
+	r.Input.Cluster = templateFacts(r.Input.Object, nodeList)
+	a.validate(ctx, set, &r)
+	return r
+}
+
+// Simulate is both webhooks in the API server's order, for the CLI and the audit: the inject
+// policy's patch is applied, and the validation policies judge the object as it would be stored.
+func (a *Admission) Simulate(ctx context.Context, set *policy.Set, rv Review) Result {
+	r := a.decode(rv)
+	if r.ended() {
+		return r
+	}
+	labels, nodeList := a.gather(ctx, rv.Namespace, true)
+	r.Input.Namespace.Labels = labels
+	r.Mutated = rv.Object
+	if a.inject(ctx, set, &r); r.ended() {
+		return r
+	}
+	if len(r.Patch) > 0 {
+		patched, err := applyPatch(rv.Object, r.Patch)
+		if err != nil {
+			r.Malformed = err
+			return r
+		}
+		if r.Input.Object, err = decodeObject(patched); err != nil {
+			r.Malformed = err
+			return r
+		}
+		r.Mutated = patched
+	}
+	r.Input.Cluster = templateFacts(r.Input.Object, nodeList)
+	a.validate(ctx, set, &r)
+	return r
+}
+
+// decode reads the review into the policies' input, or ends it: exempt namespace, malformed
+// object, opted out by IgnoreLabel, or the rollout controller's status-only update.
+func (a *Admission) decode(rv Review) Result {
+	if len(rv.Object) == 0 {
+		return Result{Malformed: fmt.Errorf("request has no object")}
+	}
+	if slices.Contains(a.Exempt, rv.Namespace) {
+		return Result{Skip: "namespace " + rv.Namespace + " is exempt"}
+	}
+	obj, err := decodeObject(rv.Object)
+	if err != nil {
+		return Result{Malformed: err}
+	}
+	if ignored(obj) {
+		return Result{Skip: "labelled " + IgnoreLabel + "=true"}
+	}
+	in := &policy.Input{Operation: rv.Operation, Object: obj, Namespace: policy.Namespace{Name: rv.Namespace, Labels: map[string]string{}}}
+	if len(rv.OldObject) > 0 {
+		if in.OldObject, err = decodeObject(rv.OldObject); err != nil {
+			return Result{Malformed: fmt.Errorf("old object: %w", err)}
+		}
+		if rv.Operation == policy.OpUpdate && statusOnlyUpdate(in.OldObject, obj) {
+			return Result{Skip: "only daemonguard status annotations changed"}
+		}
+	}
+	return Result{Input: in}
+}
+
+// gather reads the namespace's labels and, with needNodes (the inject policy never reads nodes),
+// the nodes. Facts that cannot be read are left out rather than guessed, which turns off the
+// checks that need them.
+func (a *Admission) gather(ctx context.Context, namespace string, needNodes bool) (map[string]string, []*corev1.Node) {
+	labels := map[string]string{}
+	if a.Facts.NamespaceLabels != nil {
+		l, err := a.Facts.NamespaceLabels(ctx, namespace)
+		if err != nil {
+			a.Log.V(1).Info("Namespace labels unavailable", "namespace", namespace, "err", err)
+		} else if l != nil {
+			labels = l
+		}
+	}
+	var nodeList []*corev1.Node
+	if needNodes && a.Facts.Nodes != nil {
+		var err error
+		if nodeList, err = a.Facts.Nodes(ctx); err != nil {
+			a.Log.V(1).Info("Nodes unavailable; node-relative checks skipped", "err", err)
+		}
+	}
+	return labels, nodeList
+}
+
+func (a *Admission) inject(ctx context.Context, set *policy.Set, r *Result) {
+	var err error
+	if r.Inject, err = set.Inject(ctx, r.Input); err != nil {
+		r.Failed = err
+		return
+	}
+	if r.Patch, err = daemonSetPatch(r.Input.Object, r.Inject); err != nil {
+		r.Malformed = err
+	}
+}
+
+func (a *Admission) validate(ctx context.Context, set *policy.Set, r *Result) {
+	var err error
+	if r.Violations, err = set.Validate(ctx, r.Input); err != nil {
+		r.Failed = err
+		return
+	}
+	r.Verdict = Decide(r.Violations)
+}
+
+// applyPatch applies a JSON patch to raw JSON.
+func applyPatch(raw []byte, ops []jsonpatch.Operation) ([]byte, error) {
+	data, err := json.Marshal(ops)
+	if err != nil {
+		return nil, err
+	}
+	p, err := jsonpatchapply.DecodePatch(data)
+	if err != nil {
+		return nil, err
+	}
+	return p.Apply(raw)
+}
+
+// ignored tells objects labelled daemonguard.io/ignore=true (the objectSelector normally keeps
+// them away; this guards configurations without it, and the CLI and audit).
+func ignored(obj map[string]any) bool {
+	meta, _ := obj["metadata"].(map[string]any)
+	labels, _ := meta["labels"].(map[string]any)
+	return labels[IgnoreLabel] == "true"
+}
+
+// decodeObject decodes one JSON object into generic JSON, numbers kept exact as json.Number, so
+// that the patch and the policies see every field, also those unknown to this build.
+func decodeObject(raw []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		return nil, fmt.Errorf("decode object: %w", err)
+	}
+	if obj == nil {
+		return nil, fmt.Errorf("decode object: null is not an object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("decode object: data after the object")
+	}
+	return obj, nil
+}
+
+// templateFacts returns how many nodes there are and how many the DaemonSet's template targets;
+// nil when the nodes are unknown or the template is malformed, which turns off the checks that
+// need them.
+func templateFacts(obj map[string]any, nodeList []*corev1.Node) *policy.ClusterFacts {
+	if nodeList == nil {
+		return nil
+	}
+	podSpec, ok := templatePodSpec(obj)
+	if !ok {
+		return nil
+	}
+	return &policy.ClusterFacts{Nodes: len(nodeList), MatchingNodes: nodes.Count(podSpec, nodeList)}
+}
+
+// templatePodSpec converts the parts of spec.template.spec that decide node eligibility (node
+// selector, affinity, tolerations) to a typed PodSpec; nothing else of the pod spec is needed.
+func templatePodSpec(obj map[string]any) (*corev1.PodSpec, bool) {
+	spec, _ := obj["spec"].(map[string]any)
+	template, _ := spec["template"].(map[string]any)
+	podSpec, isObject := template["spec"].(map[string]any)
+	if !isObject && template["spec"] != nil {
+		return nil, false
+	}
+	scheduling := make(map[string]any, 3)
+	for _, k := range []string{"nodeSelector", "affinity", "tolerations"} {
+		if v, ok := podSpec[k]; ok {
+			scheduling[k] = v
+		}
+	}
+	raw, err := json.Marshal(scheduling)
+	if err != nil {
+		return nil, false
+	}
+	var typed corev1.PodSpec
+	if json.Unmarshal(raw, &typed) != nil {
+		return nil, false
+	}
+	return &typed, true
+}
+
+// StatusOnlyUpdateCEL is the one definition of the rollout controller's progress report, the
+// update no DaemonSet admission acts on: an UPDATE whose spec, labels and annotations other than
+// status.daemonguard.io/ ones are unchanged, and whose status.daemonguard.io/ annotations changed.
+// Such a write needs neither an injection (which would start a revision behind the user's back)
+// nor a policy verdict. The webhook configurations skip it with !(StatusOnlyUpdateCEL) as a
+// matchCondition, so a rollout keeps reporting while the webhook is down; the in-process
+// injection policy uses it as a variable; the handlers answer it with statusOnlyUpdate, the same
+// rule over decoded objects (TestStatusOnlyUpdateMatchesCEL holds the two together).
+const StatusOnlyUpdateCEL = `request.operation == 'UPDATE' && object.spec == oldObject.spec` +
+	` && (has(object.metadata.labels) ? object.metadata.labels : {}) == (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})` +
+	` && (has(object.metadata.annotations) ? object.metadata.annotations : {}).all(k, k.startsWith('` + rolloutapi.StatusPrefix + `') || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))` +
+	` && (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).all(k, k.startsWith('` + rolloutapi.StatusPrefix + `') || (has(object.metadata.annotations) && k in object.metadata.annotations))` +
+	` && ((has(object.metadata.annotations) ? object.metadata.annotations : {}).exists(k, k.startsWith('` + rolloutapi.StatusPrefix + `') && !(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))` +
+	` || (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).exists(k, k.startsWith('` + rolloutapi.StatusPrefix + `') && !(has(object.metadata.annotations) && k in object.metadata.annotations)))`
+
+// statusOnlyUpdate is StatusOnlyUpdateCEL over the decoded old and new objects of an UPDATE:
+// same spec, same labels (absent and empty alike), same annotations outside
+// status.daemonguard.io/, and some status.daemonguard.io/ annotation added, changed or removed.
+// Neither object is modified.
+func statusOnlyUpdate(oldObj, newObj map[string]any) bool {
+	if !reflect.DeepEqual(oldObj["spec"], newObj["spec"]) {
+		return false
+	}
+	oldLabels, newLabels := metaMap(oldObj, "labels"), metaMap(newObj, "labels")
+	if len(oldLabels) != 0 || len(newLabels) != 0 {
+		if !reflect.DeepEqual(oldLabels, newLabels) {
+			return false
+		}
+	}
+	oldAnn, newAnn := metaMap(oldObj, "annotations"), metaMap(newObj, "annotations")
+	statusChanged := false
+	for k, v := range newAnn {
+		was, ok := oldAnn[k]
+		same := ok && reflect.DeepEqual(was, v)
+		switch {
+		case strings.HasPrefix(k, rolloutapi.StatusPrefix):
+			statusChanged = statusChanged || !same
+		case !same:
+			return false
+		}
+	}
+	for k := range oldAnn {
+		if _, ok := newAnn[k]; ok {
+			continue
+		}
+		if !strings.HasPrefix(k, rolloutapi.StatusPrefix) {
+			return false
+		}
+		statusChanged = true
+	}
+	return statusChanged
+}
+
+// metaMap returns metadata[key] as a map (nil when absent or not an object).
+func metaMap(obj map[string]any, key string) map[string]any {
+	meta, _ := obj["metadata"].(map[string]any)
+	m, _ := meta[key].(map[string]any)
+	return m
+}
+
+// Verdict is the admission outcome of a set of violations.
+type Verdict struct {
+	Allowed  bool
+	Denials  []policy.Violation // enforcement deny: the request is rejected with all of them
+	Warnings []policy.Violation // enforcement warn: admitted, messages returned to the client
+	DryRuns  []policy.Violation // enforcement dryrun: admitted silently, only recorded
+}
+
+// Decide sorts violations by their enforcement action. Denials and warnings are kept apart so a
+// rejected request still tells the user about every warning too.
+func Decide(violations []policy.Violation) Verdict {
+	v := Verdict{}
+	for _, x := range violations {
+		switch x.Action {
+		case policy.Warn:
+			v.Warnings = append(v.Warnings, x)
+		case policy.DryRun:
+			v.DryRuns = append(v.DryRuns, x)
+		default:
+			v.Denials = append(v.Denials, x)
+		}
+	}
+	v.Allowed = len(v.Denials) == 0
+	return v
+}
+
+// DenialMessage joins the denials into the one message the API server shows the user.
+func (v Verdict) DenialMessage() string {
+	msgs := make([]string, len(v.Denials))
+	for i, d := range v.Denials {
+		msgs[i] = d.String()
+	}
+	return "denied by daemonguard: " + strings.Join(msgs, "; ")
+}
+
+// WarningMessages are the admission warnings, one per violation.
+func (v Verdict) WarningMessages() []string {
+	out := make([]string, len(v.Warnings))
+	for i, w := range v.Warnings {
+		out[i] = "daemonguard " + w.String()
+	}
+	return out
+}
