@@ -19,7 +19,7 @@ const (
 	// names the ConfigMap). Its value is one line: the first error in this ConfigMap with its file
 	// and line, how many more there are, the digest of the rejected data (see dataDigest) and that
 	// the last good set keeps serving. Argo CD shows the ConfigMap Degraded with this text when its
-	// argocd-cm carries daemonguard's ConfigMap health check (controller/argocd).
+	// argocd-cm carries daemonguard's ConfigMap health check (charts/argocd).
 	PolicyErrorAnnotation = "status.daemonguard.io/policy-error"
 )
 
