@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,9 +44,9 @@ type Handlers struct {
 // before it (refuseOversized).
 func (h *Handlers) Endpoints() map[string]http.Handler {
 	return map[string]http.Handler{
-		MutateDaemonSetPath:   refuseOversized(&admission.Webhook{Handler: DaemonSetMutator{h}}),
-		ValidateDaemonSetPath: refuseOversized(&admission.Webhook{Handler: DaemonSetValidator{h}}),
-		MutatePodPath:         refuseOversized(&admission.Webhook{Handler: PodPinner{h}}),
+		MutateDaemonSetPath:   answerThroughShutdown(refuseOversized(&admission.Webhook{Handler: DaemonSetMutator{h}})),
+		ValidateDaemonSetPath: answerThroughShutdown(refuseOversized(&admission.Webhook{Handler: DaemonSetValidator{h}})),
+		MutatePodPath:         answerThroughShutdown(refuseOversized(&admission.Webhook{Handler: PodPinner{h}})),
 	}
 }
 
@@ -223,6 +224,28 @@ func (h *Handlers) observe(webhook string, resp admission.Response) admission.Re
 // 3 MiB, the API server's request body limit (twice etcd's recommended 1.5 MiB, for JSON), and
 // less than 1 MiB besides. A body this large does not come from a conforming API server.
 const ReviewBodyLimit = 7 << 20
+
+// maxReviewTimeout is the longest an API server waits for a webhook (timeoutSeconds ≤ 30).
+const maxReviewTimeout = 30 * time.Second
+
+// answerThroughShutdown evaluates a review to its end even when the server begins to shut down
+// meanwhile. controller-runtime's webhook server derives every request's context from the
+// process's, so a replica that is stopping (a rollout, a drain, helm upgrade) cancels the reviews
+// it is still answering; with failure mode deny that denies a valid DaemonSet write ("could not
+// evaluate its policies: context canceled"). The server's graceful shutdown waits for these
+// handlers; the API server's own deadline, which it sends as the `timeout` query parameter,
+// bounds them instead.
+func answerThroughShutdown(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		timeout := maxReviewTimeout
+		if d, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && d > 0 && d < timeout {
+			timeout = d
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), timeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
 
 // refuseOversized answers a review body of ReviewBodyLimit bytes or more with HTTP 413 and a
 // Status naming the limit, and passes smaller ones to next, labelled as the JSON it answers
