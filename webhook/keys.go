@@ -1,7 +1,10 @@
 package webhook
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
 // The daemonguard.io keys of admission, each defined here once. The rollout controller's keys
@@ -32,4 +35,14 @@ func ExemptNamespaces(own string, extra []string) []string {
 		out = append(out, own)
 	}
 	return append(append(out, metav1.NamespaceSystem), extra...)
+}
+
+// PolicySources are the policy ConfigMaps as policy sources, each named configmap/NAME: the
+// name the webhook's errors, events and the ConfigMap error annotation use.
+func PolicySources(cms []corev1.ConfigMap) []policy.Source {
+	sources := make([]policy.Source, len(cms))
+	for i, cm := range cms {
+		sources[i] = policy.Source{Name: "configmap/" + cm.Name, Files: cm.Data}
+	}
+	return sources
 }

@@ -19,6 +19,6 @@ func main() {
 		if !cli.IsReported(err) {
 			fmt.Fprintln(os.Stderr, "error:", err)
 		}
-		os.Exit(1)
+		os.Exit(cli.ExitCode(err))
 	}
 }

@@ -49,4 +49,4 @@ func version() string {
 
 // IsReported tells errors whose story the command already printed (a denial report), so main
 // exits non-zero without an extra error line.
-func IsReported(err error) bool { return errors.Is(err, errDenied) }
+func IsReported(err error) bool { return errors.Is(err, errDenied) || errors.As(err, new(ExitError)) }

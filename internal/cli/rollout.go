@@ -88,6 +88,7 @@ and behave as with kubectl.`,
 		newRolloutPauseCommand(k),
 		newRolloutResumeCommand(k),
 		newRolloutRestartCommand(k),
+		newRolloutPlanCommand(k),
 	)
 	return cmd
 }

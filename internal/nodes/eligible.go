@@ -1,11 +1,14 @@
 // Package nodes answers which nodes a DaemonSet's pod template targets, by the DaemonSet
-// controller's own rules. The admission webhook counts them for policies; the rollout controller
-// rolls them.
+// controller's own rules (NodeShouldRunDaemonPod). The admission webhook counts them for
+// policies, the rollout controller rolls them, and the pre-flight plan explains them node by node.
 package nodes
 
 import (
+	"fmt"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	schedulinghelpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
@@ -23,28 +26,72 @@ var daemonSetDefaultTolerations = []corev1.Toleration{
 
 // Matcher tests nodes against one pod template; build it once per template.
 type Matcher struct {
-	affinity    nodeaffinity.RequiredNodeAffinity
-	tolerations []corev1.Toleration
+	nodeName     string
+	nodeSelector labels.Selector // nil without a node selector
+	affinity     nodeaffinity.RequiredNodeAffinity
+	tolerations  []corev1.Toleration
 }
 
-// NewMatcher prepares the node selector, required affinity and tolerations of podSpec.
+// NewMatcher prepares the node name, node selector, required affinity and tolerations of podSpec.
 func NewMatcher(podSpec *corev1.PodSpec) *Matcher {
-	return &Matcher{
+	m := &Matcher{
+		nodeName:    podSpec.NodeName,
 		affinity:    nodeaffinity.GetRequiredNodeAffinity(&corev1.Pod{Spec: *podSpec}),
 		tolerations: append(append([]corev1.Toleration(nil), podSpec.Tolerations...), daemonSetDefaultTolerations...),
 	}
+	if len(podSpec.NodeSelector) > 0 {
+		m.nodeSelector = labels.SelectorFromSet(podSpec.NodeSelector)
+	}
+	return m
+}
+
+// Verdict is the DaemonSet controller's decision for one node.
+type Verdict struct {
+	// Run: a daemon pod is created on the node when it has none.
+	Run bool
+	// Keep: a daemon pod already there keeps running. Run implies Keep; a NoSchedule taint the
+	// template does not tolerate keeps new pods off but leaves the running one.
+	Keep bool
+	// Reason says in words why the pod does not run, or is not created, on the node; empty when Run.
+	Reason string
+}
+
+// Decide is NodeShouldRunDaemonPod for this template: node name, node selector and required
+// affinity must match, and every NoSchedule and NoExecute taint must be tolerated for Run; an
+// untolerated NoSchedule taint alone still allows Keep.
+func (m *Matcher) Decide(node *corev1.Node) Verdict {
+	if m.nodeName != "" && m.nodeName != node.Name {
+		return Verdict{Reason: fmt.Sprintf("spec.nodeName is %s", m.nodeName)}
+	}
+	if ok, _ := m.affinity.Match(node); !ok {
+		if m.nodeSelector != nil && !m.nodeSelector.Matches(labels.Set(node.Labels)) {
+			return Verdict{Reason: fmt.Sprintf("nodeSelector %s does not match the node's labels", m.nodeSelector)}
+		}
+		return Verdict{Reason: "required node affinity does not match the node's labels"}
+	}
+	taint, untolerated := m.untolerated(node, corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute)
+	if !untolerated {
+		return Verdict{Run: true, Keep: true}
+	}
+	_, noExecute := m.untolerated(node, corev1.TaintEffectNoExecute)
+	return Verdict{Keep: !noExecute, Reason: "taint " + TaintString(taint) + " is not tolerated"}
+}
+
+func (m *Matcher) untolerated(node *corev1.Node, effects ...corev1.TaintEffect) (corev1.Taint, bool) {
+	return schedulinghelpers.FindMatchingUntoleratedTaint(logr.Discard(), node.Spec.Taints, m.tolerations, func(t *corev1.Taint) bool {
+		for _, e := range effects {
+			if t.Effect == e {
+				return true
+			}
+		}
+		return false
+	}, false)
 }
 
 // Eligible tells whether the DaemonSet controller would run a pod of this template on node:
-// node selector and required affinity match, and every NoSchedule/NoExecute taint is tolerated.
+// Decide(node).Run.
 func (m *Matcher) Eligible(node *corev1.Node) bool {
-	if ok, _ := m.affinity.Match(node); !ok {
-		return false
-	}
-	_, untolerated := schedulinghelpers.FindMatchingUntoleratedTaint(logr.Discard(), node.Spec.Taints, m.tolerations, func(t *corev1.Taint) bool {
-		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-	}, false)
-	return !untolerated
+	return m.Decide(node).Run
 }
 
 // Count returns how many of nodes the template targets.
@@ -57,4 +104,12 @@ func Count(podSpec *corev1.PodSpec, nodes []*corev1.Node) int {
 		}
 	}
 	return n
+}
+
+// TaintString is a taint as kubectl writes it: key=value:Effect, or key:Effect without a value.
+func TaintString(t corev1.Taint) string {
+	if t.Value == "" {
+		return t.Key + ":" + string(t.Effect)
+	}
+	return t.Key + "=" + t.Value + ":" + string(t.Effect)
 }

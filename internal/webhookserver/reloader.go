@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // PolicyStatus is what /policy-status reports about the policy set in force.
@@ -145,16 +146,7 @@ func (r *policyReloader) serveWithoutBlamed(ctx context.Context, cms []corev1.Co
 // compile puts the ConfigMaps' policies over the built-ins and compiles the set; errors name
 // the ConfigMap and key (configmap/NAME/KEY).
 func (r *policyReloader) compile(ctx context.Context, cms []corev1.ConfigMap) ([]policy.Module, map[string]any, *policy.Set, error) {
-	sources := make([]policy.Source, len(cms))
-	for i, cm := range cms {
-		sources[i] = policy.Source{Name: "configmap/" + cm.Name, Files: cm.Data}
-	}
-	modules, params, err := policy.Overlay(r.builtin, r.builtinParams, sources)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	set, err := policy.Compile(ctx, modules, params)
-	return modules, params, set, err
+	return policy.CompileOverlay(ctx, r.builtin, r.builtinParams, webhook.PolicySources(cms))
 }
 
 // ready is the readiness check: a replica is ready once it has read the policy ConfigMaps, whether

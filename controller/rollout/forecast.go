@@ -1,0 +1,248 @@
+package rollout
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+)
+
+// ForecastInput is what a forecast of a managed DaemonSet's rollout starts from: the DaemonSet as
+// it will be stored, its pods and the nodes today, and how long a new pod takes to be Ready.
+type ForecastInput struct {
+	DaemonSet *appsv1.DaemonSet
+	Pods      []*corev1.Pod // the DaemonSet's pods today
+	Nodes     []*corev1.Node
+	// ReadyAfter is how long a new pod takes from creation to Ready.
+	ReadyAfter time.Duration
+	Now        time.Time
+}
+
+// Wave is one reconcile's deletions: the pods the controller replaces together.
+type Wave struct {
+	At    time.Duration `json:"at"` // since the rollout starts
+	Step  string        `json:"step"`
+	Nodes []string      `json:"nodes"`
+}
+
+// Pause is a pause the rollout reaches.
+type Pause struct {
+	At   time.Duration `json:"at"`
+	Step string        `json:"step"`
+	// Duration of a timed pause; zero for a pause that waits for `daemonguard rollout resume`.
+	Duration time.Duration `json:"duration,omitempty"`
+	Manual   bool          `json:"manual,omitempty"`
+}
+
+// Forecast is the rollout the controller would run, reconcile by reconcile.
+type Forecast struct {
+	Desired int      `json:"desired"` // reachable nodes the rollout covers
+	Budget  int      `json:"budget"`  // maxUnavailable as a node count
+	Order   string   `json:"order"`   // how nodes are ordered, in the controller's words
+	Skipped []string `json:"skipped,omitempty"`
+	Waves   []Wave   `json:"waves"`
+	Pauses  []Pause  `json:"pauses,omitempty"`
+	// Duration is from the first deletion until every node runs an available new pod, pauses
+	// that wait for a resume counted as zero.
+	Duration time.Duration `json:"duration"`
+	// Outcome is how the rollout ends: the controller's last message (complete, halted, paused).
+	Outcome  string `json:"outcome"`
+	Complete bool   `json:"complete"`
+}
+
+// forecastRevision stands for the revision of the new template, which the DaemonSet controller
+// names only once it is applied; no live pod carries it.
+const forecastRevision = "new"
+
+// ForecastRollout runs the controller's own planner (plannerInput, BuildPlan) against a model of the
+// cluster and records what it does: the rollout as the controller would run it, with its waves,
+// pauses and duration.
+//
+// Assumptions:
+//   - The DaemonSet controller recreates a deleted pod at once at the new revision (OnDelete),
+//     and creates new pods at once on eligible nodes that have none.
+//   - A deleted pod is gone at once: termination takes no time.
+//   - Every new pod becomes Ready ReadyAfter after it is created and never fails; live pods keep
+//     the readiness they have.
+//   - Nodes neither join, leave nor change state during the rollout.
+//   - A pause that waits for `daemonguard rollout resume` is resumed at once; the paused
+//     annotation stops the forecast.
+//
+// Invariants:
+//   - Time moves only to the next moment something changes: a pod becomes Ready or available,
+//     a timed pause ends, a deadline passes. So the forecast ends after a bounded number of
+//     planner runs (each either deletes, advances a step or waits for one of those moments).
+func ForecastRollout(in ForecastInput) (Forecast, error) {
+	settings, err := rolloutapi.ParseSettings(in.DaemonSet.Annotations)
+	if err != nil {
+		return Forecast{}, err
+	}
+	ds := in.DaemonSet.DeepCopy()
+	ds.Status.Conditions = nil // the last rollout's report does not bear on the next
+	sim := &forecastSim{in: in, start: in.Now, minReady: time.Duration(ds.Spec.MinReadySeconds) * time.Second}
+	facts := Facts{Now: in.Now, DaemonSet: ds, Settings: settings, TargetRevision: forecastRevision}
+	var out Forecast
+	lastStep := ""
+	runs := 8*len(in.Nodes) + 4*len(settings.Steps) + 32
+	for range runs {
+		facts.Pods = sim.pods(facts.Now)
+		facts.Nodes = in.Nodes
+		pin := plannerInput(facts)
+		plan := BuildPlan(pin)
+		if out.Waves == nil {
+			out.Desired, out.Budget, out.Skipped = plan.Desired, plan.Budget, plan.Skipped
+			out.Order = orderReason(settings.TopologyKey, "")
+			if settings.TopologyKey != "" {
+				out.Order = fmt.Sprintf("one %s at a time, workers before control-plane nodes, then by name", settings.TopologyKey)
+			}
+			out.Waves = []Wave{}
+		}
+		at := facts.Now.Sub(sim.start)
+		step := plan.Status.Step.String()
+		if step != lastStep && plan.Phase == rolloutapi.PhasePaused && plan.Reason != rolloutapi.ReasonPausedByAnnotation {
+			idx := plan.Status.Step.Index
+			ps := Pause{At: at, Step: step}
+			if st := settings.Steps[idx]; st.Kind == rolloutapi.StepTimedPause {
+				ps.Duration = st.Duration
+			} else {
+				ps.Manual = true
+			}
+			out.Pauses = append(out.Pauses, ps)
+		}
+		lastStep = step
+		facts.Status = plan.Status
+		switch {
+		case plan.Phase == rolloutapi.PhaseComplete:
+			out.Duration, out.Outcome, out.Complete = at, plan.Message, true
+			return out, nil
+		case plan.Phase == rolloutapi.PhaseFailed, plan.Reason == rolloutapi.ReasonPausedByAnnotation:
+			out.Duration, out.Outcome = at, plan.Message
+			return out, nil
+		case plan.Reason == rolloutapi.ReasonPausedAtStep:
+			facts.Settings.ResumeToken = fmt.Sprintf("forecast-resume-%d", len(out.Pauses))
+			continue
+		}
+		if len(plan.Delete) > 0 {
+			w := Wave{At: at, Step: step}
+			for _, d := range plan.Delete {
+				sim.remove(types.UID(d.UID))
+				w.Nodes = append(w.Nodes, d.Node)
+			}
+			w.Nodes = uniqueSorted(w.Nodes)
+			out.Waves = append(out.Waves, w)
+		}
+		if created := sim.createMissing(pin.Nodes, facts.Now); created || len(plan.Delete) > 0 {
+			continue // plan again at the same moment, on the pods as they are now
+		}
+		next, ok := sim.nextChange(facts.Now, plan.RequeueAfter)
+		if !ok {
+			out.Duration, out.Outcome = at, "no progress: "+plan.Message
+			return out, nil
+		}
+		facts.Now = next
+	}
+	return out, fmt.Errorf("forecast did not end after %d planner runs", runs)
+}
+
+// forecastSim is the modelled cluster: the live pods that remain and the new pods created.
+type forecastSim struct {
+	in       ForecastInput
+	start    time.Time
+	minReady time.Duration
+	removed  map[types.UID]bool
+	created  []simPod
+}
+
+type simPod struct {
+	at  time.Time
+	pod *corev1.Pod // made Ready in place once ReadyAfter has passed
+}
+
+// pods are the DaemonSet's pods at now: the live ones not deleted, and the new ones, Ready
+// ReadyAfter after their creation.
+func (s *forecastSim) pods(now time.Time) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range s.in.Pods {
+		if !s.removed[p.UID] {
+			out = append(out, p)
+		}
+	}
+	for _, c := range s.created {
+		if readyAt := c.at.Add(s.in.ReadyAfter); c.pod.Status.Conditions == nil && !now.Before(readyAt) {
+			c.pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(readyAt)}}
+		}
+		out = append(out, c.pod)
+	}
+	return out
+}
+
+func (s *forecastSim) remove(uid types.UID) {
+	if s.removed == nil {
+		s.removed = map[types.UID]bool{}
+	}
+	s.removed[uid] = true
+}
+
+// createMissing is the DaemonSet controller: a new pod on every node of the rollout without one.
+// It tells whether it created any.
+func (s *forecastSim) createMissing(nodes []NodeState, now time.Time) bool {
+	has := map[string]bool{}
+	for _, p := range s.pods(now) {
+		if p.DeletionTimestamp == nil {
+			has[podNode(p)] = true
+		}
+	}
+	created := false
+	for _, n := range nodes {
+		if !n.Reachable || has[n.Name] {
+			continue
+		}
+		name := fmt.Sprintf("forecast-%d", len(s.created))
+		s.created = append(s.created, simPod{at: now, pod: &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name, UID: types.UID(name), CreationTimestamp: metav1.NewTime(now),
+				Labels: map[string]string{revisionLabel: forecastRevision},
+			},
+			Spec: corev1.PodSpec{NodeName: n.Name},
+		}})
+		created = true
+	}
+	return created
+}
+
+// nextChange is the next moment the plan can change: a new pod becomes Ready or available, or the
+// planner asked to come back (a timed pause ends, a deadline passes).
+func (s *forecastSim) nextChange(now time.Time, requeue time.Duration) (time.Time, bool) {
+	var next time.Time
+	consider := func(t time.Time) {
+		if t.After(now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	for _, c := range s.created {
+		ready := c.at.Add(s.in.ReadyAfter)
+		consider(ready)
+		consider(ready.Add(s.minReady))
+	}
+	if requeue > 0 {
+		consider(now.Add(requeue))
+	}
+	return next, !next.IsZero()
+}
+
+func uniqueSorted(in []string) []string {
+	sort.Strings(in)
+	out := in[:0]
+	for i, s := range in {
+		if i == 0 || s != in[i-1] {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,546 @@
+package cli
+
+// This file is `daemonguard rollout plan`: it gathers what the cluster runs (nodes, pods,
+// priority classes, daemonguard's webhooks and policy ConfigMaps, the live DaemonSet), merges the
+// manifest into the live object as kubectl apply does, runs admission as the cluster would, and
+// hands plain data to internal/preflight. It only reads.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/preflight"
+	"github.com/daemonguard/daemonguard/webhook"
+)
+
+// The exit codes of `rollout plan`, apart so CI can tell them: a denial is worse than a pod that
+// will not fit, which is worse than fine. 1 is any error (the plan could not be made).
+const (
+	exitPlanDenied = 2
+	exitPlanNotFit = 3
+)
+
+// ExitError carries a process exit code for an outcome already reported on stdout.
+type ExitError struct{ Code int }
+
+func (e ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// ExitCode is the process exit code for err returned by the root command: 0 for nil, the
+// ExitError's code, else 1.
+func ExitCode(err error) int {
+	var e ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &e):
+		return e.Code
+	}
+	return 1
+}
+
+// The webhook names the chart registers for DaemonSets (charts/daemonguard's
+// webhook-configurations.yaml); the plan finds daemonguard's admission by them.
+const (
+	mutateWebhookName   = "daemonsets.mutate.daemonguard.io"
+	validateWebhookName = "daemonsets.validate.daemonguard.io"
+)
+
+// lastAppliedAnnotation is kubectl's record of the last client-side apply, the "original" of its
+// three-way merge.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+func newRolloutPlanCommand(k *kubeFlags) *cobra.Command {
+	var files []string
+	var output, policyNamespace string
+	cmd := &cobra.Command{
+		Use:   "plan -f FILE|DIR|- [-f ...]",
+		Short: "Show what applying DaemonSet manifests would do, node by node, before they are applied",
+		Long: `plan reads the target cluster (it never writes) and tells, for every DaemonSet in the manifests:
+
+  - admission as the cluster runs it: the object after daemonguard's injection (webhook or
+    in-process policy), the warnings or the denial, a diff against the live object, and whether
+    the pod template changes at all (no new revision: no pod is touched);
+  - every node: its pod today, and whether it gains, loses, replaces or keeps it, and why; where the
+    new pod will not fit or collides on a host port, and which lower-priority pods it preempts;
+  - the rollout: daemonguard's waves and pauses for managed DaemonSets, the built-in strategy's
+    otherwise, with an estimate from how long this DaemonSet's pods took to become ready.
+
+The manifest is merged into the live DaemonSet as kubectl apply does (three-way, with the
+last-applied annotation). Exit status: 0 fine, 2 some DaemonSet would be denied, 3 some new pod would
+not fit or would preempt other pods, 1 the plan could not be made.
+
+  helm template my-release ./chart | daemonguard rollout plan -f - -o markdown`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" && output != "markdown" {
+				return fmt.Errorf("--output %q is not one of table, json, markdown", output)
+			}
+			if len(files) == 0 {
+				return fmt.Errorf("-f is required (a file, a directory or - for stdin)")
+			}
+			docs, err := Read(files, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			client, ns, err := k.connect()
+			if err != nil {
+				return err
+			}
+			reports, err := planDocuments(cmd.Context(), client, ns, policyNamespace, docs, time.Now())
+			if err != nil {
+				return err
+			}
+			if err := renderPlans(cmd.OutOrStdout(), output, reports); err != nil {
+				return err
+			}
+			if code := planExitCode(reports); code != 0 {
+				return ExitError{Code: code}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable); kinds other than DaemonSet are skipped")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or markdown")
+	cmd.Flags().StringVar(&policyNamespace, "daemonguard-namespace", "", "namespace of daemonguard's policy ConfigMaps (default: the namespace of the service its validating webhook calls)")
+	return cmd
+}
+
+// PlanReport is one DaemonSet's pre-flight: admission, then the plan when admitted.
+type PlanReport struct {
+	Source    string          `json:"source"`
+	Namespace string          `json:"namespace"`
+	Name      string          `json:"name"`
+	Admission AdmissionReport `json:"admission"`
+	// Plan is nil when the object would be denied or could not be evaluated.
+	Plan *preflight.Plan `json:"plan,omitempty"`
+	// Error is why the DaemonSet could not be planned (malformed manifest, policy error).
+	Error string `json:"error,omitempty"`
+}
+
+// AdmissionReport is what admission would do to the write.
+type AdmissionReport struct {
+	// Injection is "webhook", "in-process" (a MutatingAdmissionPolicy generated from the
+	// policies), "not called" (the webhook's selectors exclude the object) or "none" (daemonguard is
+	// not installed).
+	Injection string `json:"injection"`
+	// Validation is "webhook", "not called" or "none".
+	Validation string             `json:"validation"`
+	Skip       string             `json:"skip,omitempty"` // why admission leaves the write alone
+	Mutated    bool               `json:"mutated"`
+	Allowed    bool               `json:"allowed"`
+	Violations []policy.Violation `json:"violations"`
+	// Diff is a unified diff of the live object (or the manifest, on create) against the object
+	// as it would be stored; empty when they are the same.
+	Diff string `json:"diff,omitempty"`
+}
+
+// clusterView is what the plan reads once for every document.
+type clusterView struct {
+	nodes           []*corev1.Node
+	pods            []*corev1.Pod
+	priorityClasses map[string]int32
+	preemptNever    map[string]bool
+	defaultPriority string // the globalDefault PriorityClass, if any
+	mutating        *admissionregistrationv1.MutatingWebhook
+	validating      *admissionregistrationv1.ValidatingWebhook
+	policies        *policy.Set
+	namespaces      map[string]map[string]string
+}
+
+func planDocuments(ctx context.Context, client kubernetes.Interface, defaultNS, policyNS string, docs []Document, now time.Time) ([]PlanReport, error) {
+	var daemonSets []Document
+	for _, d := range docs {
+		if IsDaemonSet(d) {
+			daemonSets = append(daemonSets, d)
+		}
+	}
+	if len(daemonSets) == 0 {
+		return []PlanReport{}, nil
+	}
+	view, err := readCluster(ctx, client, policyNS)
+	if err != nil {
+		return nil, err
+	}
+	reports := make([]PlanReport, 0, len(daemonSets))
+	for _, d := range daemonSets {
+		ns := d.Namespace
+		if ns == "" {
+			ns = defaultNS
+		}
+		rep, err := planDocument(ctx, client, view, d, ns, now)
+		if err != nil {
+			return nil, err
+		}
+		reports = append(reports, rep)
+	}
+	return reports, nil
+}
+
+// readCluster reads what every document's plan needs: nodes, unfinished pods, priority classes,
+// daemonguard's DaemonSet webhooks and its policy set.
+func readCluster(ctx context.Context, client kubernetes.Interface, policyNS string) (*clusterView, error) {
+	v := &clusterView{priorityClasses: map[string]int32{}, preemptNever: map[string]bool{}, namespaces: map[string]map[string]string{}}
+	nodeList, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	for i := range nodeList.Items {
+		v.nodes = append(v.nodes, &nodeList.Items[i])
+	}
+	opts := metav1.ListOptions{FieldSelector: "status.phase!=Succeeded,status.phase!=Failed", Limit: 500}
+	for {
+		page, err := client.CoreV1().Pods("").List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list pods: %w", err)
+		}
+		for i := range page.Items {
+			v.pods = append(v.pods, &page.Items[i])
+		}
+		if opts.Continue = page.Continue; opts.Continue == "" {
+			break
+		}
+	}
+	classes, err := client.SchedulingV1().PriorityClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list priority classes: %w", err)
+	}
+	for _, pc := range classes.Items {
+		v.priorityClasses[pc.Name] = pc.Value
+		v.preemptNever[pc.Name] = pc.PreemptionPolicy != nil && *pc.PreemptionPolicy == corev1.PreemptNever
+		if pc.GlobalDefault {
+			v.defaultPriority = pc.Name
+		}
+	}
+	if err := v.readAdmission(ctx, client, policyNS); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// readAdmission finds daemonguard's DaemonSet webhooks and compiles the policy set it serves: the
+// built-ins with the policy ConfigMaps of its namespace over them.
+func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Interface, policyNS string) error {
+	mutating, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list mutating webhook configurations: %w", err)
+	}
+	for i := range mutating.Items {
+		for j := range mutating.Items[i].Webhooks {
+			if w := &mutating.Items[i].Webhooks[j]; w.Name == mutateWebhookName {
+				v.mutating = w
+			}
+		}
+	}
+	validating, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list validating webhook configurations: %w", err)
+	}
+	for i := range validating.Items {
+		for j := range validating.Items[i].Webhooks {
+			if w := &validating.Items[i].Webhooks[j]; w.Name == validateWebhookName {
+				v.validating = w
+			}
+		}
+	}
+	if v.validating == nil && v.mutating == nil {
+		return nil // not installed: no admission
+	}
+	if policyNS == "" {
+		for _, svc := range []*admissionregistrationv1.ServiceReference{serviceOf(v.validating), serviceOfMutating(v.mutating)} {
+			if svc != nil {
+				policyNS = svc.Namespace
+				break
+			}
+		}
+	}
+	builtin, params, err := policy.Builtin()
+	if err != nil {
+		return err
+	}
+	var sources []policy.Source
+	if policyNS != "" {
+		cms, err := client.CoreV1().ConfigMaps(policyNS).List(ctx, metav1.ListOptions{LabelSelector: webhook.PolicyConfigMapLabel + "=true"})
+		if err != nil {
+			return fmt.Errorf("list policy ConfigMaps in %s: %w", policyNS, err)
+		}
+		sources = webhook.PolicySources(cms.Items)
+	}
+	if _, _, v.policies, err = policy.CompileOverlay(ctx, builtin, params, sources); err != nil {
+		return fmt.Errorf("the cluster's policy set does not compile here (the webhook keeps its last good set): %w", err)
+	}
+	return nil
+}
+
+func serviceOf(w *admissionregistrationv1.ValidatingWebhook) *admissionregistrationv1.ServiceReference {
+	if w == nil {
+		return nil
+	}
+	return w.ClientConfig.Service
+}
+
+func serviceOfMutating(w *admissionregistrationv1.MutatingWebhook) *admissionregistrationv1.ServiceReference {
+	if w == nil {
+		return nil
+	}
+	return w.ClientConfig.Service
+}
+
+// namespaceLabels reads (once) a namespace's labels; a namespace that does not exist yet has none.
+func (v *clusterView) namespaceLabels(ctx context.Context, client kubernetes.Interface, name string) (map[string]string, error) {
+	if l, ok := v.namespaces[name]; ok {
+		return l, nil
+	}
+	ns, err := client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		v.namespaces[name] = map[string]string{corev1.LabelMetadataName: name}
+	case err != nil:
+		return nil, fmt.Errorf("get namespace %s: %w", name, err)
+	default:
+		v.namespaces[name] = ns.Labels
+	}
+	return v.namespaces[name], nil
+}
+
+// planDocument plans one DaemonSet manifest.
+func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterView, d Document, ns string, now time.Time) (PlanReport, error) {
+	rep := PlanReport{Source: d.Source, Namespace: ns, Name: d.Name, Admission: AdmissionReport{Injection: "none", Validation: "none", Allowed: true, Violations: []policy.Violation{}}}
+	raw, err := withNamespace(d.Raw, ns)
+	if err != nil {
+		rep.Error = err.Error()
+		return rep, nil
+	}
+	live, err := client.AppsV1().DaemonSets(ns).Get(ctx, d.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		live = nil
+	case err != nil:
+		return rep, fmt.Errorf("get daemonset %s/%s: %w", ns, d.Name, err)
+	}
+	review := webhook.Review{Operation: policy.OpCreate, Namespace: ns, Object: raw}
+	before := raw
+	if live != nil {
+		current, err := json.Marshal(live)
+		if err != nil {
+			return rep, err
+		}
+		merged, err := applyMerge(live, current, raw)
+		if err != nil {
+			rep.Error = err.Error()
+			return rep, nil
+		}
+		review = webhook.Review{Operation: policy.OpUpdate, Namespace: ns, Object: merged, OldObject: current}
+		before = current
+	}
+	nsLabels, err := v.namespaceLabels(ctx, client, ns)
+	if err != nil {
+		return rep, err
+	}
+	stored, err := v.admit(ctx, &rep.Admission, review, nsLabels)
+	if err != nil {
+		rep.Error = err.Error()
+		return rep, nil
+	}
+	if !rep.Admission.Allowed {
+		return rep, nil
+	}
+	if rep.Admission.Diff, err = unifiedDiff(before, stored, "live", "after apply"); err != nil {
+		return rep, err
+	}
+	var after appsv1.DaemonSet
+	if err := json.Unmarshal(stored, &after); err != nil {
+		rep.Error = fmt.Sprintf("decode DaemonSet: %v", err)
+		return rep, nil
+	}
+	in := preflight.Input{After: &after, Live: live, Nodes: v.nodes, Pods: v.pods, Now: now}
+	if live != nil {
+		in.NewRevision = !apiequality.Semantic.DeepEqual(live.Spec.Template, after.Spec.Template)
+		in.DaemonPods = ownedBy(v.pods, live.UID)
+		in.ReadyAfter, in.ReadyKnown = preflight.ReadyAfter(in.DaemonPods)
+	}
+	class := after.Spec.Template.Spec.PriorityClassName
+	if class == "" {
+		class = v.defaultPriority
+	}
+	if class != "" {
+		value, ok := v.priorityClasses[class]
+		if !ok {
+			in.Problems = append(in.Problems, fmt.Sprintf("priorityClassName %q does not exist: the API server rejects every new pod", class))
+		}
+		in.Priority = value
+		if v.preemptNever[class] {
+			in.PreemptionPolicy = corev1.PreemptNever
+		}
+	}
+	if p := after.Spec.Template.Spec.PreemptionPolicy; p != nil {
+		in.PreemptionPolicy = *p
+	}
+	plan := preflight.Build(in)
+	rep.Plan = &plan
+	return rep, nil
+}
+
+// applyMerge is what kubectl apply stores: the three-way strategic merge of the last applied
+// configuration, the manifest and the live object. A field removed from the manifest is removed
+// only when the last apply set it; with server-side apply (no annotation) removals are not seen.
+func applyMerge(live *appsv1.DaemonSet, current, manifest []byte) ([]byte, error) {
+	meta, err := strategicpatch.NewPatchMetaFromStruct(appsv1.DaemonSet{})
+	if err != nil {
+		return nil, err
+	}
+	original := []byte(live.Annotations[lastAppliedAnnotation])
+	patch, err := strategicpatch.CreateThreeWayMergePatch(original, manifest, current, meta, true)
+	if err != nil {
+		return nil, fmt.Errorf("merge the manifest into the live DaemonSet: %w", err)
+	}
+	merged, err := strategicpatch.StrategicMergePatchUsingLookupPatchMeta(current, patch, meta)
+	if err != nil {
+		return nil, fmt.Errorf("merge the manifest into the live DaemonSet: %w", err)
+	}
+	return merged, nil
+}
+
+// admit runs daemonguard's admission on the review as the API server would call it, and returns
+// the object as it would be stored.
+func (v *clusterView) admit(ctx context.Context, rep *AdmissionReport, rv webhook.Review, nsLabels map[string]string) ([]byte, error) {
+	obj, err := objectLabels(rv.Object)
+	if err != nil {
+		return nil, err
+	}
+	old, _ := objectLabels(rv.OldObject)
+	mutate := v.mutating != nil && selects(v.mutating.NamespaceSelector, nsLabels) && (selects(v.mutating.ObjectSelector, obj) || (rv.OldObject != nil && selects(v.mutating.ObjectSelector, old)))
+	validate := v.validating != nil && selects(v.validating.NamespaceSelector, nsLabels) && (selects(v.validating.ObjectSelector, obj) || (rv.OldObject != nil && selects(v.validating.ObjectSelector, old)))
+	switch {
+	case v.mutating != nil && mutate:
+		rep.Injection = "webhook"
+	case v.mutating != nil:
+		rep.Injection = "not called"
+	case v.validating != nil && validate:
+		// Installed without the DaemonSet mutating webhook: a MutatingAdmissionPolicy generated
+		// from the same policies injects (daemonguard policy export), within the same selectors.
+		rep.Injection, mutate = "in-process", true
+	case v.validating != nil:
+		rep.Injection = "not called"
+	}
+	switch {
+	case v.validating != nil && validate:
+		rep.Validation = "webhook"
+	case v.validating != nil:
+		rep.Validation = "not called"
+	}
+	if !mutate && !validate {
+		return rv.Object, nil
+	}
+	a := webhook.Admission{Facts: webhook.Facts{
+		NamespaceLabels: func(context.Context, string) (map[string]string, error) { return nsLabels, nil },
+		Nodes:           func(context.Context) ([]*corev1.Node, error) { return v.nodes, nil },
+	}}
+	r := a.Simulate(ctx, v.policies, rv)
+	switch {
+	case r.Malformed != nil:
+		return nil, r.Malformed
+	case r.Failed != nil:
+		return nil, fmt.Errorf("policy evaluation: %w", r.Failed)
+	case r.Skip != "":
+		rep.Skip = r.Skip
+		return rv.Object, nil
+	}
+	stored := rv.Object
+	if mutate {
+		stored, rep.Mutated = r.Mutated, len(r.Patch) > 0
+	}
+	if validate {
+		rep.Allowed = r.Verdict.Allowed
+		if r.Violations != nil {
+			rep.Violations = r.Violations
+		}
+	}
+	return stored, nil
+}
+
+// selects is the API server's label selector match for a webhook's namespace or object selector:
+// nil or empty selects everything.
+func selects(sel *metav1.LabelSelector, set map[string]string) bool {
+	if sel == nil {
+		return true
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return false
+	}
+	return s.Matches(labels.Set(set))
+}
+
+func objectLabels(raw []byte) (map[string]string, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var head struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return nil, fmt.Errorf("decode object: %w", err)
+	}
+	return head.Metadata.Labels, nil
+}
+
+// withNamespace sets metadata.namespace, as the API server does for a manifest without one.
+func withNamespace(raw []byte, ns string) ([]byte, error) {
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("decode object: %w", err)
+	}
+	meta, _ := obj["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		obj["metadata"] = meta
+	}
+	meta["namespace"] = ns
+	return json.Marshal(obj)
+}
+
+// ownedBy is the pods whose controller is uid.
+func ownedBy(pods []*corev1.Pod, uid types.UID) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if ref := metav1.GetControllerOf(p); ref != nil && ref.UID == uid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// planExitCode is the most serious outcome of the reports: 1 when some DaemonSet could not be
+// planned, 2 when one would be denied, 3 when a new pod would not fit, collide or preempt, else 0.
+func planExitCode(reports []PlanReport) int {
+	code := 0
+	for _, r := range reports {
+		switch {
+		case r.Error != "":
+			return 1
+		case !r.Admission.Allowed:
+			code = exitPlanDenied
+		case code == 0 && r.Plan != nil && (r.Plan.Summary.NotFit > 0 || r.Plan.Summary.Preempting > 0 || len(r.Plan.Problems) > 0):
+			code = exitPlanNotFit
+		}
+	}
+	return code
+}

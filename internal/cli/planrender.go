@@ -1,0 +1,295 @@
+package cli
+
+// This file writes `rollout plan` reports: a table for people, markdown for a pull-request
+// comment, JSON for programs (the schema is PlanReport's, documented in docs/preflight.md).
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/preflight"
+)
+
+// markdownNodeRows bounds the node table of a pull-request comment; -o json has every node.
+const markdownNodeRows = 50
+
+func renderPlans(w io.Writer, format string, reports []PlanReport) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Items    []PlanReport `json:"items"`
+			ExitCode int          `json:"exitCode"`
+		}{reports, planExitCode(reports)})
+	case "markdown":
+		return renderMarkdown(w, reports)
+	}
+	return renderTable(w, reports)
+}
+
+func renderTable(w io.Writer, reports []PlanReport) error {
+	if len(reports) == 0 {
+		_, err := fmt.Fprintln(w, "no DaemonSet in the manifests")
+		return err
+	}
+	for i, r := range reports {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "DaemonSet %s/%s (%s)\n", r.Namespace, r.Name, r.Source)
+		if r.Error != "" {
+			fmt.Fprintf(w, "  ERROR: %s\n", r.Error)
+			continue
+		}
+		for _, line := range admissionLines(r) {
+			fmt.Fprintln(w, "  "+line)
+		}
+		if r.Plan == nil {
+			continue
+		}
+		p := r.Plan
+		for _, line := range planHeadLines(p) {
+			fmt.Fprintln(w, "  "+line)
+		}
+		rows := listedNodes(p)
+		if len(rows) > 0 {
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "  NODE\tTODAY\tAFTER\tWHY")
+			for _, n := range rows {
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", n.Node, today(n), n.Change, n.Reason)
+				for _, issue := range fitLines(n.Fit) {
+					fmt.Fprintf(tw, "  \t\t\t! %s\n", issue)
+				}
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+		for _, line := range rolloutLines(p.Rollout) {
+			fmt.Fprintln(w, "  "+line)
+		}
+		if r.Admission.Diff != "" {
+			fmt.Fprintln(w, "  diff:")
+			fmt.Fprint(w, indent(r.Admission.Diff, "    "))
+		}
+	}
+	return nil
+}
+
+func renderMarkdown(w io.Writer, reports []PlanReport) error {
+	fmt.Fprintln(w, "### daemonguard rollout plan")
+	if len(reports) == 0 {
+		_, err := fmt.Fprintln(w, "\nNo DaemonSet in the manifests.")
+		return err
+	}
+	for _, r := range reports {
+		fmt.Fprintf(w, "\n#### DaemonSet `%s/%s`\n\n", r.Namespace, r.Name)
+		if r.Error != "" {
+			fmt.Fprintf(w, "**Error:** %s\n", mdEscape(r.Error))
+			continue
+		}
+		for _, line := range admissionLines(r) {
+			fmt.Fprintf(w, "- %s\n", mdEscape(line))
+		}
+		if r.Plan == nil {
+			continue
+		}
+		p := r.Plan
+		for _, line := range planHeadLines(p) {
+			fmt.Fprintf(w, "- %s\n", mdEscape(line))
+		}
+		if rows := listedNodes(p); len(rows) > 0 {
+			fmt.Fprintln(w, "\n| node | today | after | why |\n|---|---|---|---|")
+			for i, n := range rows {
+				if i == markdownNodeRows {
+					fmt.Fprintf(w, "\n… and %d more nodes (`-o json` lists every node).\n", len(rows)-markdownNodeRows)
+					break
+				}
+				why := n.Reason
+				if issues := fitLines(n.Fit); len(issues) > 0 {
+					why = strings.TrimPrefix(why+"; **"+strings.Join(issues, "; ")+"**", "; ")
+				}
+				fmt.Fprintf(w, "| %s | %s | %s | %s |\n", n.Node, mdEscape(today(n)), n.Change, mdEscape(why))
+			}
+		}
+		fmt.Fprintln(w)
+		for _, line := range rolloutLines(p.Rollout) {
+			fmt.Fprintf(w, "%s  \n", mdEscape(strings.TrimSpace(line)))
+		}
+		if r.Admission.Diff != "" {
+			fmt.Fprintf(w, "\n<details><summary>diff against the live object</summary>\n\n```diff\n%s```\n</details>\n", r.Admission.Diff)
+		}
+	}
+	return nil
+}
+
+func admissionLines(r PlanReport) []string {
+	a := r.Admission
+	var out []string
+	switch {
+	case a.Injection == "none" && a.Validation == "none":
+		out = append(out, "admission: daemonguard is not installed in this cluster; the object is stored as written")
+	case a.Skip != "":
+		out = append(out, "admission: daemonguard leaves it alone ("+a.Skip+")")
+	default:
+		inj := "no change"
+		if a.Mutated {
+			inj = "injects"
+		}
+		out = append(out, fmt.Sprintf("admission: injection %s (%s), validation %s", a.Injection, inj, a.Validation))
+	}
+	for _, v := range a.Violations {
+		out = append(out, fmt.Sprintf("%s %s", label(v.Action), v))
+	}
+	if !a.Allowed {
+		out = append(out, "WOULD BE DENIED: nothing is applied")
+	}
+	return out
+}
+
+func planHeadLines(p *preflight.Plan) []string {
+	var out []string
+	if !p.NewRevision {
+		out = append(out, "pod template unchanged: no new revision, no pod is touched")
+	} else if p.Operation == "update" {
+		out = append(out, "new revision: the pod template changes "+strings.Join(p.TemplateChanges, ", "))
+	} else {
+		out = append(out, "new DaemonSet")
+	}
+	for _, problem := range p.Problems {
+		out = append(out, "PROBLEM: "+problem)
+	}
+	s := p.Summary
+	line := fmt.Sprintf("nodes: %d; %d gain a pod, %d lose it, %d replaced, %d keep the old pod, %d unchanged", s.Nodes, s.Gains, s.Loses, s.Replaced, s.Keeps, s.Unchanged)
+	if s.NotFit > 0 || s.Preempting > 0 {
+		line += fmt.Sprintf("; the new pod does not fit on %d and preempts other pods on %d", s.NotFit, s.Preempting)
+	}
+	return append(out, line)
+}
+
+// listedNodes are the nodes worth a row: those that change, and any with a fit issue.
+func listedNodes(p *preflight.Plan) []preflight.NodePlan {
+	var out []preflight.NodePlan
+	for _, n := range p.Nodes {
+		if n.Change != preflight.Unchanged && n.Change != preflight.None || len(fitLines(n.Fit)) > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func today(n preflight.NodePlan) string {
+	if n.Today == nil {
+		return "-"
+	}
+	state := "not ready"
+	if n.Today.Ready {
+		state = "ready"
+	}
+	return fmt.Sprintf("%s (%s, %s)", n.Today.Name, n.Today.Revision, state)
+}
+
+func fitLines(f *preflight.FitResult) []string {
+	if f == nil {
+		return nil
+	}
+	var out []string
+	for _, s := range f.Insufficient {
+		out = append(out, "does not fit: "+s)
+	}
+	for _, s := range f.HostPortConflicts {
+		out = append(out, "host port taken: "+s)
+	}
+	for _, v := range f.Preempts {
+		out = append(out, "preempts "+v.String())
+	}
+	if !f.Schedulable {
+		out = append(out, "stays Pending: preempting lower-priority pods would not make room")
+	}
+	return out
+}
+
+func rolloutLines(r preflight.Rollout) []string {
+	out := []string{"rollout: " + r.Summary}
+	if r.Estimate > 0 {
+		basis := "pods assumed ready at once: no pod of this DaemonSet is ready to time"
+		if r.ReadyKnown {
+			basis = fmt.Sprintf("its pods took %s to become ready", r.ReadyAfter.Round(time.Second))
+		}
+		out = append(out, fmt.Sprintf("estimate: %s (%s)", r.Estimate.Round(time.Second), basis))
+	}
+	if f := r.Managed; f != nil {
+		out = append(out, "order: "+f.Order)
+		for i, wv := range f.Waves {
+			if i == 10 && len(f.Waves) > 11 {
+				out = append(out, fmt.Sprintf("  … %d more waves", len(f.Waves)-10))
+				break
+			}
+			out = append(out, fmt.Sprintf("  at %s, step %s: %s", wv.At.Round(time.Second), wv.Step, strings.Join(wv.Nodes, ", ")))
+		}
+		for _, p := range f.Pauses {
+			what := fmt.Sprintf("pauses %s", p.Duration)
+			if p.Manual {
+				what = "waits for `daemonguard rollout resume` (counted as no time)"
+			}
+			out = append(out, fmt.Sprintf("  at %s, step %s: %s", p.At.Round(time.Second), p.Step, what))
+		}
+		for _, s := range f.Skipped {
+			out = append(out, "  left out: "+s)
+		}
+	}
+	return out
+}
+
+func mdEscape(s string) string {
+	return strings.NewReplacer("|", "\\|", "\n", " ").Replace(s)
+}
+
+// unifiedDiff is a unified diff of two JSON objects as YAML, without status and the server's
+// bookkeeping; empty when they are the same.
+func unifiedDiff(a, b []byte, from, to string) (string, error) {
+	ya, err := diffableYAML(a)
+	if err != nil {
+		return "", err
+	}
+	yb, err := diffableYAML(b)
+	if err != nil {
+		return "", err
+	}
+	if ya == yb {
+		return "", nil
+	}
+	return difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(ya), B: difflib.SplitLines(yb), FromFile: from, ToFile: to, Context: 3,
+	})
+}
+
+func diffableYAML(raw []byte) (string, error) {
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return "", err
+	}
+	delete(obj, "status")
+	if meta, ok := obj["metadata"].(map[string]any); ok {
+		for _, k := range []string{"managedFields", "resourceVersion", "uid", "generation", "creationTimestamp"} {
+			delete(meta, k)
+		}
+		if ann, ok := meta["annotations"].(map[string]any); ok {
+			delete(ann, lastAppliedAnnotation)
+			delete(ann, "deprecated.daemonset.template.generation")
+			if len(ann) == 0 {
+				delete(meta, "annotations")
+			}
+		}
+	}
+	out, err := yaml.Marshal(obj)
+	return string(out), err
+}
