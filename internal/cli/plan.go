@@ -336,6 +336,7 @@ func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterVi
 	review := webhook.Review{Operation: policy.OpCreate, Namespace: ns, Object: raw}
 	before := raw
 	if live != nil {
+		live.APIVersion, live.Kind = "apps/v1", "DaemonSet" // typed reads leave them empty; the webhook sees them
 		current, err := json.Marshal(live)
 		if err != nil {
 			return rep, err
