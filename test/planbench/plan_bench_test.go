@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,9 +117,9 @@ func BenchmarkPlan(b *testing.B) {
 				check(b, out, tc.managed)
 			}
 			wall, server := median(walls), median(api)
-			fmt.Printf("--- %s: %d nodes, %d pods: plan %s, of which the API server %s over %.0f requests, the CLI %s\n",
-				b.Name(), nodeCount, nodeCount*(2+otherPodsPerNode)+nodeCount/fullEvery,
-				wall.Round(time.Millisecond), server.Round(time.Millisecond), requests, (wall - server).Round(time.Millisecond))
+			fmt.Printf("--- %s: %d nodes, %d pods: plan %s (runs %s), of which the API server %s over %.0f requests, the CLI %s\n",
+				b.Name(), nodeCount, nodeCount*(2+otherPodsPerNode)+nodeCount/fullEvery, wall.Round(time.Millisecond), rounded(walls),
+				server.Round(time.Millisecond), requests, (wall - server).Round(time.Millisecond))
 			b.ReportMetric(wall.Seconds(), "median-s")
 			b.ReportMetric(server.Seconds(), "apiserver-s")
 			b.ReportMetric((wall - server).Seconds(), "cli-s")
@@ -305,6 +306,14 @@ func readDurations(ctx context.Context, b *testing.B, c kubernetes.Interface) du
 
 func (d durations) since(before durations) (time.Duration, float64) {
 	return time.Duration((d.seconds - before.seconds) * float64(time.Second)), d.count - before.count
+}
+
+func rounded(ds []time.Duration) string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(10 * time.Millisecond).String()
+	}
+	return strings.Join(out, ", ")
 }
 
 func median(ds []time.Duration) time.Duration {
