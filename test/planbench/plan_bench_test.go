@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,9 +74,10 @@ spec:
 // BenchmarkPlan times `daemonguard rollout plan -f FILE -o json` through the CLI's cobra command,
 // in this process, on 1,000 kwok nodes with daemonguard's webhooks registered: the plan of an
 // image change of a RollingUpdate DaemonSet, and of a managed one. Each sub-benchmark reports the
-// median wall time of its runs and the median time the API server spent on the plan's reads
-// (apiserver_request_duration_seconds of its LIST and GET requests); the rest is the CLI's own
-// work: decoding, admission, the plan, the rendering. Run it with a fixed count:
+// median wall time of its runs, the median time the API server spent on the plan's reads
+// (apiserver_request_duration_seconds of its LIST and GET requests; the rest is the CLI's own
+// work: decoding, admission, the plan, the rendering) and the median CPU time of this process
+// during a run. Run it with a fixed count:
 //
 //	go test -run '^$' -bench Plan -benchtime 5x -timeout 30m ./test/planbench/
 func BenchmarkPlan(b *testing.B) {
@@ -105,24 +107,26 @@ func BenchmarkPlan(b *testing.B) {
 			if err := os.WriteFile(file, []byte(daemonSet(tc.ds, "agent:2", tc.managed)), 0o600); err != nil {
 				b.Fatal(err)
 			}
-			var walls, api []time.Duration
+			var walls, api, cpus []time.Duration
 			var requests float64
 			for range b.N {
 				before := readDurations(ctx, b, c.Client)
-				start := time.Now()
+				start, startCPU := time.Now(), processCPU(b)
 				out := plan(ctx, b, c.KubeconfigPath, file)
 				walls = append(walls, time.Since(start))
+				cpus = append(cpus, processCPU(b)-startCPU)
 				spent, n := readDurations(ctx, b, c.Client).since(before)
 				api, requests = append(api, spent), n
 				check(b, out, tc.managed)
 			}
-			wall, server := median(walls), median(api)
-			fmt.Printf("--- %s: %d nodes, %d pods: plan %s (runs %s), of which the API server %s over %.0f requests, the CLI %s\n",
+			wall, server, cpu := median(walls), median(api), median(cpus)
+			fmt.Printf("--- %s: %d nodes, %d pods: plan %s (runs %s), of which the API server %s over %.0f requests, the CLI %s; CPU of this process %s\n",
 				b.Name(), nodeCount, nodeCount*(2+otherPodsPerNode)+nodeCount/fullEvery, wall.Round(time.Millisecond), rounded(walls),
-				server.Round(time.Millisecond), requests, (wall - server).Round(time.Millisecond))
+				server.Round(time.Millisecond), requests, (wall - server).Round(time.Millisecond), cpu.Round(time.Millisecond))
 			b.ReportMetric(wall.Seconds(), "median-s")
 			b.ReportMetric(server.Seconds(), "apiserver-s")
 			b.ReportMetric((wall - server).Seconds(), "cli-s")
+			b.ReportMetric(cpu.Seconds(), "cpu-s")
 		})
 	}
 }
@@ -306,6 +310,17 @@ func readDurations(ctx context.Context, b *testing.B, c kubernetes.Interface) du
 
 func (d durations) since(before durations) (time.Duration, float64) {
 	return time.Duration((d.seconds - before.seconds) * float64(time.Second)), d.count - before.count
+}
+
+// processCPU is this process's user and system CPU time so far. The plan runs in this process, so
+// the difference over a run is its CPU (the idle webhook server beside it adds little), which holds
+// still when other work on the machine slows the wall time.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func rounded(ds []time.Duration) string {
