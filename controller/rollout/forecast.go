@@ -82,6 +82,12 @@ const forecastRevision = "new"
 //     a timed pause ends, a deadline passes. So the forecast ends after a bounded number of
 //     planner runs (each either deletes, advances a step or waits for one of those moments).
 func ForecastRollout(in ForecastInput) (Forecast, error) {
+	return forecast(in, false)
+}
+
+// forecast is ForecastRollout; replanAlways (a test seam) plans again at the same moment after
+// every write, Ready replacements or not, which must not change the forecast.
+func forecast(in ForecastInput, replanAlways bool) (Forecast, error) {
 	settings, err := rolloutapi.ParseSettings(in.DaemonSet.Annotations)
 	if err != nil {
 		return Forecast{}, err
@@ -142,7 +148,13 @@ func ForecastRollout(in ForecastInput) (Forecast, error) {
 			w.Nodes = uniqueSorted(w.Nodes)
 			out.Waves = append(out.Waves, w)
 		}
-		if created := sim.createMissing(pin.Nodes, facts.Now); created || len(plan.Delete) > 0 {
+		// A plan counts its own deletions against the budget and the step as the pods that
+		// replace them would count, and moves steps only on available pods and on time. So the
+		// planner, run again at this moment on replacements not yet Ready, deletes nothing more
+		// and moves no step: only pods Ready at once (ReadyAfter zero) call for a second run now.
+		// With one node at a time this halves the runs: on 1,000 nodes 2,000 became 1,000.
+		created := sim.createMissing(pin.Nodes, facts.Now)
+		if (created || len(plan.Delete) > 0) && (in.ReadyAfter == 0 || replanAlways) {
 			continue // plan again at the same moment, on the pods as they are now
 		}
 		next, ok := sim.nextChange(facts.Now, plan.RequeueAfter)
