@@ -81,6 +81,7 @@ spec:
 //
 //	go test -run '^$' -bench Plan -benchtime 5x -timeout 30m ./test/planbench/
 func BenchmarkPlan(b *testing.B) {
+	localcluster.NeedCluster(b) // -short runs the benchmarks that need no cluster
 	ctx := context.Background()
 	c, err := localcluster.Start(ctx, localcluster.Config{Nodes: localcluster.WorkerNodes("node", nodeCount), StartTimeout: 15 * time.Minute})
 	if err != nil {
