@@ -1,8 +1,9 @@
 // Package test holds daemonguard's test bench apart from the product: the local control plane
 // (localcluster), the harness that runs daemonguard's components against it, the webhook
 // registration and readiness probes they share (webhookreg), the demo, the admission load
-// generator (loadgen), the API server benchmark (apibench) and the 1,000-node rollout benchmark
-// (rolloutbench). This file checks that the shipped binaries link none of it.
+// generator (loadgen), the API server benchmark (apibench), the 1,000-node rollout benchmark
+// (rolloutbench) and the benchmark of `rollout plan` (planbench). This file checks that the
+// shipped binaries link none of it.
 package test
 
 import (

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -191,7 +192,13 @@ func (p *planner) classifyNodes() ([]nodeView, []string) {
 	available := func(pod *PodState) bool {
 		return pod.Ready && !pod.Terminating && !p.in.Now.Before(pod.ReadySince.Add(minReady))
 	}
-	var views []nodeView
+	views := make([]nodeView, 0, len(p.in.Nodes))
+	pods := 0
+	for i := range p.in.Nodes {
+		pods += len(p.in.Nodes[i].Pods)
+	}
+	// Every node's old pods are a window of one array, not an array each.
+	old := make([]*PodState, 0, pods)
 	var skipped []string
 	for i := range p.in.Nodes {
 		n := &p.in.Nodes[i]
@@ -200,6 +207,7 @@ func (p *planner) classifyNodes() ([]nodeView, []string) {
 			continue
 		}
 		v := nodeView{node: n}
+		first := len(old)
 		stuck := len(n.Pods) > 0
 		for j := range n.Pods {
 			pod := &n.Pods[j]
@@ -219,8 +227,11 @@ func (p *planner) classifyNodes() ([]nodeView, []string) {
 				v.newAvail = available(pod)
 				v.newFailure = pod.Failure
 			} else {
-				v.oldPods = append(v.oldPods, pod)
+				old = append(old, pod)
 			}
+		}
+		if len(old) > first {
+			v.oldPods = old[first:len(old):len(old)]
 		}
 		if stuck {
 			skipped = append(skipped, n.Name+": pod stuck terminating")
@@ -228,7 +239,7 @@ func (p *planner) classifyNodes() ([]nodeView, []string) {
 		}
 		views = append(views, v)
 	}
-	sort.Slice(views, func(i, j int) bool { return rolloutOrder(views[i].node, views[j].node) })
+	slices.SortFunc(views, func(a, b nodeView) int { return rolloutCompare(a.node, b.node) })
 	sort.Strings(skipped)
 	return views, skipped
 }
@@ -357,9 +368,10 @@ func (p *planner) deadlinePassed() (Plan, bool) {
 func (p *planner) replace() Plan {
 	s := p.in.Settings
 	unavailable := p.plan.Unavailable
-	var candidates []nodeView
+	var candidates []*nodeView // into p.views: a copy of each took a fifth of a forecast's allocations
 	domain := currentDomain(p.views, s.TopologyKey != "")
-	for _, v := range p.views {
+	for i := range p.views {
+		v := &p.views[i]
 		if len(v.oldPods) == 0 || v.newPod != nil {
 			continue
 		}
@@ -372,17 +384,17 @@ func (p *planner) replace() Plan {
 		}
 	}
 	target := s.Steps[p.status.Step.Index].Target(p.plan.Desired)
+	const nextShown = 5
 	var next []string
 	for _, v := range candidates {
 		if unavailable >= p.plan.Budget || p.touched >= target {
-			next = append(next, v.node.Name)
+			if len(next) < nextShown {
+				next = append(next, v.node.Name)
+			}
 			continue
 		}
 		p.deleteOld(v)
 		unavailable++
-	}
-	if len(next) > 5 {
-		next = next[:5]
 	}
 	p.status.NextNodes, p.status.NextReason = next, orderReason(s.TopologyKey, domain)
 	msg := fmt.Sprintf("step %s: %d of %d nodes updated, %d unavailable of budget %d", p.stepLabel(p.status.Step.Index), p.plan.Updated, p.plan.Desired, p.plan.Unavailable, p.plan.Budget)
@@ -396,7 +408,7 @@ func (p *planner) replace() Plan {
 }
 
 // deleteOld plans the deletion of every old pod of v's node, which then moves to the new revision.
-func (p *planner) deleteOld(v nodeView) {
+func (p *planner) deleteOld(v *nodeView) {
 	for _, pod := range v.oldPods {
 		p.plan.Delete = append(p.plan.Delete, PodRef{Name: pod.Name, UID: pod.UID, Node: v.node.Name})
 	}
@@ -444,16 +456,19 @@ func (p *planner) dsArg() string {
 	return fmt.Sprintf("ds/%s -n %s", p.in.Name, p.in.Namespace)
 }
 
-// rolloutOrder is deterministic and explainable: workers before control-plane nodes, then by
-// topology domain, then by name.
-func rolloutOrder(a, b *NodeState) bool {
+// rolloutCompare is the rollout order, deterministic and explainable: workers before
+// control-plane nodes, then by topology domain, then by name.
+func rolloutCompare(a, b *NodeState) int {
 	if a.ControlPlane != b.ControlPlane {
-		return !a.ControlPlane
+		if a.ControlPlane {
+			return 1
+		}
+		return -1
 	}
-	if a.Domain != b.Domain {
-		return a.Domain < b.Domain
+	if c := strings.Compare(a.Domain, b.Domain); c != 0 {
+		return c
 	}
-	return a.Name < b.Name
+	return strings.Compare(a.Name, b.Name)
 }
 
 // currentDomain is the first domain, in rollout order, that still has nodes to update: one

@@ -332,6 +332,10 @@ func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterVi
 		live = nil
 	case err != nil:
 		return rep, fmt.Errorf("get daemonset %s/%s: %w", ns, d.Name, err)
+	default:
+		// The typed client drops the kind; the API server's review, the merge and the diff all
+		// see the object whole.
+		live.TypeMeta = metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "DaemonSet"}
 	}
 	review := webhook.Review{Operation: policy.OpCreate, Namespace: ns, Object: raw}
 	before := raw
