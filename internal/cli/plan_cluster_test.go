@@ -1,0 +1,617 @@
+package cli_test
+
+// A differential test of `daemonguard rollout plan`: on the local cluster (the real DaemonSet
+// controller and scheduler, kwok nodes, daemonguard's webhook registered as the cluster runs it),
+// each change to a DaemonSet is planned, then applied with kubectl apply, and once the controller
+// and the scheduler have settled every node's real outcome is compared with the plan's:
+// gains / loses / replaced / unchanged, a new pod left Pending as unschedulable, and the pods
+// preempted for it, by name. The real components are the reference.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/cli"
+	"github.com/daemonguard/daemonguard/internal/preflight"
+	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
+	"github.com/daemonguard/daemonguard/webhook"
+)
+
+// The priority classes of the other pods and of one DaemonSet change. The daemon pods otherwise
+// get system-node-critical (2000001000), injected by the webhook.
+const (
+	classLow    = "plan-low"    // 100
+	classLower  = "plan-lower"  // 50
+	classLowest = "plan-lowest" // 40: below every other pod's, the daemon pod cannot preempt
+)
+
+// planNodes is the topology: a tainted control-plane node, three zones, a node with a taint the
+// DaemonSet does not tolerate, a full node, a node crowded by lower-priority pods and a node whose
+// host port 9100 is held.
+func planNodes() []localcluster.Node {
+	room := func(cpu string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("4Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	}
+	zone := func(z string, more ...string) map[string]string {
+		l := map[string]string{localcluster.ZoneLabel: z}
+		for i := 0; i+1 < len(more); i += 2 {
+			l[more[i]] = more[i+1]
+		}
+		return l
+	}
+	return []localcluster.Node{
+		localcluster.ControlPlaneNode("control-plane-0"),
+		{Name: "worker-0", Labels: zone("zone-a", "tier", "web")},
+		{Name: "worker-1", Labels: zone("zone-b", "tier", "web")},
+		{Name: "worker-2", Labels: zone("zone-c")},
+		{Name: "dedicated-0", Labels: zone("zone-b"), Taints: []corev1.Taint{{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoSchedule}}},
+		{Name: "full-0", Labels: zone("zone-c"), Allocatable: room("1")},
+		{Name: "crowded-0", Labels: zone("zone-a"), Allocatable: room("2")},
+		{Name: "ports-0", Labels: zone("zone-b")},
+	}
+}
+
+// fixturePods are the other pods on the nodes, bound by name. The filler has the daemon pods'
+// injected priority, so it is never preempted and full-0 has 100m of CPU left; crowded-0 has
+// 200m left, held by two lower-priority pods of different priorities (so the victim the
+// scheduler picks does not hang on start times); the port holder and the bystander have a lower
+// priority than the daemon pods.
+func fixturePods() []*corev1.Pod {
+	pod := func(name, node, class, cpu string, hostPort int32) *corev1.Pod {
+		c := corev1.Container{Name: "app", Image: "app:1"}
+		if cpu != "" {
+			c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+		}
+		if hostPort != 0 {
+			c.Ports = []corev1.ContainerPort{{ContainerPort: hostPort, HostPort: hostPort}}
+		}
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"role": "fixture"}},
+			Spec:       corev1.PodSpec{NodeName: node, PriorityClassName: class, Containers: []corev1.Container{c}},
+		}
+	}
+	return []*corev1.Pod{
+		pod("filler", "full-0", "system-node-critical", "900m", 0),
+		pod("low-a", "crowded-0", classLow, "900m", 0),
+		pod("low-b", "crowded-0", classLower, "900m", 0),
+		pod("port-holder", "ports-0", classLow, "", 9100),
+		pod("bystander", "worker-2", classLower, "100m", 0),
+	}
+}
+
+// agent is the seeded DaemonSet. maxUnavailable 100% (allowed by the policy ConfigMap the test
+// installs) replaces every node at once, so a new pod that stays Pending does not hold the
+// rolling update back from the other nodes.
+const agent = `apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: agent
+spec:
+  selector:
+    matchLabels: {app: agent}
+  updateStrategy:
+    type: RollingUpdate
+    rollingUpdate: {maxUnavailable: "100%"}
+  template:
+    metadata:
+      labels: {app: agent}
+    spec:
+      containers:
+      - name: agent
+        image: agent:1
+        resources:
+          requests: {cpu: 50m, memory: 32Mi}
+`
+
+// withSpec appends fields to agent's pod template spec.
+func withSpec(lines string) string { return agent + lines }
+
+// replace is agent with old replaced by new (which must occur once).
+func replace(old, new string) string {
+	if strings.Count(agent, old) != 1 {
+		panic(fmt.Sprintf("%q occurs %d times in the agent manifest", old, strings.Count(agent, old)))
+	}
+	return strings.Replace(agent, old, new, 1)
+}
+
+// TestPlanMatchesTheCluster runs the differential test. One cluster serves every subtest; each
+// works in a namespace of its own with fresh fixture pods, and deletes them before the next starts.
+func TestPlanMatchesTheCluster(t *testing.T) {
+	localcluster.NeedCluster(t)
+	started := time.Now()
+	c := startPlanCluster(t)
+	t.Logf("cluster, webhook and policies ready in %s", time.Since(started).Round(time.Millisecond))
+
+	changes := map[string]struct {
+		seed   string // applied and settled first; "" when the change creates the DaemonSet
+		change string
+	}{
+		"a create: the injected toleration adds the control plane, the injected priority preempts": {
+			change: replace("cpu: 50m", "cpu: 300m"),
+		},
+		"a new toleration lets the pod onto the dedicated node": {
+			seed: agent, change: withSpec("      tolerations:\n      - {key: dedicated, operator: Equal, value: infra, effect: NoSchedule}\n"),
+		},
+		"a new node selector takes the pod off the nodes without the label": {
+			seed: agent, change: withSpec("      nodeSelector: {tier: web}\n"),
+		},
+		"an image change replaces every pod": {
+			seed: agent, change: replace("image: agent:1", "image: agent:2"),
+		},
+		"a label on the DaemonSet only: no new revision, no pod touched": {
+			seed: agent, change: replace("  name: agent\n", "  name: agent\n  labels: {team: infra}\n"),
+		},
+		"a priority class below the other pods: bigger pods cannot preempt and stay Pending": {
+			seed: agent, change: strings.Replace(withSpec("      priorityClassName: "+classLowest+"\n"), "cpu: 50m", "cpu: 500m", 1),
+		},
+		"a host port held by a lower-priority pod: the holder is preempted": {
+			seed: agent, change: replace("        image: agent:1\n", "        image: agent:1\n        ports:\n        - {containerPort: 9100, hostPort: 9100}\n"),
+		},
+		"bigger requests: the lowest-priority pod is preempted, the full node leaves the pod Pending": {
+			seed: agent, change: replace("cpu: 50m", "cpu: 500m"),
+		},
+	}
+	names := make([]string, 0, len(changes))
+	for name := range changes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		tc := changes[name]
+		t.Run(name, func(t *testing.T) {
+			subStart := time.Now()
+			ns := fmt.Sprintf("plan-%d", i)
+			c.freshNamespace(t, ns)
+			c.createFixtures(t, ns)
+			if tc.seed != "" {
+				c.kubectl(t, tc.seed, "apply", "-n", ns, "-f", "-")
+				c.waitSettled(t, ns, "agent")
+			}
+			before := c.snapshot(t, ns)
+
+			file := filepath.Join(t.TempDir(), "agent.yaml")
+			if err := os.WriteFile(file, []byte(tc.change), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			report := c.plan(t, c.cluster.KubeconfigPath, ns, file)
+
+			c.kubectl(t, "", "apply", "-n", ns, "-f", file)
+			c.waitSettled(t, ns, "agent")
+			got := c.outcomes(t, ns, before)
+			want := planned(t, report)
+			compareOutcomes(t, want, got)
+			t.Logf("planned, applied and compared in %s", time.Since(subStart).Round(time.Millisecond))
+		})
+	}
+
+	t.Logf("TestPlanMatchesTheCluster took %s", time.Since(started).Round(time.Millisecond))
+}
+
+// planCluster is the cluster of the differential test.
+type planCluster struct {
+	cluster *localcluster.Cluster
+}
+
+// startPlanCluster starts the cluster with planNodes, daemonguard's webhook registered with it,
+// the priority classes and a policy ConfigMap that allows maxUnavailable 100%.
+func startPlanCluster(t *testing.T) *planCluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	lc, err := localcluster.Start(ctx, localcluster.Config{Nodes: planNodes(), Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			lc.StopKeepLogs()
+			t.Logf("component logs kept in %s/logs", lc.Dir)
+			return
+		}
+		lc.Stop()
+	})
+	c := &planCluster{cluster: lc}
+	for name, value := range map[string]int32{classLow: 100, classLower: 50, classLowest: 40} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+		if _, err := lc.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := harness.StartWebhook(ctx, lc, harness.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	policy := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "plan-budget", Namespace: harness.WebhookNamespace, Labels: map[string]string{webhook.PolicyConfigMapLabel: "true"}},
+		Data:       map[string]string{"parameters.yaml": "policies:\n  rolling_update_budget:\n    default: {maxUnavailablePercent: 100}\n"},
+	}
+	if _, err := lc.Client.CoreV1().ConfigMaps(harness.WebhookNamespace).Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The webhook compiles the ConfigMap in the background: wait until it admits the agent.
+	var probe appsv1.DaemonSet
+	if err := yaml.Unmarshal([]byte(agent), &probe); err != nil {
+		t.Fatal(err)
+	}
+	lc.WaitFor(t, time.Minute, "the webhook admits maxUnavailable 100%", func(ctx context.Context) (bool, string) {
+		_, err := lc.Client.AppsV1().DaemonSets(metav1.NamespaceDefault).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	return c
+}
+
+func (c *planCluster) kubectl(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	out, errOut, err := c.cluster.Kubectl(context.Background(), stdin, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+	}
+	return out
+}
+
+// freshNamespace creates ns and, when the test ends, deletes it and waits until its pods are
+// gone, so the next subtest's scheduler sees none of them.
+func (c *planCluster) freshNamespace(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.cluster.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.cluster.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+			return
+		}
+		c.cluster.WaitFor(t, 2*time.Minute, "the pods of namespace "+ns+" gone", func(ctx context.Context) (bool, string) {
+			pods, err := c.cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(pods.Items) == 0, fmt.Sprintf("%d pods left", len(pods.Items))
+		})
+	})
+}
+
+// createFixtures creates fixturePods in ns and waits until kwok runs them.
+func (c *planCluster) createFixtures(t *testing.T, ns string) {
+	t.Helper()
+	pods := c.cluster.Client.CoreV1().Pods(ns)
+	for _, p := range fixturePods() {
+		if _, err := pods.Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create fixture pod %s: %v", p.Name, err)
+		}
+	}
+	c.cluster.WaitFor(t, time.Minute, "fixture pods ready", func(ctx context.Context) (bool, string) {
+		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "role=fixture"})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for i := range list.Items {
+			if podReady(&list.Items[i]) {
+				ready++
+			}
+		}
+		return ready == len(fixturePods()), fmt.Sprintf("%d of %d ready", ready, len(fixturePods()))
+	})
+}
+
+// waitSettled waits until the DaemonSet controller and the scheduler are done with the
+// DaemonSet's current generation: the controller observed it and counts every node it wants a
+// pod on; every pod is of the newest revision, none is terminating; each is Ready, or Pending
+// with the scheduler's verdict Unschedulable and no node nominated (a pod with a nominated node
+// waits for the victims of its preemption); and no pod of the namespace is terminating.
+func (c *planCluster) waitSettled(t *testing.T, ns, name string) {
+	t.Helper()
+	c.cluster.WaitFor(t, 2*time.Minute, "DaemonSet "+ns+"/"+name+" settled", func(ctx context.Context) (bool, string) {
+		client := c.cluster.Client
+		ds, err := client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s := ds.Status
+		if s.ObservedGeneration < ds.Generation {
+			return false, fmt.Sprintf("observed generation %d of %d", s.ObservedGeneration, ds.Generation)
+		}
+		if s.CurrentNumberScheduled != s.DesiredNumberScheduled || s.UpdatedNumberScheduled != s.DesiredNumberScheduled || s.NumberMisscheduled != 0 {
+			return false, fmt.Sprintf("status %+v", s)
+		}
+		hash, err := newestHash(ctx, c, ds)
+		if err != nil {
+			return false, err.Error()
+		}
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		daemonPods := 0
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.DeletionTimestamp != nil {
+				return false, "pod " + p.Name + " terminating"
+			}
+			if !ownedBy(p, ds) {
+				continue
+			}
+			daemonPods++
+			switch {
+			case p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] != hash:
+				return false, "pod " + p.Name + " of an old revision"
+			case podReady(p):
+			case unschedulable(p) && p.Status.NominatedNodeName == "":
+			default:
+				return false, fmt.Sprintf("pod %s %s (nominated node %q)", p.Name, p.Status.Phase, p.Status.NominatedNodeName)
+			}
+		}
+		if int32(daemonPods) != s.DesiredNumberScheduled {
+			return false, fmt.Sprintf("%d pods, %d desired", daemonPods, s.DesiredNumberScheduled)
+		}
+		return true, ""
+	})
+}
+
+// newestHash is the controller-revision-hash of the DaemonSet's newest ControllerRevision.
+func newestHash(ctx context.Context, c *planCluster, ds *appsv1.DaemonSet) (string, error) {
+	revs, err := c.cluster.Client.AppsV1().ControllerRevisions(ds.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	var newest *appsv1.ControllerRevision
+	for i := range revs.Items {
+		r := &revs.Items[i]
+		if ref := metav1.GetControllerOf(r); ref != nil && ref.UID == ds.UID && (newest == nil || r.Revision > newest.Revision) {
+			newest = r
+		}
+	}
+	if newest == nil {
+		return "", fmt.Errorf("no ControllerRevision of %s yet", ds.Name)
+	}
+	return newest.Labels[appsv1.DefaultDaemonSetUniqueLabelKey], nil
+}
+
+// state is what a namespace runs, node by node.
+type state struct {
+	daemonPods map[string]*corev1.Pod // by node
+	fixtures   map[string]string      // fixture pod name -> node
+}
+
+// snapshot reads the DaemonSet's pods (none when it does not exist) and the fixture pods.
+func (c *planCluster) snapshot(t *testing.T, ns string) state {
+	t.Helper()
+	ctx := context.Background()
+	s := state{daemonPods: map[string]*corev1.Pod{}, fixtures: map[string]string{}}
+	ds, err := c.cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, "agent", metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		ds = nil
+	case err != nil:
+		t.Fatal(err)
+	}
+	pods, err := c.cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		switch {
+		case ds != nil && ownedBy(p, ds):
+			node := podNode(p)
+			if other, ok := s.daemonPods[node]; ok {
+				t.Fatalf("node %s runs two daemon pods, %s and %s", node, other.Name, p.Name)
+			}
+			s.daemonPods[node] = p
+		case p.Labels["role"] == "fixture":
+			s.fixtures[p.Name] = p.Spec.NodeName
+		}
+	}
+	return s
+}
+
+// outcome is what happened to one node.
+type outcome struct {
+	Change    preflight.Change
+	NotFit    bool     // the new pod stays Pending, unschedulable
+	Preempted []string // pods evicted for the new pod, sorted
+}
+
+func (o outcome) String() string {
+	s := string(o.Change)
+	if o.NotFit {
+		s += ", not fit"
+	}
+	if len(o.Preempted) > 0 {
+		s += ", preempts " + strings.Join(o.Preempted, " ")
+	}
+	return s
+}
+
+// outcomes is what the controller and the scheduler did to every node, from the state before
+// the apply and the state now.
+func (c *planCluster) outcomes(t *testing.T, ns string, before state) map[string]outcome {
+	t.Helper()
+	after := c.snapshot(t, ns)
+	nodes, err := c.cluster.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]outcome{}
+	for _, n := range nodes.Items {
+		old, now := before.daemonPods[n.Name], after.daemonPods[n.Name]
+		var o outcome
+		switch {
+		case old == nil && now == nil:
+			o.Change = preflight.None
+		case old == nil:
+			o.Change = preflight.Gains
+		case now == nil:
+			o.Change = preflight.Loses
+		case old.UID == now.UID:
+			o.Change = preflight.Unchanged
+		default:
+			o.Change = preflight.Replaced
+		}
+		o.NotFit = (o.Change == preflight.Gains || o.Change == preflight.Replaced) && unschedulable(now)
+		for name, node := range before.fixtures {
+			if _, still := after.fixtures[name]; !still && node == n.Name {
+				o.Preempted = append(o.Preempted, ns+"/"+name)
+			}
+		}
+		sort.Strings(o.Preempted)
+		out[n.Name] = o
+	}
+	return out
+}
+
+// planned is the plan's outcome for every node.
+func planned(t *testing.T, r cli.PlanReport) map[string]outcome {
+	t.Helper()
+	out := map[string]outcome{}
+	for _, n := range r.Plan.Nodes {
+		o := outcome{Change: n.Change}
+		if n.Fit != nil {
+			o.NotFit = !n.Fit.Schedulable
+			for _, v := range n.Fit.Preempts {
+				o.Preempted = append(o.Preempted, v.Namespace+"/"+v.Name)
+			}
+			sort.Strings(o.Preempted)
+		}
+		out[n.Node] = o
+	}
+	return out
+}
+
+func compareOutcomes(t *testing.T, plan, real map[string]outcome) {
+	t.Helper()
+	var nodes []string
+	for n := range real {
+		nodes = append(nodes, n)
+	}
+	for n := range plan {
+		if _, ok := real[n]; !ok {
+			nodes = append(nodes, n)
+		}
+	}
+	sort.Strings(nodes)
+	var table strings.Builder
+	mismatch := false
+	for _, n := range nodes {
+		p, pok := plan[n]
+		r, rok := real[n]
+		mark := "  "
+		if !pok || !rok || p.String() != r.String() {
+			mark, mismatch = "✗ ", true
+		}
+		fmt.Fprintf(&table, "%s%-16s plan: %-40s real: %s\n", mark, n, p, r)
+	}
+	if mismatch {
+		t.Errorf("the plan and the cluster disagree:\n%s", table.String())
+		return
+	}
+	t.Logf("every node as planned:\n%s", table.String())
+}
+
+// plan runs `daemonguard rollout plan -f file -o json` with kubeconfig, in namespace ns, and
+// returns the one DaemonSet's report; it fails the test unless the plan was made.
+func (c *planCluster) plan(t *testing.T, kubeconfig, ns, file string) cli.PlanReport {
+	t.Helper()
+	out, err := runPlan(kubeconfig, ns, file)
+	if code := cli.ExitCode(err); code != 0 && code != 3 {
+		t.Fatalf("rollout plan: %v (exit code %d)\n%s", err, code, out)
+	}
+	var doc struct {
+		Items    []cli.PlanReport `json:"items"`
+		ExitCode int              `json:"exitCode"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("decode the plan: %v\n%s", err, out)
+	}
+	if len(doc.Items) != 1 || doc.Items[0].Plan == nil {
+		t.Fatalf("want one planned DaemonSet, got:\n%s", out)
+	}
+	r := doc.Items[0]
+	if doc.ExitCode != cli.ExitCode(err) {
+		t.Errorf("exitCode %d in the JSON, the command exits %d", doc.ExitCode, cli.ExitCode(err))
+	}
+	if r.Admission.Injection != "webhook" || !r.Admission.Allowed {
+		t.Errorf("admission %+v, want the webhook's injection, allowed", r.Admission)
+	}
+	trouble := r.Plan.Summary.NotFit > 0 || r.Plan.Summary.Preempting > 0
+	if want := map[bool]int{false: 0, true: 3}[trouble]; doc.ExitCode != want {
+		t.Errorf("exit code %d, want %d (summary %+v)", doc.ExitCode, want, r.Plan.Summary)
+	}
+	return r
+}
+
+// runPlan runs the command as main does and returns its stdout.
+func runPlan(kubeconfig, ns, file string) (string, error) {
+	cmd := cli.New()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs([]string{"rollout", "plan", "-f", file, "-o", "json", "--kubeconfig", kubeconfig, "-n", ns,
+		// The harness registers the webhook by URL: no Service names its namespace.
+		"--daemonguard-namespace", harness.WebhookNamespace})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+func ownedBy(p *corev1.Pod, ds *appsv1.DaemonSet) bool {
+	ref := metav1.GetControllerOf(p)
+	return ref != nil && ref.UID == ds.UID
+}
+
+// podNode is the node a pod is bound to, or for a daemon pod not yet bound the node the DaemonSet
+// controller pinned it to.
+func podNode(p *corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return p.Spec.NodeName
+	}
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			for _, f := range term.MatchFields {
+				if f.Key == "metadata.name" && len(f.Values) == 1 {
+					return f.Values[0]
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func podReady(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+	})
+}
+
+// unschedulable says the scheduler tried the pod and found no place for it.
+func unschedulable(p *corev1.Pod) bool {
+	return p.Spec.NodeName == "" && slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+	})
+}
