@@ -133,8 +133,9 @@ func replace(old, new string) string {
 	return strings.Replace(agent, old, new, 1)
 }
 
-// TestPlanMatchesTheCluster runs the differential test. One cluster serves every subtest; each
-// works in a namespace of its own with fresh fixture pods, and deletes them before the next starts.
+// TestPlanMatchesTheCluster runs the differential test, and the plan as a read-only identity
+// bound to the chart's pre-flight roles. One cluster serves every subtest; each works in a
+// namespace of its own with fresh fixture pods, and deletes them before the next starts.
 func TestPlanMatchesTheCluster(t *testing.T) {
 	localcluster.NeedCluster(t)
 	started := time.Now()
@@ -203,6 +204,9 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 		})
 	}
 
+	t.Run("a read-only identity bound to the chart's pre-flight roles", func(t *testing.T) {
+		c.testReadOnlyIdentity(t)
+	})
 	t.Logf("TestPlanMatchesTheCluster took %s", time.Since(started).Round(time.Millisecond))
 }
 
