@@ -42,14 +42,20 @@ const (
 	classLow    = "plan-low"    // 100
 	classLower  = "plan-lower"  // 50
 	classLowest = "plan-lowest" // 40: below every other pod's, the daemon pod cannot preempt
+	// classNever is above every other pod's but may not preempt (preemptionPolicy Never).
+	classNever = "plan-never" // 1000000
 )
 
 // planNodes is the topology: a tainted control-plane node, three zones, a node with a taint the
-// DaemonSet does not tolerate, a full node, a node crowded by lower-priority pods and a node whose
-// host port 9100 is held.
+// DaemonSet does not tolerate, a full node, a node crowded by lower-priority pods, a node whose
+// host port 9100 is held, and a node with room for one pod only.
 func planNodes() []localcluster.Node {
-	room := func(cpu string) corev1.ResourceList {
-		return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("4Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	room := func(cpu string, pods ...string) corev1.ResourceList {
+		l := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("4Gi"), corev1.ResourcePods: resource.MustParse("110")}
+		for _, p := range pods {
+			l[corev1.ResourcePods] = resource.MustParse(p)
+		}
+		return l
 	}
 	zone := func(z string, more ...string) map[string]string {
 		l := map[string]string{localcluster.ZoneLabel: z}
@@ -67,14 +73,15 @@ func planNodes() []localcluster.Node {
 		{Name: "full-0", Labels: zone("zone-c"), Allocatable: room("1")},
 		{Name: "crowded-0", Labels: zone("zone-a"), Allocatable: room("2")},
 		{Name: "ports-0", Labels: zone("zone-b")},
+		{Name: "tiny-0", Labels: zone("zone-c"), Allocatable: room("4", "1")},
 	}
 }
 
 // fixturePods are the other pods on the nodes, bound by name. The filler has the daemon pods'
 // injected priority, so it is never preempted and full-0 has 100m of CPU left; crowded-0 has
 // 200m left, held by two lower-priority pods of different priorities (so the victim the
-// scheduler picks does not hang on start times); the port holder and the bystander have a lower
-// priority than the daemon pods.
+// scheduler picks does not hang on start times); the port holder (9100), the bystander and
+// tiny-0's only pod have a lower priority than the daemon pods, the port keeper (9101) the same.
 func fixturePods() []*corev1.Pod {
 	pod := func(name, node, class, cpu string, hostPort int32) *corev1.Pod {
 		c := corev1.Container{Name: "app", Image: "app:1"}
@@ -94,7 +101,9 @@ func fixturePods() []*corev1.Pod {
 		pod("low-a", "crowded-0", classLow, "900m", 0),
 		pod("low-b", "crowded-0", classLower, "900m", 0),
 		pod("port-holder", "ports-0", classLow, "", 9100),
+		pod("port-keeper", "worker-1", "system-node-critical", "", 9101),
 		pod("bystander", "worker-2", classLower, "100m", 0),
+		pod("tiny-low", "tiny-0", classLow, "", 0),
 	}
 }
 
@@ -126,12 +135,24 @@ spec:
 func withSpec(lines string) string { return agent + lines }
 
 // replace is agent with old replaced by new (which must occur once).
-func replace(old, new string) string {
-	if strings.Count(agent, old) != 1 {
-		panic(fmt.Sprintf("%q occurs %d times in the agent manifest", old, strings.Count(agent, old)))
+func replace(old, new string) string { return edit(agent, old, new) }
+
+// edit is manifest with old replaced by new (which must occur once).
+func edit(manifest, old, new string) string {
+	if strings.Count(manifest, old) != 1 {
+		panic(fmt.Sprintf("%q occurs %d times in the manifest", old, strings.Count(manifest, old)))
 	}
-	return strings.Replace(agent, old, new, 1)
+	return strings.Replace(manifest, old, new, 1)
 }
+
+// Manifest edits the cases share.
+const (
+	onDelete    = "    type: OnDelete\n"
+	rolling     = "    type: RollingUpdate\n    rollingUpdate: {maxUnavailable: \"100%\"}\n"
+	toleration  = "      tolerations:\n      - {key: dedicated, operator: Equal, value: infra, effect: NoSchedule}\n"
+	image1      = "image: agent:1"
+	requests50m = "cpu: 50m"
+)
 
 // TestPlanMatchesTheCluster runs the differential test, and the plan as a read-only identity
 // bound to the chart's pre-flight roles. One cluster serves every subtest; each works in a
@@ -145,12 +166,35 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 	changes := map[string]struct {
 		seed   string // applied and settled first; "" when the change creates the DaemonSet
 		change string
+		// deleteOld deletes the pods of the old revision once the change has settled, as an
+		// OnDelete DaemonSet's owner does, and compares after that.
+		deleteOld bool
 	}{
 		"a create: the injected toleration adds the control plane, the injected priority preempts": {
 			change: replace("cpu: 50m", "cpu: 300m"),
 		},
 		"a new toleration lets the pod onto the dedicated node": {
-			seed: agent, change: withSpec("      tolerations:\n      - {key: dedicated, operator: Equal, value: infra, effect: NoSchedule}\n"),
+			seed: agent, change: withSpec(toleration),
+		},
+		"a toleration removed: the rolling update deletes the pod on the tainted node and creates none": {
+			seed: withSpec(toleration), change: agent,
+		},
+		"a required node affinity on zones": {
+			seed: agent, change: withSpec("      affinity:\n        nodeAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n" +
+				"            nodeSelectorTerms:\n            - matchExpressions:\n              - {key: topology.kubernetes.io/zone, operator: In, values: [zone-a, zone-b]}\n"),
+		},
+		"OnDelete: nothing is replaced until the old pods are deleted, then bigger pods preempt": {
+			seed: edit(agent, rolling, onDelete), change: edit(edit(withSpec(toleration), rolling, onDelete), requests50m, "cpu: 500m"), deleteOld: true,
+		},
+		"maxSurge: the old pod keeps its room until the new one is available": {
+			seed:   edit(agent, rolling, "    type: RollingUpdate\n    rollingUpdate: {maxUnavailable: 0, maxSurge: \"100%\"}\n"),
+			change: edit(edit(agent, rolling, "    type: RollingUpdate\n    rollingUpdate: {maxUnavailable: 0, maxSurge: \"100%\"}\n"), requests50m, "cpu: 180m"),
+		},
+		"limits without requests: the API server makes them the requests": {
+			seed: agent, change: replace("requests: {cpu: 50m, memory: 32Mi}", "limits: {cpu: 500m, memory: 64Mi}"),
+		},
+		"a priority class that may not preempt: bigger pods stay Pending": {
+			seed: agent, change: edit(withSpec("      priorityClassName: "+classNever+"\n"), requests50m, "cpu: 500m"),
 		},
 		"a new node selector takes the pod off the nodes without the label": {
 			seed: agent, change: withSpec("      nodeSelector: {tier: web}\n"),
@@ -164,8 +208,8 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 		"a priority class below the other pods: bigger pods cannot preempt and stay Pending": {
 			seed: agent, change: strings.Replace(withSpec("      priorityClassName: "+classLowest+"\n"), "cpu: 50m", "cpu: 500m", 1),
 		},
-		"a host port held by a lower-priority pod: the holder is preempted": {
-			seed: agent, change: replace("        image: agent:1\n", "        image: agent:1\n        ports:\n        - {containerPort: 9100, hostPort: 9100}\n"),
+		"host ports: a lower-priority holder is preempted, an equal one keeps the pod Pending": {
+			seed: agent, change: replace("        image: agent:1\n", "        image: agent:1\n        ports:\n        - {containerPort: 9100, hostPort: 9100}\n        - {containerPort: 9101, hostPort: 9101}\n"),
 		},
 		"bigger requests: the lowest-priority pod is preempted, the full node leaves the pod Pending": {
 			seed: agent, change: replace("cpu: 50m", "cpu: 500m"),
@@ -197,6 +241,10 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 
 			c.kubectl(t, "", "apply", "-n", ns, "-f", file)
 			c.waitSettled(t, ns, "agent")
+			if tc.deleteOld {
+				c.deleteOldPods(t, ns, "agent", before, report)
+				c.waitSettled(t, ns, "agent")
+			}
 			got := c.outcomes(t, ns, before)
 			want := planned(t, report)
 			compareOutcomes(t, want, got)
@@ -234,8 +282,12 @@ func startPlanCluster(t *testing.T) *planCluster {
 		lc.Stop()
 	})
 	c := &planCluster{cluster: lc}
-	for name, value := range map[string]int32{classLow: 100, classLower: 50, classLowest: 40} {
+	for name, value := range map[string]int32{classLow: 100, classLower: 50, classLowest: 40, classNever: 1000000} {
 		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+		if name == classNever {
+			never := corev1.PreemptNever
+			pc.PreemptionPolicy = &never
+		}
 		if _, err := lc.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -325,56 +377,83 @@ func (c *planCluster) createFixtures(t *testing.T, ns string) {
 
 // waitSettled waits until the DaemonSet controller and the scheduler are done with the
 // DaemonSet's current generation: the controller observed it and counts every node it wants a
-// pod on; every pod is of the newest revision, none is terminating; each is Ready, or Pending
-// with the scheduler's verdict Unschedulable and no node nominated (a pod with a nominated node
-// waits for the victims of its preemption); and no pod of the namespace is terminating.
+// pod on, with no pod on a node it does not want; nothing in the namespace is terminating; every
+// pod of the newest revision is Ready, or Pending with the scheduler's verdict Unschedulable and
+// no node nominated (a pod with a nominated node waits for the victims of its preemption); and a
+// pod of an older revision is left only where the controller leaves it: OnDelete, or a surge
+// whose new pod cannot be scheduled.
 func (c *planCluster) waitSettled(t *testing.T, ns, name string) {
 	t.Helper()
+	var last string // what the last complete check saw, not a request cut by the deadline
 	c.cluster.WaitFor(t, 2*time.Minute, "DaemonSet "+ns+"/"+name+" settled", func(ctx context.Context) (bool, string) {
-		client := c.cluster.Client
-		ds, err := client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
+		ok, why := c.settled(ctx, ns, name)
+		if ctx.Err() == nil {
+			last = why
 		}
-		s := ds.Status
-		if s.ObservedGeneration < ds.Generation {
-			return false, fmt.Sprintf("observed generation %d of %d", s.ObservedGeneration, ds.Generation)
+		return ok, last
+	})
+}
+
+// settled is waitSettled's check.
+func (c *planCluster) settled(ctx context.Context, ns, name string) (bool, string) {
+	client := c.cluster.Client
+	ds, err := client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	s := ds.Status
+	onDelete := ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
+	// updatedNumberScheduled is not waited for: it judges a node by its oldest pod, the old
+	// one where a surge's new pod cannot be scheduled.
+	switch {
+	case s.ObservedGeneration < ds.Generation:
+		return false, fmt.Sprintf("observed generation %d of %d", s.ObservedGeneration, ds.Generation)
+	case s.CurrentNumberScheduled != s.DesiredNumberScheduled || s.NumberMisscheduled != 0:
+		return false, fmt.Sprintf("status %+v", s)
+	}
+	hash, err := newestHash(ctx, c, ds)
+	if err != nil {
+		return false, err.Error()
+	}
+	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	byNode := map[string][]*corev1.Pod{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil {
+			return false, "pod " + p.Name + " terminating"
 		}
-		if s.CurrentNumberScheduled != s.DesiredNumberScheduled || s.UpdatedNumberScheduled != s.DesiredNumberScheduled || s.NumberMisscheduled != 0 {
-			return false, fmt.Sprintf("status %+v", s)
+		if ownedBy(p, ds) {
+			byNode[podNode(p)] = append(byNode[podNode(p)], p)
 		}
-		hash, err := newestHash(ctx, c, ds)
-		if err != nil {
-			return false, err.Error()
-		}
-		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		daemonPods := 0
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.DeletionTimestamp != nil {
-				return false, "pod " + p.Name + " terminating"
+	}
+	for node, onNode := range byNode {
+		var fresh, old []*corev1.Pod
+		for _, p := range onNode {
+			if p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] == hash {
+				fresh = append(fresh, p)
+			} else {
+				old = append(old, p)
 			}
-			if !ownedBy(p, ds) {
-				continue
-			}
-			daemonPods++
-			switch {
-			case p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] != hash:
-				return false, "pod " + p.Name + " of an old revision"
-			case podReady(p):
-			case unschedulable(p) && p.Status.NominatedNodeName == "":
-			default:
+		}
+		if len(fresh) > 1 || len(old) > 1 {
+			return false, fmt.Sprintf("node %s has %d new and %d old pods", node, len(fresh), len(old))
+		}
+		for _, p := range fresh {
+			if !podReady(p) && !(unschedulable(p) && p.Status.NominatedNodeName == "") {
 				return false, fmt.Sprintf("pod %s %s (nominated node %q)", p.Name, p.Status.Phase, p.Status.NominatedNodeName)
 			}
 		}
-		if int32(daemonPods) != s.DesiredNumberScheduled {
-			return false, fmt.Sprintf("%d pods, %d desired", daemonPods, s.DesiredNumberScheduled)
+		if len(old) > 0 && !onDelete && (len(fresh) == 0 || !unschedulable(fresh[0])) {
+			return false, "pod " + old[0].Name + " of an old revision on " + node
 		}
-		return true, ""
-	})
+	}
+	if int32(len(byNode)) != s.DesiredNumberScheduled {
+		return false, fmt.Sprintf("pods on %d nodes, %d desired", len(byNode), s.DesiredNumberScheduled)
+	}
+	return true, ""
 }
 
 // newestHash is the controller-revision-hash of the DaemonSet's newest ControllerRevision.
@@ -396,10 +475,42 @@ func newestHash(ctx context.Context, c *planCluster, ds *appsv1.DaemonSet) (stri
 	return newest.Labels[appsv1.DefaultDaemonSetUniqueLabelKey], nil
 }
 
+// deleteOldPods checks that the apply left the pods of the nodes the plan replaces alone (an
+// OnDelete DaemonSet), then deletes the pods of older revisions as their owner would.
+func (c *planCluster) deleteOldPods(t *testing.T, ns, name string, before state, report cli.PlanReport) {
+	t.Helper()
+	now := c.snapshot(t, ns)
+	for _, n := range report.Plan.Nodes {
+		if n.Change != preflight.Replaced {
+			continue
+		}
+		if old, p := before.daemonPods[n.Node], now.daemonPods[n.Node]; old == nil || p == nil || old.UID != p.UID {
+			t.Errorf("node %s: the plan says OnDelete leaves the pod until it is deleted, but the apply changed it", n.Node)
+		}
+	}
+	ctx := context.Background()
+	ds, err := c.cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := newestHash(ctx, c, ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range now.daemonPods {
+		if p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] != hash {
+			if err := c.cluster.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // state is what a namespace runs, node by node.
 type state struct {
-	daemonPods map[string]*corev1.Pod // by node
-	fixtures   map[string]string      // fixture pod name -> node
+	// daemonPods are the DaemonSet's pods, by node: the newest where a surge runs two.
+	daemonPods map[string]*corev1.Pod
+	fixtures   map[string]string // fixture pod name -> node
 }
 
 // snapshot reads the DaemonSet's pods (none when it does not exist) and the fixture pods.
@@ -414,6 +525,12 @@ func (c *planCluster) snapshot(t *testing.T, ns string) state {
 	case err != nil:
 		t.Fatal(err)
 	}
+	var hash string
+	if ds != nil {
+		if hash, err = newestHash(ctx, c, ds); err != nil {
+			t.Fatal(err)
+		}
+	}
 	pods, err := c.cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -423,10 +540,9 @@ func (c *planCluster) snapshot(t *testing.T, ns string) state {
 		switch {
 		case ds != nil && ownedBy(p, ds):
 			node := podNode(p)
-			if other, ok := s.daemonPods[node]; ok {
-				t.Fatalf("node %s runs two daemon pods, %s and %s", node, other.Name, p.Name)
+			if _, ok := s.daemonPods[node]; !ok || p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] == hash {
+				s.daemonPods[node] = p
 			}
-			s.daemonPods[node] = p
 		case p.Labels["role"] == "fixture":
 			s.fixtures[p.Name] = p.Spec.NodeName
 		}
