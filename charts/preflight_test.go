@@ -54,6 +54,7 @@ func TestPreflightRBAC(t *testing.T) {
 				{"list", "", "nodes", "", ""},
 				{"list", "", "pods", "", ""},
 				{"list", "scheduling.k8s.io", "priorityclasses", "", ""},
+				{"list", "policy", "poddisruptionbudgets", "", ""},
 				{"list", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", ""},
 				{"list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", ""},
 				{"list", "", "configmaps", namespace, ""},

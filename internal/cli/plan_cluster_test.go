@@ -23,10 +23,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/cli"
@@ -92,7 +94,7 @@ func fixturePods() []*corev1.Pod {
 			c.Ports = []corev1.ContainerPort{{ContainerPort: hostPort, HostPort: hostPort}}
 		}
 		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"role": "fixture"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"role": "fixture", "name": name}},
 			Spec:       corev1.PodSpec{NodeName: node, PriorityClassName: class, Containers: []corev1.Container{c}},
 		}
 	}
@@ -169,6 +171,8 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 		// deleteOld deletes the pods of the old revision once the change has settled, as an
 		// OnDelete DaemonSet's owner does, and compares after that.
 		deleteOld bool
+		// budget protects low-b with a PodDisruptionBudget that allows no disruption.
+		budget bool
 	}{
 		"a create: the injected toleration adds the control plane, the injected priority preempts": {
 			change: replace("cpu: 50m", "cpu: 300m"),
@@ -214,6 +218,9 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 		"bigger requests: the lowest-priority pod is preempted, the full node leaves the pod Pending": {
 			seed: agent, change: replace("cpu: 50m", "cpu: 500m"),
 		},
+		"bigger requests, the lowest-priority pod under a PodDisruptionBudget: the scheduler spares it": {
+			seed: agent, change: replace("cpu: 50m", "cpu: 500m"), budget: true,
+		},
 	}
 	names := make([]string, 0, len(changes))
 	for name := range changes {
@@ -227,6 +234,9 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 			ns := fmt.Sprintf("plan-%d", i)
 			c.freshNamespace(t, ns)
 			c.createFixtures(t, ns)
+			if tc.budget {
+				c.protect(t, ns, "low-b")
+			}
 			if tc.seed != "" {
 				c.kubectl(t, tc.seed, "apply", "-n", ns, "-f", "-")
 				c.waitSettled(t, ns, "agent")
@@ -239,7 +249,7 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 			}
 			report := c.plan(t, c.cluster.KubeconfigPath, ns, file)
 
-			c.kubectl(t, "", "apply", "-n", ns, "-f", file)
+			c.kubectl(t, tc.change, "apply", "-n", ns, "-f", "-")
 			c.waitSettled(t, ns, "agent")
 			if tc.deleteOld {
 				c.deleteOldPods(t, ns, "agent", before, report)
@@ -372,6 +382,29 @@ func (c *planCluster) createFixtures(t *testing.T, ns string) {
 			}
 		}
 		return ready == len(fixturePods()), fmt.Sprintf("%d of %d ready", ready, len(fixturePods()))
+	})
+}
+
+// protect creates a PodDisruptionBudget that allows no disruption of the fixture pod name, and
+// waits until the disruption controller says so.
+func (c *planCluster) protect(t *testing.T, ns, name string) {
+	t.Helper()
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"name": name}}},
+	}
+	budgets := c.cluster.Client.PolicyV1().PodDisruptionBudgets(ns)
+	if _, err := budgets.Create(context.Background(), pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.cluster.WaitFor(t, time.Minute, "PodDisruptionBudget "+name+" computed", func(ctx context.Context) (bool, string) {
+		got, err := budgets.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s := got.Status
+		return s.ObservedGeneration == got.Generation && s.CurrentHealthy == 1 && s.DisruptionsAllowed == 0, fmt.Sprintf("status %+v", s)
 	})
 }
 
