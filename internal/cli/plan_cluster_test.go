@@ -9,6 +9,7 @@ package cli_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -173,6 +174,8 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 		deleteOld bool
 		// budget protects low-b with a PodDisruptionBudget that allows no disruption.
 		budget bool
+		// injection is the plan's admission.injection; "" means "webhook".
+		injection string
 	}{
 		"a create: the injected toleration adds the control plane, the injected priority preempts": {
 			change: replace("cpu: 50m", "cpu: 300m"),
@@ -189,6 +192,15 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 		},
 		"OnDelete: nothing is replaced until the old pods are deleted, then bigger pods preempt": {
 			seed: edit(agent, rolling, onDelete), change: edit(edit(withSpec(toleration), rolling, onDelete), requests50m, "cpu: 500m"), deleteOld: true,
+		},
+		"OnDelete with a toleration removed: the tainted node keeps its pod until it is deleted": {
+			seed: edit(withSpec(toleration), rolling, onDelete), change: edit(edit(agent, rolling, onDelete), image1, "image: agent:2"), deleteOld: true,
+		},
+		"a create with the ignore label the webhook skips: no control plane, no priority to preempt with": {
+			change: edit(replace("  name: agent\n", "  name: agent\n  labels: {daemonguard.io/ignore: \"true\"}\n"), requests50m, "cpu: 300m"), injection: "not called",
+		},
+		"an init container asking more than the containers": {
+			seed: agent, change: replace("      containers:\n", "      initContainers:\n      - {name: setup, image: setup:1, resources: {requests: {cpu: 500m}}}\n      containers:\n"),
 		},
 		"maxSurge: the old pod keeps its room until the new one is available": {
 			seed:   edit(agent, rolling, "    type: RollingUpdate\n    rollingUpdate: {maxUnavailable: 0, maxSurge: \"100%\"}\n"),
@@ -248,16 +260,22 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 				t.Fatal(err)
 			}
 			report := c.plan(t, c.cluster.KubeconfigPath, ns, file)
+			if want := cmp.Or(tc.injection, "webhook"); report.Admission.Injection != want {
+				t.Errorf("admission.injection %q, want %q", report.Admission.Injection, want)
+			}
 
 			c.kubectl(t, tc.change, "apply", "-n", ns, "-f", "-")
 			c.waitSettled(t, ns, "agent")
-			if tc.deleteOld {
-				c.deleteOldPods(t, ns, "agent", before, report)
-				c.waitSettled(t, ns, "agent")
-			}
-			got := c.outcomes(t, ns, before)
 			want := planned(t, report)
-			compareOutcomes(t, want, got)
+			if tc.deleteOld {
+				// OnDelete replaces nothing by itself: a node the plan replaces or keeps still
+				// runs its pod. Once the old pods are deleted, a kept node has lost its pod.
+				compareOutcomes(t, "before the old pods are deleted", onDeleteBeforeDeletion(want), c.outcomes(t, ns, before))
+				c.deleteOldPods(t, ns, "agent")
+				c.waitSettled(t, ns, "agent")
+				want = onDeleteAfterDeletion(want)
+			}
+			compareOutcomes(t, "settled", want, c.outcomes(t, ns, before))
 			t.Logf("planned, applied and compared in %s", time.Since(subStart).Round(time.Millisecond))
 		})
 	}
@@ -410,7 +428,8 @@ func (c *planCluster) protect(t *testing.T, ns, name string) {
 
 // waitSettled waits until the DaemonSet controller and the scheduler are done with the
 // DaemonSet's current generation: the controller observed it and counts every node it wants a
-// pod on, with no pod on a node it does not want; nothing in the namespace is terminating; every
+// pod on, and the pods it leaves on nodes it does not want (a NoSchedule taint not tolerated
+// keeps a running pod); nothing in the namespace is terminating; every
 // pod of the newest revision is Ready, or Pending with the scheduler's verdict Unschedulable and
 // no node nominated (a pod with a nominated node waits for the victims of its preemption); and a
 // pod of an older revision is left only where the controller leaves it: OnDelete, or a surge
@@ -441,7 +460,7 @@ func (c *planCluster) settled(ctx context.Context, ns, name string) (bool, strin
 	switch {
 	case s.ObservedGeneration < ds.Generation:
 		return false, fmt.Sprintf("observed generation %d of %d", s.ObservedGeneration, ds.Generation)
-	case s.CurrentNumberScheduled != s.DesiredNumberScheduled || s.NumberMisscheduled != 0:
+	case s.CurrentNumberScheduled != s.DesiredNumberScheduled:
 		return false, fmt.Sprintf("status %+v", s)
 	}
 	hash, err := newestHash(ctx, c, ds)
@@ -483,8 +502,8 @@ func (c *planCluster) settled(ctx context.Context, ns, name string) (bool, strin
 			return false, "pod " + old[0].Name + " of an old revision on " + node
 		}
 	}
-	if int32(len(byNode)) != s.DesiredNumberScheduled {
-		return false, fmt.Sprintf("pods on %d nodes, %d desired", len(byNode), s.DesiredNumberScheduled)
+	if int32(len(byNode)) != s.DesiredNumberScheduled+s.NumberMisscheduled {
+		return false, fmt.Sprintf("pods on %d nodes, %d desired, %d misscheduled", len(byNode), s.DesiredNumberScheduled, s.NumberMisscheduled)
 	}
 	return true, ""
 }
@@ -508,19 +527,10 @@ func newestHash(ctx context.Context, c *planCluster, ds *appsv1.DaemonSet) (stri
 	return newest.Labels[appsv1.DefaultDaemonSetUniqueLabelKey], nil
 }
 
-// deleteOldPods checks that the apply left the pods of the nodes the plan replaces alone (an
-// OnDelete DaemonSet), then deletes the pods of older revisions as their owner would.
-func (c *planCluster) deleteOldPods(t *testing.T, ns, name string, before state, report cli.PlanReport) {
+// deleteOldPods deletes the DaemonSet's pods of older revisions, as an OnDelete DaemonSet's
+// owner does.
+func (c *planCluster) deleteOldPods(t *testing.T, ns, name string) {
 	t.Helper()
-	now := c.snapshot(t, ns)
-	for _, n := range report.Plan.Nodes {
-		if n.Change != preflight.Replaced {
-			continue
-		}
-		if old, p := before.daemonPods[n.Node], now.daemonPods[n.Node]; old == nil || p == nil || old.UID != p.UID {
-			t.Errorf("node %s: the plan says OnDelete leaves the pod until it is deleted, but the apply changed it", n.Node)
-		}
-	}
 	ctx := context.Background()
 	ds, err := c.cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -530,13 +540,38 @@ func (c *planCluster) deleteOldPods(t *testing.T, ns, name string, before state,
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range now.daemonPods {
+	for _, p := range c.snapshot(t, ns).daemonPods {
 		if p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] != hash {
 			if err := c.cluster.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
+}
+
+// onDeleteBeforeDeletion is what an OnDelete plan means until the old pods are deleted: the
+// nodes it replaces or keeps are unchanged.
+func onDeleteBeforeDeletion(plan map[string]outcome) map[string]outcome {
+	out := map[string]outcome{}
+	for n, o := range plan {
+		if o.Change == preflight.Replaced || o.Change == preflight.Keeps {
+			o = outcome{Change: preflight.Unchanged}
+		}
+		out[n] = o
+	}
+	return out
+}
+
+// onDeleteAfterDeletion is what it means once they are: a kept pod, deleted, is not recreated.
+func onDeleteAfterDeletion(plan map[string]outcome) map[string]outcome {
+	out := map[string]outcome{}
+	for n, o := range plan {
+		if o.Change == preflight.Keeps {
+			o = outcome{Change: preflight.Loses}
+		}
+		out[n] = o
+	}
+	return out
 }
 
 // state is what a namespace runs, node by node.
@@ -656,7 +691,9 @@ func planned(t *testing.T, r cli.PlanReport) map[string]outcome {
 	return out
 }
 
-func compareOutcomes(t *testing.T, plan, real map[string]outcome) {
+// compareOutcomes compares the plan's outcome of every node with the cluster's, when (a
+// sentence for the log).
+func compareOutcomes(t *testing.T, when string, plan, real map[string]outcome) {
 	t.Helper()
 	var nodes []string
 	for n := range real {
@@ -680,10 +717,10 @@ func compareOutcomes(t *testing.T, plan, real map[string]outcome) {
 		fmt.Fprintf(&table, "%s%-16s plan: %-40s real: %s\n", mark, n, p, r)
 	}
 	if mismatch {
-		t.Errorf("the plan and the cluster disagree:\n%s", table.String())
+		t.Errorf("%s, the plan and the cluster disagree:\n%s", when, table.String())
 		return
 	}
-	t.Logf("every node as planned:\n%s", table.String())
+	t.Logf("%s, every node as planned:\n%s", when, table.String())
 }
 
 // plan runs `daemonguard rollout plan -f file -o json` with kubeconfig, in namespace ns, and
@@ -708,8 +745,8 @@ func (c *planCluster) plan(t *testing.T, kubeconfig, ns, file string) cli.PlanRe
 	if doc.ExitCode != cli.ExitCode(err) {
 		t.Errorf("exitCode %d in the JSON, the command exits %d", doc.ExitCode, cli.ExitCode(err))
 	}
-	if r.Admission.Injection != "webhook" || !r.Admission.Allowed {
-		t.Errorf("admission %+v, want the webhook's injection, allowed", r.Admission)
+	if !r.Admission.Allowed {
+		t.Errorf("admission %+v, want allowed", r.Admission)
 	}
 	trouble := r.Plan.Summary.NotFit > 0 || r.Plan.Summary.Preempting > 0
 	if want := map[bool]int{false: 0, true: 3}[trouble]; doc.ExitCode != want {
