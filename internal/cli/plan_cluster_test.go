@@ -152,6 +152,7 @@ func edit(manifest, old, new string) string {
 const (
 	onDelete    = "    type: OnDelete\n"
 	rolling     = "    type: RollingUpdate\n    rollingUpdate: {maxUnavailable: \"100%\"}\n"
+	surge       = "    type: RollingUpdate\n    rollingUpdate: {maxUnavailable: 0, maxSurge: \"100%\"}\n"
 	toleration  = "      tolerations:\n      - {key: dedicated, operator: Equal, value: infra, effect: NoSchedule}\n"
 	image1      = "image: agent:1"
 	requests50m = "cpu: 50m"
@@ -178,7 +179,7 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 		injection string
 	}{
 		"a create: the injected toleration adds the control plane, the injected priority preempts": {
-			change: replace("cpu: 50m", "cpu: 300m"),
+			change: replace(requests50m, "cpu: 300m"),
 		},
 		"a new toleration lets the pod onto the dedicated node": {
 			seed: agent, change: withSpec(toleration),
@@ -203,8 +204,7 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 			seed: agent, change: replace("      containers:\n", "      initContainers:\n      - {name: setup, image: setup:1, resources: {requests: {cpu: 500m}}}\n      containers:\n"),
 		},
 		"maxSurge: the old pod keeps its room until the new one is available": {
-			seed:   edit(agent, rolling, "    type: RollingUpdate\n    rollingUpdate: {maxUnavailable: 0, maxSurge: \"100%\"}\n"),
-			change: edit(edit(agent, rolling, "    type: RollingUpdate\n    rollingUpdate: {maxUnavailable: 0, maxSurge: \"100%\"}\n"), requests50m, "cpu: 180m"),
+			seed: edit(agent, rolling, surge), change: edit(edit(agent, rolling, surge), requests50m, "cpu: 180m"),
 		},
 		"limits without requests: the API server makes them the requests": {
 			seed: agent, change: replace("requests: {cpu: 50m, memory: 32Mi}", "limits: {cpu: 500m, memory: 64Mi}"),
@@ -216,22 +216,22 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 			seed: agent, change: withSpec("      nodeSelector: {tier: web}\n"),
 		},
 		"an image change replaces every pod": {
-			seed: agent, change: replace("image: agent:1", "image: agent:2"),
+			seed: agent, change: replace(image1, "image: agent:2"),
 		},
 		"a label on the DaemonSet only: no new revision, no pod touched": {
 			seed: agent, change: replace("  name: agent\n", "  name: agent\n  labels: {team: infra}\n"),
 		},
 		"a priority class below the other pods: bigger pods cannot preempt and stay Pending": {
-			seed: agent, change: strings.Replace(withSpec("      priorityClassName: "+classLowest+"\n"), "cpu: 50m", "cpu: 500m", 1),
+			seed: agent, change: edit(withSpec("      priorityClassName: "+classLowest+"\n"), requests50m, "cpu: 500m"),
 		},
 		"host ports: a lower-priority holder is preempted, an equal one keeps the pod Pending": {
 			seed: agent, change: replace("        image: agent:1\n", "        image: agent:1\n        ports:\n        - {containerPort: 9100, hostPort: 9100}\n        - {containerPort: 9101, hostPort: 9101}\n"),
 		},
 		"bigger requests: the lowest-priority pod is preempted, the full node leaves the pod Pending": {
-			seed: agent, change: replace("cpu: 50m", "cpu: 500m"),
+			seed: agent, change: replace(requests50m, "cpu: 500m"),
 		},
 		"bigger requests, the lowest-priority pod under a PodDisruptionBudget: the scheduler spares it": {
-			seed: agent, change: replace("cpu: 50m", "cpu: 500m"), budget: true,
+			seed: agent, change: replace(requests50m, "cpu: 500m"), budget: true,
 		},
 	}
 	names := make([]string, 0, len(changes))
