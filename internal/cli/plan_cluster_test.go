@@ -177,6 +177,9 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 		budget bool
 		// injection is the plan's admission.injection; "" means "webhook".
 		injection string
+		// stalls says the plan must predict that the rolling update stops early: the nodes it
+		// did not reach (which, the order is not fixed) keep their old pod.
+		stalls bool
 	}{
 		"a create: the injected toleration adds the control plane, the injected priority preempts": {
 			change: replace(requests50m, "cpu: 300m"),
@@ -227,6 +230,11 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 		"host ports: a lower-priority holder is preempted, an equal one keeps the pod Pending": {
 			seed: agent, change: replace("        image: agent:1\n", "        image: agent:1\n        ports:\n        - {containerPort: 9100, hostPort: 9100}\n        - {containerPort: 9101, hostPort: 9101}\n"),
 		},
+		"maxUnavailable 1 and two nodes where the new pod cannot fit: the rolling update stalls": {
+			seed:   edit(agent, rolling, "    type: RollingUpdate\n    rollingUpdate: {maxUnavailable: 1}\n"),
+			change: edit(edit(withSpec("      priorityClassName: "+classLowest+"\n"), rolling, "    type: RollingUpdate\n    rollingUpdate: {maxUnavailable: 1}\n"), requests50m, "cpu: 500m"),
+			stalls: true,
+		},
 		"bigger requests: the lowest-priority pod is preempted, the full node leaves the pod Pending": {
 			seed: agent, change: replace(requests50m, "cpu: 500m"),
 		},
@@ -275,7 +283,19 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 				c.waitSettled(t, ns, "agent")
 				want = onDeleteAfterDeletion(want)
 			}
-			compareOutcomes(t, "settled", want, c.outcomes(t, ns, before))
+			got := c.outcomes(t, ns, before)
+			if report.Plan.Rollout.Stalls != tc.stalls {
+				t.Errorf("the plan says the rollout stalls: %v, want %v (%s)", report.Plan.Rollout.Stalls, tc.stalls, report.Plan.Rollout.Summary)
+			}
+			when := "settled"
+			if tc.stalls {
+				var unreached int
+				if want, unreached = notReached(want, got); unreached == 0 {
+					t.Errorf("the plan says the rolling update stalls, but it replaced every node")
+				}
+				when = fmt.Sprintf("stalled (%d replaced nodes not reached, shown unchanged on both sides)", unreached)
+			}
+			compareOutcomes(t, when, want, got)
 			t.Logf("planned, applied and compared in %s", time.Since(subStart).Round(time.Millisecond))
 		})
 	}
@@ -356,26 +376,41 @@ func (c *planCluster) kubectl(t *testing.T, stdin string, args ...string) string
 	return out
 }
 
-// freshNamespace creates ns and, when the test ends, deletes it and waits until its pods are
-// gone, so the next subtest's scheduler sees none of them.
+// freshNamespace waits until no pod of an earlier subtest is left anywhere in the cluster,
+// creates ns, and when the test ends deletes it and waits until its pods are gone, so the next
+// subtest's plan and scheduler see none of them. Both waits retry through an API server that a
+// loaded machine makes slow.
 func (c *planCluster) freshNamespace(t *testing.T, ns string) {
 	t.Helper()
 	ctx := context.Background()
+	c.waitNoPods(t, "")
 	if err := c.cluster.CreateNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := c.cluster.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Error(err)
-			return
-		}
-		c.cluster.WaitFor(t, 2*time.Minute, "the pods of namespace "+ns+" gone", func(ctx context.Context) (bool, string) {
-			pods, err := c.cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
+		c.cluster.WaitFor(t, 2*time.Minute, "namespace "+ns+" deleted", func(ctx context.Context) (bool, string) {
+			err := c.cluster.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
 				return false, err.Error()
 			}
-			return len(pods.Items) == 0, fmt.Sprintf("%d pods left", len(pods.Items))
+			return true, ""
 		})
+		c.waitNoPods(t, ns)
+	})
+}
+
+// waitNoPods waits until namespace ns ("" for every namespace) has no pods.
+func (c *planCluster) waitNoPods(t *testing.T, ns string) {
+	t.Helper()
+	c.cluster.WaitFor(t, 3*time.Minute, "no pods in namespace "+cmp.Or(ns, "(all)"), func(ctx context.Context) (bool, string) {
+		pods, err := c.cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(pods.Items) > 0 {
+			return false, fmt.Sprintf("%d pods left, %s/%s first", len(pods.Items), pods.Items[0].Namespace, pods.Items[0].Name)
+		}
+		return true, ""
 	})
 }
 
@@ -432,8 +467,8 @@ func (c *planCluster) protect(t *testing.T, ns, name string) {
 // keeps a running pod); nothing in the namespace is terminating; every
 // pod of the newest revision is Ready, or Pending with the scheduler's verdict Unschedulable and
 // no node nominated (a pod with a nominated node waits for the victims of its preemption); and a
-// pod of an older revision is left only where the controller leaves it: OnDelete, or a surge
-// whose new pod cannot be scheduled.
+// pod of an older revision is left only where the controller leaves it: OnDelete, a surge whose
+// new pod cannot be scheduled, or a rolling update whose budget such new pods hold.
 func (c *planCluster) waitSettled(t *testing.T, ns, name string) {
 	t.Helper()
 	var last string // what the last complete check saw, not a request cut by the deadline
@@ -472,6 +507,7 @@ func (c *planCluster) settled(ctx context.Context, ns, name string) (bool, strin
 		return false, err.Error()
 	}
 	byNode := map[string][]*corev1.Pod{}
+	stuck := 0 // new pods the scheduler found no place for
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if p.DeletionTimestamp != nil {
@@ -479,7 +515,17 @@ func (c *planCluster) settled(ctx context.Context, ns, name string) (bool, strin
 		}
 		if ownedBy(p, ds) {
 			byNode[podNode(p)] = append(byNode[podNode(p)], p)
+			if p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] == hash && unschedulable(p) && p.Status.NominatedNodeName == "" {
+				stuck++
+			}
 		}
+	}
+	// A rolling update without surge whose unschedulable new pods are as many as it may have
+	// unavailable deletes no more old pods.
+	budgetHeld := false
+	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil && (ru.MaxSurge == nil || ru.MaxSurge.IntValue() == 0 && ru.MaxSurge.Type == intstr.Int) {
+		budget, err := intstr.GetScaledValueFromIntOrPercent(ru.MaxUnavailable, int(s.DesiredNumberScheduled), true)
+		budgetHeld = err == nil && stuck >= budget
 	}
 	for node, onNode := range byNode {
 		var fresh, old []*corev1.Pod
@@ -498,7 +544,7 @@ func (c *planCluster) settled(ctx context.Context, ns, name string) (bool, strin
 				return false, fmt.Sprintf("pod %s %s (nominated node %q)", p.Name, p.Status.Phase, p.Status.NominatedNodeName)
 			}
 		}
-		if len(old) > 0 && !onDelete && (len(fresh) == 0 || !unschedulable(fresh[0])) {
+		if len(old) > 0 && !onDelete && !budgetHeld && (len(fresh) == 0 || !unschedulable(fresh[0])) {
 			return false, "pod " + old[0].Name + " of an old revision on " + node
 		}
 	}
@@ -547,6 +593,19 @@ func (c *planCluster) deleteOldPods(t *testing.T, ns, name string) {
 			}
 		}
 	}
+}
+
+// notReached is a stalled rolling update's plan against what it did: a node the plan replaces
+// that still runs its old pod was not reached. It returns how many.
+func notReached(plan, real map[string]outcome) (map[string]outcome, int) {
+	out, n := map[string]outcome{}, 0
+	for node, o := range plan {
+		if o.Change == preflight.Replaced && real[node].Change == preflight.Unchanged {
+			o, n = outcome{Change: preflight.Unchanged}, n+1
+		}
+		out[node] = o
+	}
+	return out, n
 }
 
 // onDeleteBeforeDeletion is what an OnDelete plan means until the old pods are deleted: the
