@@ -60,6 +60,9 @@ type renderCase struct {
 	// inProcess says the chart renders the in-process injection policy (webhooks.InProcessInjection
 	// must say the same).
 	inProcess bool
+	// preflightAccount is the ServiceAccount ("namespace/name") preflight.subjects binds to the
+	// pre-flight roles; "" when it binds none.
+	preflightAccount string
 }
 
 // extraWebhookFields are the selectors and matchConditions the chart appends from values to what
@@ -106,6 +109,7 @@ var renderCases = map[string]renderCase{
 	},
 	"every knob away from its default": {
 		golden: "everything", values: "everything.yaml", fullname: "guard", selfManaged: true, controller: true, controllerNamespace: "agents",
+		preflightAccount: "ci/plan",
 		webhooks: webhook.ConfigurationOptions{
 			ExemptNamespaces: []string{"monitoring", "cert-manager"},
 			FailurePolicy:    admissionregistrationv1.Ignore, TimeoutSeconds: 10, InProcessInjection: true,

@@ -1,9 +1,9 @@
 package cli
 
-// This file is `daemonguard rollout plan`: it gathers what the cluster runs (nodes, pods,
-// priority classes, daemonguard's webhooks and policy ConfigMaps, the live DaemonSet), merges the
-// manifest into the live object as kubectl apply does, runs admission as the cluster would, and
-// hands plain data to internal/preflight. It only reads.
+// This file is `daemonguard rollout plan`: it gathers what the cluster runs (nodes, pods, pod
+// disruption budgets, priority classes, daemonguard's webhooks and policy ConfigMaps, the live
+// DaemonSet), merges the manifest into the live object as kubectl apply does, runs admission as
+// the cluster would, and hands plain data to internal/preflight. It only reads.
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -154,6 +155,7 @@ type AdmissionReport struct {
 type clusterView struct {
 	nodes           []*corev1.Node
 	pods            []*corev1.Pod
+	budgets         []*policyv1.PodDisruptionBudget
 	priorityClasses map[string]int32
 	preemptNever    map[string]bool
 	defaultPriority string // the globalDefault PriorityClass, if any
@@ -192,8 +194,8 @@ func planDocuments(ctx context.Context, client kubernetes.Interface, defaultNS, 
 	return reports, nil
 }
 
-// readCluster reads what every document's plan needs: nodes, unfinished pods, priority classes,
-// daemonguard's DaemonSet webhooks and its policy set.
+// readCluster reads what every document's plan needs: nodes, unfinished pods, pod disruption
+// budgets, priority classes, daemonguard's DaemonSet webhooks and its policy set.
 func readCluster(ctx context.Context, client kubernetes.Interface, policyNS string) (*clusterView, error) {
 	v := &clusterView{priorityClasses: map[string]int32{}, preemptNever: map[string]bool{}, namespaces: map[string]map[string]string{}}
 	nodeList, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -215,6 +217,13 @@ func readCluster(ctx context.Context, client kubernetes.Interface, policyNS stri
 		if opts.Continue = page.Continue; opts.Continue == "" {
 			break
 		}
+	}
+	budgets, err := client.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list pod disruption budgets: %w", err)
+	}
+	for i := range budgets.Items {
+		v.budgets = append(v.budgets, &budgets.Items[i])
 	}
 	classes, err := client.SchedulingV1().PriorityClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -373,7 +382,7 @@ func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterVi
 		rep.Error = fmt.Sprintf("decode DaemonSet: %v", err)
 		return rep, nil
 	}
-	in := preflight.Input{After: &after, Live: live, Nodes: v.nodes, Pods: v.pods, Now: now}
+	in := preflight.Input{After: &after, Live: live, Nodes: v.nodes, Pods: v.pods, Budgets: v.budgets, Now: now}
 	if live != nil {
 		in.NewRevision = !apiequality.Semantic.DeepEqual(live.Spec.Template, after.Spec.Template)
 		in.DaemonPods = ownedBy(v.pods, live.UID)

@@ -6,7 +6,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	resourcehelper "k8s.io/component-helpers/resource"
 )
 
@@ -28,31 +31,37 @@ type Victim struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Priority  int32  `json:"priority"`
+	// Budget names the PodDisruptionBudget the eviction goes beyond: the scheduler spares such
+	// pods first, but preempts them when nothing else makes room.
+	Budget string `json:"budget,omitempty"`
 }
 
 func (v Victim) String() string {
+	if v.Budget != "" {
+		return fmt.Sprintf("%s/%s (priority %d, beyond PodDisruptionBudget %s)", v.Namespace, v.Name, v.Priority, v.Budget)
+	}
 	return fmt.Sprintf("%s/%s (priority %d)", v.Namespace, v.Name, v.Priority)
 }
 
 // Fit is the scheduler's verdict for the daemon pod on its node (the DaemonSet's pods are pinned
 // to one node each, so that node is the only candidate): the NodeResourcesFit and NodePorts
 // filters against the pods bound there, then, when they fail, DefaultPreemption's victim
-// selection on that node.
+// selection on that node, with the cluster's PodDisruptionBudgets.
 //
 // Assumptions:
 //   - The pod already passed node affinity and taints: the DaemonSet controller creates it only
 //     on nodes it should run on.
-//   - PodDisruptionBudgets do not change which pods are victims on a single node (they only
-//     order the reprieve upstream); they are not read.
 //   - Resource requests are counted as the pods declare them (with overhead); in-place resizes
 //     under way and dynamic resources are not modelled.
 //
 // Invariants:
 //   - A pod is a victim only if its priority is lower than the new pod's.
 //   - Victims are chosen as upstream's SelectVictimsOnNode does: remove every lower-priority pod;
-//     if the pod still does not fit, it cannot preempt; else put back the most important pods
-//     first (higher priority, then earlier start) whenever the pod still fits.
-func Fit(pod *corev1.Pod, node *corev1.Node, others []*corev1.Pod) FitResult {
+//     if the pod still does not fit, it cannot preempt; else put back first the pods whose
+//     eviction would go beyond a PodDisruptionBudget, then the others, each group the most
+//     important first (higher priority, then earlier start), whenever the pod still fits. A
+//     budget therefore changes which pods are victims, not whether the pod can preempt.
+func Fit(pod *corev1.Pod, node *corev1.Node, others []*corev1.Pod, budgets ...*policyv1.PodDisruptionBudget) FitResult {
 	insufficient, conflicts := fits(pod, node, others)
 	r := FitResult{Schedulable: len(insufficient) == 0 && len(conflicts) == 0, Insufficient: insufficient, HostPortConflicts: conflicts}
 	if r.Schedulable {
@@ -77,15 +86,58 @@ func Fit(pod *corev1.Pod, node *corev1.Node, others []*corev1.Pod) FitResult {
 		return r // even without every lower-priority pod it does not fit
 	}
 	sort.SliceStable(candidates, func(i, j int) bool { return moreImportant(candidates[i], candidates[j]) })
-	for _, p := range candidates {
-		if in, c := fits(pod, node, append(kept, p)); len(in) == 0 && len(c) == 0 {
-			kept = append(kept, p)
-			continue
+	beyond := beyondBudget(candidates, budgets)
+	var victims []*corev1.Pod
+	for _, protected := range []bool{true, false} {
+		for _, p := range candidates {
+			if (beyond[p] != "") != protected {
+				continue
+			}
+			if in, c := fits(pod, node, append(kept, p)); len(in) == 0 && len(c) == 0 {
+				kept = append(kept, p)
+				continue
+			}
+			victims = append(victims, p)
 		}
-		r.Preempts = append(r.Preempts, Victim{Namespace: p.Namespace, Name: p.Name, Priority: priority(p)})
+	}
+	sort.SliceStable(victims, func(i, j int) bool { return moreImportant(victims[i], victims[j]) })
+	for _, p := range victims {
+		r.Preempts = append(r.Preempts, Victim{Namespace: p.Namespace, Name: p.Name, Priority: priority(p), Budget: beyond[p]})
 	}
 	r.Schedulable = true
 	return r
+}
+
+// beyondBudget is upstream's filterPodsWithPDBViolation: going through pods in order, each
+// takes one disruption from every budget that selects it (unless the budget already counts it
+// as disrupted); a pod that takes one a budget does not have is mapped to that budget's name.
+func beyondBudget(pods []*corev1.Pod, budgets []*policyv1.PodDisruptionBudget) map[*corev1.Pod]string {
+	out := map[*corev1.Pod]string{}
+	allowed := make([]int32, len(budgets))
+	for i, b := range budgets {
+		allowed[i] = b.Status.DisruptionsAllowed
+	}
+	for _, p := range pods {
+		if len(p.Labels) == 0 {
+			continue
+		}
+		for i, b := range budgets {
+			if b.Namespace != p.Namespace {
+				continue
+			}
+			sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+			if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
+				continue // an invalid, nil or empty selector matches nothing
+			}
+			if _, disrupted := b.Status.DisruptedPods[p.Name]; disrupted {
+				continue
+			}
+			if allowed[i]--; allowed[i] < 0 {
+				out[p] = b.Name
+			}
+		}
+	}
+	return out
 }
 
 // fits runs NodeResourcesFit and NodePorts for pod on node next to others: the resources the

@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/daemonguard/daemonguard/controller/rollout"
@@ -32,6 +33,9 @@ type Input struct {
 	Nodes       []*corev1.Node
 	// Pods are the pods bound to nodes, of every namespace, that have not finished.
 	Pods []*corev1.Pod
+	// Budgets are the PodDisruptionBudgets of every namespace: they change which pods the
+	// scheduler preempts.
+	Budgets []*policyv1.PodDisruptionBudget
 	// DaemonPods are Live's pods.
 	DaemonPods []*corev1.Pod
 	// Priority and PreemptionPolicy of After's pods, as admission resolves them from the
@@ -156,7 +160,7 @@ func Build(in Input) Plan {
 		}
 		if np.Change == Gains || np.Change == Replaced {
 			keepOld := np.Change == Replaced && surge
-			fit := Fit(newPod, node, othersOn(others[node.Name], own, keepOld))
+			fit := Fit(newPod, node, othersOn(others[node.Name], own, keepOld), in.Budgets...)
 			np.Fit = &fit
 		}
 		p.Nodes = append(p.Nodes, np)

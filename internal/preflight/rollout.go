@@ -30,6 +30,10 @@ type Rollout struct {
 	// (RollingUpdate only).
 	Batch int `json:"batch,omitempty"`
 	Waves int `json:"waves,omitempty"`
+	// Stalls says the rolling update stops before it has replaced every node: new pods that
+	// cannot be scheduled hold its whole budget (RollingUpdate only). Which nodes it reaches
+	// before that is not known in advance; the others keep the old revision.
+	Stalls bool `json:"stalls,omitempty"`
 }
 
 // planRollout describes the rollout of plan's replaced nodes.
@@ -37,6 +41,11 @@ type Rollout struct {
 // Assumptions (RollingUpdate): the controller replaces up to maxUnavailable nodes at a time
 // (maxSurge when it is set: new pods start next to the old ones), in no order it promises, and a
 // wave takes ReadyAfter plus minReadySeconds. Gained nodes get their pod at once and do not wait.
+//
+// Invariant (RollingUpdate, the DaemonSet controller's rollingUpdate): a new pod that cannot be
+// scheduled never becomes available, so it holds one unit of the budget for good: without surge
+// every such pod does (gained nodes too), with surge those replacing an old pod. When they are at
+// least the budget, the update stops once it has reached that many of them.
 func planRollout(in Input, p Plan) Rollout {
 	ds := in.After
 	r := Rollout{ReadyAfter: in.ReadyAfter, ReadyKnown: in.ReadyKnown}
@@ -74,11 +83,28 @@ func planRollout(in Input, p Plan) Rollout {
 			r.Estimate = time.Duration(r.Waves) * wave
 		}
 		r.Summary = fmt.Sprintf("RollingUpdate, %s, in no fixed order: %d nodes in %d waves", how, replaced, r.Waves)
+		if stuck := stuckPods(p, surge > 0); replaced > 0 && stuck >= r.Batch {
+			r.Stalls, r.Estimate = true, 0
+			r.Summary += fmt.Sprintf("; it stalls: %d new pods cannot be scheduled and each holds one of the %d it may have %s at a time, so it stops once it has reached %d of them and the nodes it has not reached keep the old revision",
+				stuck, r.Batch, map[bool]string{false: "unavailable", true: "surging"}[surge > 0], r.Batch)
+		}
 	}
 	if !p.NewRevision {
 		r.Summary = "no new revision: no pod is replaced"
 	}
 	return r
+}
+
+// stuckPods counts the new pods that cannot be scheduled and hold the rolling update's budget:
+// every one without surge, those replacing an old pod with surge.
+func stuckPods(p Plan, surge bool) int {
+	n := 0
+	for _, np := range p.Nodes {
+		if np.Fit != nil && !np.Fit.Schedulable && (np.Change == Replaced || !surge) {
+			n++
+		}
+	}
+	return n
 }
 
 // maxSurge and maxUnavailable are the rolling update's budgets as node counts, resolved as the

@@ -18,6 +18,9 @@ type Node struct {
 	Name   string
 	Labels map[string]string
 	Taints []corev1.Taint
+	// Allocatable is what the scheduler may place on the node (also written as its capacity);
+	// nil leaves kwok's default, room for everything.
+	Allocatable corev1.ResourceList
 }
 
 // ControlPlaneNode returns a node labelled and tainted like a kubeadm control-plane node.
@@ -104,6 +107,9 @@ func (c *Cluster) createNode(ctx context.Context, n Node) error {
 			Annotations: map[string]string{KwokNodeAnnotation: "fake"},
 		},
 		Spec: corev1.NodeSpec{Taints: n.Taints},
+		// A node's status is kept on create, as the kubelet registers it; kwok's node-initialize
+		// stage keeps an allocatable and capacity it finds.
+		Status: corev1.NodeStatus{Allocatable: n.Allocatable, Capacity: n.Allocatable},
 	}
 	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create node %s: %w", n.Name, err)

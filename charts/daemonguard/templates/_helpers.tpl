@@ -379,3 +379,19 @@ TestWebhookConfigurationsMatchCode.
   expression: |-
     !(request.operation == 'UPDATE' && object.spec == oldObject.spec && (has(object.metadata.labels) ? object.metadata.labels : {}) == (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}) && (has(object.metadata.annotations) ? object.metadata.annotations : {}).all(k, k.startsWith('status.daemonguard.io/') || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k])) && (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).all(k, k.startsWith('status.daemonguard.io/') || (has(object.metadata.annotations) && k in object.metadata.annotations)) && ((has(object.metadata.annotations) ? object.metadata.annotations : {}).exists(k, k.startsWith('status.daemonguard.io/') && !(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations && oldObject.metadata.annotations[k] == object.metadata.annotations[k])) || (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}).exists(k, k.startsWith('status.daemonguard.io/') && !(has(object.metadata.annotations) && k in object.metadata.annotations))))
 {{- end }}
+
+{{/*
+The subjects of the pre-flight role bindings (preflight.subjects): a ServiceAccount without a
+namespace is in the release namespace; users and groups get the RBAC API group.
+*/}}
+{{- define "daemonguard.preflight.subjects" -}}
+{{- range .Values.preflight.subjects }}
+- kind: {{ .kind }}
+  name: {{ .name }}
+  {{- if eq .kind "ServiceAccount" }}
+  namespace: {{ .namespace | default $.Release.Namespace }}
+  {{- else }}
+  apiGroup: {{ .apiGroup | default "rbac.authorization.k8s.io" }}
+  {{- end }}
+{{- end }}
+{{- end }}
