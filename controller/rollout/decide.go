@@ -202,7 +202,7 @@ func plannerInput(f Facts) Input {
 	podsByNode := make(map[string][]PodState, len(f.Nodes))
 	states := make([]PodState, len(f.Pods))
 	for i, p := range f.Pods {
-		if nodeName := podNode(p); nodeName != "" {
+		if nodeName := nodes.OfPod(p); nodeName != "" {
 			states[i] = podState(p, f.Deleted)
 			if onNode, ok := podsByNode[nodeName]; ok {
 				podsByNode[nodeName] = append(onNode, states[i])
@@ -253,26 +253,6 @@ func podState(p *corev1.Pod, deleted map[types.UID]time.Time) PodState {
 		}
 	}
 	return s
-}
-
-// podNode is the node a daemon pod belongs to: its binding, or before scheduling the node its
-// required affinity pins it to.
-func podNode(p *corev1.Pod) string {
-	if p.Spec.NodeName != "" {
-		return p.Spec.NodeName
-	}
-	a := p.Spec.Affinity
-	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		return ""
-	}
-	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-		for _, f := range term.MatchFields {
-			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
-				return f.Values[0]
-			}
-		}
-	}
-	return ""
 }
 
 // eligible is the DaemonSet controller's "should continue running" (NodeShouldRunDaemonPod): the

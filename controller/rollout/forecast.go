@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -232,8 +233,8 @@ func newForecastSim(in ForecastInput, minReady time.Duration) *forecastSim {
 		occupied: map[string]int{}, liveNode: map[types.UID]string{}}
 	for _, p := range in.Pods {
 		if p.DeletionTimestamp == nil {
-			s.liveNode[p.UID] = podNode(p)
-			s.occupied[podNode(p)]++
+			s.liveNode[p.UID] = nodes.OfPod(p)
+			s.occupied[nodes.OfPod(p)]++
 		}
 	}
 	return s

@@ -149,6 +149,9 @@ type AdmissionReport struct {
 	// Diff is a unified diff of the live object (or the manifest, on create) against the object
 	// as it would be stored; empty when they are the same.
 	Diff string `json:"diff,omitempty"`
+	// Policies says which policy set judged the object: the built-ins, with the policy
+	// ConfigMaps of daemonguard's namespace when it is known.
+	Policies string `json:"policies,omitempty"`
 }
 
 // clusterView is what the plan reads once for every document.
@@ -162,6 +165,7 @@ type clusterView struct {
 	mutating        *admissionregistrationv1.MutatingWebhook
 	validating      *admissionregistrationv1.ValidatingWebhook
 	policies        *policy.Set
+	policySource    string // AdmissionReport.Policies
 	namespaces      map[string]map[string]string
 }
 
@@ -289,6 +293,9 @@ func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Inter
 			return fmt.Errorf("list policy ConfigMaps in %s: %w", policyNS, err)
 		}
 		sources = webhook.PolicySources(cms.Items)
+		v.policySource = fmt.Sprintf("built-in policies and %d policy ConfigMaps of namespace %s", len(cms.Items), policyNS)
+	} else {
+		v.policySource = "built-in policies only: daemonguard's webhook is registered by URL, so its namespace is unknown; pass --daemonguard-namespace to include its policy ConfigMaps"
 	}
 	if _, _, v.policies, err = policy.CompileOverlay(ctx, builtin, params, sources); err != nil {
 		return fmt.Errorf("the cluster's policy set does not compile here (the webhook keeps its last good set): %w", err)
@@ -329,7 +336,7 @@ func (v *clusterView) namespaceLabels(ctx context.Context, client kubernetes.Int
 
 // planDocument plans one DaemonSet manifest.
 func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterView, d Document, ns string, now time.Time) (PlanReport, error) {
-	rep := PlanReport{Source: d.Source, Namespace: ns, Name: d.Name, Admission: AdmissionReport{Injection: "none", Validation: "none", Allowed: true, Violations: []policy.Violation{}}}
+	rep := PlanReport{Source: d.Source, Namespace: ns, Name: d.Name, Admission: AdmissionReport{Injection: "none", Validation: "none", Allowed: true, Violations: []policy.Violation{}, Policies: v.policySource}}
 	raw, err := withNamespace(d.Raw, ns)
 	if err != nil {
 		rep.Error = err.Error()
@@ -349,7 +356,6 @@ func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterVi
 	review := webhook.Review{Operation: policy.OpCreate, Namespace: ns, Object: raw}
 	before := raw
 	if live != nil {
-		live.APIVersion, live.Kind = "apps/v1", "DaemonSet" // typed reads leave them empty; the webhook sees them
 		current, err := json.Marshal(live)
 		if err != nil {
 			return rep, err

@@ -14,6 +14,7 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 	"sigs.k8s.io/yaml"
 
+	"github.com/daemonguard/daemonguard/controller/rollout"
 	"github.com/daemonguard/daemonguard/internal/preflight"
 )
 
@@ -145,6 +146,9 @@ func admissionLines(r PlanReport) []string {
 			inj = "injects"
 		}
 		out = append(out, fmt.Sprintf("admission: injection %s (%s), validation %s", a.Injection, inj, a.Validation))
+		if a.Policies != "" {
+			out = append(out, "policies: "+a.Policies)
+		}
 	}
 	for _, v := range a.Violations {
 		out = append(out, fmt.Sprintf("%s %s", label(v.Action), v))
@@ -228,25 +232,59 @@ func rolloutLines(r preflight.Rollout) []string {
 	}
 	if f := r.Managed; f != nil {
 		out = append(out, "order: "+f.Order)
-		for i, wv := range f.Waves {
-			if i == 10 && len(f.Waves) > 11 {
-				out = append(out, fmt.Sprintf("  … %d more waves", len(f.Waves)-10))
-				break
-			}
-			out = append(out, fmt.Sprintf("  at %s, step %s: %s", wv.At.Round(time.Second), wv.Step, strings.Join(wv.Nodes, ", ")))
-		}
-		for _, p := range f.Pauses {
-			what := fmt.Sprintf("pauses %s", p.Duration)
-			if p.Manual {
-				what = "waits for `daemonguard rollout resume` (counted as no time)"
-			}
-			out = append(out, fmt.Sprintf("  at %s, step %s: %s", p.At.Round(time.Second), p.Step, what))
-		}
+		out = append(out, forecastLines(f)...)
 		for _, s := range f.Skipped {
 			out = append(out, "  left out: "+s)
 		}
 	}
 	return out
+}
+
+// shownWaves bounds the waves listed in a row; pauses are always listed, in time order.
+const shownWaves = 10
+
+// forecastLines lists a managed rollout's waves and pauses in the order they happen; waves past
+// the first shownWaves are counted between pauses, not listed.
+func forecastLines(f *rollout.Forecast) []string {
+	var out []string
+	shown, skipped := 0, 0
+	var from, to time.Duration
+	flush := func() {
+		if skipped > 0 {
+			out = append(out, fmt.Sprintf("  … %d more waves, from %s to %s", skipped, from.Round(time.Second), to.Round(time.Second)))
+			skipped = 0
+		}
+	}
+	pauses := f.Pauses
+	for _, wv := range f.Waves {
+		for len(pauses) > 0 && pauses[0].At <= wv.At {
+			flush()
+			out = append(out, pauseLine(pauses[0]))
+			pauses = pauses[1:]
+		}
+		if shown < shownWaves {
+			out = append(out, fmt.Sprintf("  at %s, step %s: %s", wv.At.Round(time.Second), wv.Step, strings.Join(wv.Nodes, ", ")))
+			shown++
+			continue
+		}
+		if skipped == 0 {
+			from = wv.At
+		}
+		skipped, to = skipped+1, wv.At
+	}
+	flush()
+	for _, p := range pauses {
+		out = append(out, pauseLine(p))
+	}
+	return out
+}
+
+func pauseLine(p rollout.Pause) string {
+	what := fmt.Sprintf("pauses %s", p.Duration)
+	if p.Manual {
+		what = "waits for `daemonguard rollout resume` (counted as no time)"
+	}
+	return fmt.Sprintf("  at %s, step %s: %s", p.At.Round(time.Second), p.Step, what)
 }
 
 func mdEscape(s string) string {

@@ -113,3 +113,23 @@ func TaintString(t corev1.Taint) string {
 	}
 	return t.Key + "=" + t.Value + ":" + string(t.Effect)
 }
+
+// OfPod is the node a daemon pod belongs to: its binding, or before scheduling the node the
+// DaemonSet controller pins it to (matchFields metadata.name In [node]); "" for neither.
+func OfPod(p *corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return p.Spec.NodeName
+	}
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, f := range term.MatchFields {
+			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
+				return f.Values[0]
+			}
+		}
+	}
+	return ""
+}

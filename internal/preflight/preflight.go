@@ -261,29 +261,11 @@ func defaultRequestsFromLimits(pod *corev1.Pod) {
 func podsByNode(pods []*corev1.Pod) map[string][]*corev1.Pod {
 	out := map[string][]*corev1.Pod{}
 	for _, p := range pods {
-		if n := boundNode(p); n != "" {
+		if n := nodes.OfPod(p); n != "" {
 			out[n] = append(out[n], p)
 		}
 	}
 	return out
-}
-
-// boundNode is the node a pod is bound to, or for a daemon pod not yet scheduled the node its
-// matchFields pin it to.
-func boundNode(p *corev1.Pod) string {
-	if p.Spec.NodeName != "" {
-		return p.Spec.NodeName
-	}
-	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-			for _, f := range term.MatchFields {
-				if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
-					return f.Values[0]
-				}
-			}
-		}
-	}
-	return ""
 }
 
 // othersOn is the pods the new pod shares the node with: every pod bound there but the

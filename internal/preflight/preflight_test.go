@@ -78,7 +78,9 @@ func image(img string) func(*appsv1.DaemonSet) {
 func selector(k, v string) func(*appsv1.DaemonSet) {
 	return func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.NodeSelector = map[string]string{k: v} }
 }
-func onDelete(ds *appsv1.DaemonSet) { ds.Spec.UpdateStrategy.Type = appsv1.OnDeleteDaemonSetStrategyType }
+func onDelete(ds *appsv1.DaemonSet) {
+	ds.Spec.UpdateStrategy.Type = appsv1.OnDeleteDaemonSetStrategyType
+}
 func cpuRequest(q string) func(*appsv1.DaemonSet) {
 	return func(ds *appsv1.DaemonSet) {
 		ds.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(q)}

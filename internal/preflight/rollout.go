@@ -73,10 +73,10 @@ func planRollout(in Input, p Plan) Rollout {
 		desired := p.Summary.Replaced + p.Summary.Unchanged + p.Summary.Gains
 		surge, unavailable := maxSurge(ds, desired), maxUnavailable(ds, desired)
 		r.Batch = unavailable
-		how := fmt.Sprintf("maxUnavailable %d: deletes up to %d old pods at a time, then creates their replacements", unavailable, unavailable)
+		how := fmt.Sprintf("maxUnavailable %d: deletes up to %s at a time, then creates their replacements", unavailable, pods(unavailable, "old"))
 		if surge > 0 {
 			r.Batch = surge
-			how = fmt.Sprintf("maxSurge %d: starts up to %d new pods next to the old ones, deleting each old pod once its replacement is available", surge, surge)
+			how = fmt.Sprintf("maxSurge %d: starts up to %s next to the old ones, deleting each old pod once its replacement is available", surge, pods(surge, "new"))
 		}
 		if replaced > 0 {
 			r.Waves = (replaced + r.Batch - 1) / r.Batch
@@ -136,4 +136,12 @@ func maxUnavailable(ds *appsv1.DaemonSet, desired int) int {
 		n = 1
 	}
 	return n
+}
+
+// pods counts pods for people: "1 old pod", "2 new pods".
+func pods(n int, kind string) string {
+	if n == 1 {
+		return "1 " + kind + " pod"
+	}
+	return fmt.Sprintf("%d %s pods", n, kind)
 }
