@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/daemonguard/daemonguard/controller/rollout"
+	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/preflight"
+)
+
+// TestApplyMergeIsKubectlApply holds the plan's merge to kubectl apply's three-way semantics: a
+// field the last apply set and the manifest drops is removed; a field the server defaulted or
+// another writer set, which the manifest never had, stays.
+func TestApplyMergeIsKubectlApply(t *testing.T) {
+	lastApplied := `{"apiVersion":"apps/v1","kind":"DaemonSet","metadata":{"name":"a","namespace":"default"},"spec":{"template":{"spec":{"nodeSelector":{"zone":"a"},"containers":[{"name":"c","image":"img:1"}]}}}}`
+	live := &appsv1.DaemonSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default", Annotations: map[string]string{lastAppliedAnnotation: lastApplied}},
+		Spec: appsv1.DaemonSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			NodeSelector:  map[string]string{"zone": "a"},
+			DNSPolicy:     corev1.DNSClusterFirst, // defaulted by the API server
+			Containers:    []corev1.Container{{Name: "c", Image: "img:1", ImagePullPolicy: corev1.PullIfNotPresent}},
+			RestartPolicy: corev1.RestartPolicyAlways,
+		}}},
+	}
+	current, err := json.Marshal(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := `{"apiVersion":"apps/v1","kind":"DaemonSet","metadata":{"name":"a","namespace":"default"},"spec":{"template":{"spec":{"containers":[{"name":"c","image":"img:2"}]}}}}`
+	merged, err := applyMerge(live, current, []byte(manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got appsv1.DaemonSet
+	if err := json.Unmarshal(merged, &got); err != nil {
+		t.Fatal(err)
+	}
+	spec := got.Spec.Template.Spec
+	if spec.NodeSelector != nil {
+		t.Errorf("the node selector the last apply set and the manifest dropped is kept: %v", spec.NodeSelector)
+	}
+	if spec.DNSPolicy != corev1.DNSClusterFirst || spec.Containers[0].ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("defaulted fields are lost: %+v", spec)
+	}
+	if spec.Containers[0].Image != "img:2" {
+		t.Errorf("image = %s, want the manifest's img:2", spec.Containers[0].Image)
+	}
+	if _, err := applyMerge(live, current, []byte(`{"spec":`)); err == nil {
+		t.Error("a manifest that is not JSON must be an error")
+	}
+}
+
+func TestPlanExitCode(t *testing.T) {
+	fine := PlanReport{Admission: AdmissionReport{Allowed: true}, Plan: &preflight.Plan{}}
+	notFit := PlanReport{Admission: AdmissionReport{Allowed: true}, Plan: &preflight.Plan{Summary: preflight.Summary{NotFit: 1}}}
+	preempts := PlanReport{Admission: AdmissionReport{Allowed: true}, Plan: &preflight.Plan{Summary: preflight.Summary{Preempting: 1}}}
+	denied := PlanReport{Admission: AdmissionReport{Allowed: false}}
+	broken := PlanReport{Error: "decode object"}
+	cases := []struct {
+		name    string
+		reports []PlanReport
+		want    int
+	}{
+		{"nothing to plan", nil, 0},
+		{"fine", []PlanReport{fine, fine}, 0},
+		{"not fit", []PlanReport{fine, notFit}, exitPlanNotFit},
+		{"preempts", []PlanReport{preempts}, exitPlanNotFit},
+		{"a denial outranks a pod that does not fit", []PlanReport{notFit, denied}, exitPlanDenied},
+		{"an error outranks everything", []PlanReport{denied, broken, notFit}, 1},
+	}
+	for _, tc := range cases {
+		if got := planExitCode(tc.reports); got != tc.want {
+			t.Errorf("%s: exit %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	if ExitCode(ExitError{Code: 3}) != 3 || ExitCode(nil) != 0 || ExitCode(errDenied) != 1 {
+		t.Error("ExitCode does not pass ExitError's code through")
+	}
+}
+
+func TestRenderPlans(t *testing.T) {
+	plan := &preflight.Plan{
+		Namespace: "default", Name: "agent", Operation: "update", NewRevision: true,
+		TemplateChanges: []string{"spec.template.spec.containers[0].image"},
+		Nodes: []preflight.NodePlan{
+			{Node: "w1", Today: &preflight.PodToday{Name: "agent-1", Revision: "r1", Ready: true}, Change: preflight.Replaced, Reason: "new revision",
+				Fit: &preflight.FitResult{Schedulable: true, Insufficient: []string{"cpu: asks 2, 1 free of 4"}, Preempts: []preflight.Victim{{Namespace: "x", Name: "low|pod", Priority: 0}}}},
+			{Node: "w2", Today: &preflight.PodToday{Name: "agent-2", Revision: "r1", Ready: true}, Change: preflight.Unchanged},
+		},
+		Summary: preflight.Summary{Nodes: 2, Replaced: 1, Unchanged: 1, Preempting: 1},
+		Rollout: preflight.Rollout{Strategy: "managed", Summary: "daemonguard replaces 1 nodes", Estimate: time.Minute, Managed: &rollout.Forecast{
+			Order:  "by name",
+			Waves:  []rollout.Wave{{At: 0, Step: "1/3: 1", Nodes: []string{"w1"}}, {At: 2 * time.Minute, Step: "3/3: 100%", Nodes: []string{"w2"}}},
+			Pauses: []rollout.Pause{{At: time.Minute, Step: "2/3: pause:1m", Duration: time.Minute}},
+		}},
+	}
+	reports := []PlanReport{{Source: "ds.yaml#1", Namespace: "default", Name: "agent", Plan: plan,
+		Admission: AdmissionReport{Injection: "webhook", Validation: "webhook", Mutated: true, Allowed: true, Policies: "built-in policies",
+			Violations: []policy.Violation{{Policy: "budget", Action: policy.Warn, Message: "wide"}}}}}
+
+	var table bytes.Buffer
+	if err := renderPlans(&table, "table", reports); err != nil {
+		t.Fatal(err)
+	}
+	out := table.String()
+	for _, want := range []string{"injection webhook (injects)", "policies: built-in policies", "WARN", "w1", "does not fit: cpu", "preempts x/low|pod (priority 0)", "estimate: 1m0s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "w2 ") {
+		t.Errorf("the table lists an unchanged node:\n%s", out)
+	}
+	wave, pause, last := strings.Index(out, "step 1/3"), strings.Index(out, "pauses 1m0s"), strings.Index(out, "step 3/3")
+	if wave < 0 || pause < wave || last < pause {
+		t.Errorf("waves and pauses are not in time order:\n%s", out)
+	}
+
+	var md bytes.Buffer
+	if err := renderPlans(&md, "markdown", reports); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "| w1 |") || !strings.Contains(md.String(), `low\|pod`) {
+		t.Errorf("markdown lacks the node row or does not escape a pipe:\n%s", md.String())
+	}
+
+	var js bytes.Buffer
+	if err := renderPlans(&js, "json", reports); err != nil {
+		t.Fatal(err)
+	}
+	var decoded struct {
+		Items    []PlanReport `json:"items"`
+		ExitCode int          `json:"exitCode"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &decoded); err != nil {
+		t.Fatal(err)
+	}
+	if decoded.ExitCode != exitPlanNotFit || len(decoded.Items) != 1 || len(decoded.Items[0].Plan.Nodes) != 2 {
+		t.Errorf("json = %s", js.String())
+	}
+}
