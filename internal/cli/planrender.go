@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -257,7 +258,7 @@ func forecastLines(f *rollout.Forecast) []string {
 	}
 	pauses := f.Pauses
 	for _, wv := range f.Waves {
-		for len(pauses) > 0 && pauses[0].At <= wv.At {
+		for len(pauses) > 0 && pauseFirst(pauses[0], wv) {
 			flush()
 			out = append(out, pauseLine(pauses[0]))
 			pauses = pauses[1:]
@@ -277,6 +278,23 @@ func forecastLines(f *rollout.Forecast) []string {
 		out = append(out, pauseLine(p))
 	}
 	return out
+}
+
+// pauseFirst says whether pause p happens before wave w. At the same moment either can be first:
+// a manual pause is resumed at once and the next step's wave follows it, while a pause reached as
+// soon as the wave before it is Ready (pods Ready at once) follows that wave. Their steps tell.
+func pauseFirst(p rollout.Pause, w rollout.Wave) bool {
+	if p.At != w.At {
+		return p.At < w.At
+	}
+	return stepNumber(p.Step) < stepNumber(w.Step)
+}
+
+// stepNumber is the 1-based step number of a status step as rolloutapi.StepPosition writes it
+// ("2/4: pause:5m" is 2); 0 when it has none.
+func stepNumber(step string) int {
+	n, _ := strconv.Atoi(strings.SplitN(step, "/", 2)[0])
+	return n
 }
 
 func pauseLine(p rollout.Pause) string {

@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/daemonguard/daemonguard/controller/rollout"
+)
+
+func TestForecastLinesListsPausesInTheOrderTheyHappen(t *testing.T) {
+	tests := map[string]struct {
+		forecast rollout.Forecast
+		want     []string
+	}{
+		"a timed pause reached as soon as the canary is Ready follows the canary": {
+			forecast: rollout.Forecast{
+				Waves: []rollout.Wave{
+					{At: 0, Step: "1/4: 1", Nodes: []string{"worker-0"}},
+					{At: 5 * time.Minute, Step: "3/4: 50%", Nodes: []string{"worker-1"}},
+				},
+				Pauses: []rollout.Pause{{At: 0, Step: "2/4: pause:5m", Duration: 5 * time.Minute}},
+			},
+			want: []string{
+				"  at 0s, step 1/4: 1: worker-0",
+				"  at 0s, step 2/4: pause:5m: pauses 5m0s",
+				"  at 5m0s, step 3/4: 50%: worker-1",
+			},
+		},
+		"a manual pause resumed at once precedes the wave of the next step": {
+			forecast: rollout.Forecast{
+				Waves:  []rollout.Wave{{At: 0, Step: "2/2: 100%", Nodes: []string{"worker-0"}}},
+				Pauses: []rollout.Pause{{At: 0, Step: "1/2: pause", Manual: true}},
+			},
+			want: []string{
+				"  at 0s, step 1/2: pause: waits for `daemonguard rollout resume` (counted as no time)",
+				"  at 0s, step 2/2: 100%: worker-0",
+			},
+		},
+		"a pause after the last wave comes last": {
+			forecast: rollout.Forecast{
+				Waves:  []rollout.Wave{{At: 0, Step: "1/2: 1", Nodes: []string{"worker-0"}}},
+				Pauses: []rollout.Pause{{At: time.Minute, Step: "2/2: pause", Manual: true}},
+			},
+			want: []string{
+				"  at 0s, step 1/2: 1: worker-0",
+				"  at 1m0s, step 2/2: pause: waits for `daemonguard rollout resume` (counted as no time)",
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := forecastLines(&tc.forecast); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("forecastLines =\n%q\nwant\n%q", got, tc.want)
+			}
+		})
+	}
+}
