@@ -30,15 +30,18 @@ type ForecastInput struct {
 
 // Wave is one reconcile's deletions: the pods the controller replaces together.
 type Wave struct {
-	At    time.Duration `json:"at"` // since the rollout starts
-	Step  string        `json:"step"`
-	Nodes []string      `json:"nodes"`
+	At   time.Duration `json:"at"` // since the rollout starts
+	Step string        `json:"step"`
+	// StepIndex is the step's 0-based index: it orders a wave and a pause of the same moment.
+	StepIndex int      `json:"stepIndex"`
+	Nodes     []string `json:"nodes"`
 }
 
 // Pause is a pause the rollout reaches.
 type Pause struct {
-	At   time.Duration `json:"at"`
-	Step string        `json:"step"`
+	At        time.Duration `json:"at"`
+	Step      string        `json:"step"`
+	StepIndex int           `json:"stepIndex"`
 	// Duration of a timed pause; zero for a pause that waits for `daemonguard rollout resume`.
 	Duration time.Duration `json:"duration,omitempty"`
 	Manual   bool          `json:"manual,omitempty"`
@@ -119,7 +122,7 @@ func forecast(in ForecastInput, replanAlways bool) (Forecast, error) {
 		step := plan.Status.Step.String()
 		if step != lastStep && plan.Phase == rolloutapi.PhasePaused && plan.Reason != rolloutapi.ReasonPausedByAnnotation {
 			idx := plan.Status.Step.Index
-			ps := Pause{At: at, Step: step}
+			ps := Pause{At: at, Step: step, StepIndex: idx}
 			if st := settings.Steps[idx]; st.Kind == rolloutapi.StepTimedPause {
 				ps.Duration = st.Duration
 			} else {
@@ -141,7 +144,7 @@ func forecast(in ForecastInput, replanAlways bool) (Forecast, error) {
 			continue
 		}
 		if len(plan.Delete) > 0 {
-			w := Wave{At: at, Step: step}
+			w := Wave{At: at, Step: step, StepIndex: plan.Status.Step.Index}
 			for _, d := range plan.Delete {
 				sim.remove(types.UID(d.UID))
 				w.Nodes = append(w.Nodes, d.Node)

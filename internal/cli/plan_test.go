@@ -99,8 +99,8 @@ func TestRenderPlans(t *testing.T) {
 		Summary: preflight.Summary{Nodes: 2, Replaced: 1, Unchanged: 1, Preempting: 1},
 		Rollout: preflight.Rollout{Strategy: "managed", Summary: "daemonguard replaces 1 nodes", Estimate: time.Minute, Managed: &rollout.Forecast{
 			Order:  "by name",
-			Waves:  []rollout.Wave{{At: 0, Step: "1/3: 1", Nodes: []string{"w1"}}, {At: 2 * time.Minute, Step: "3/3: 100%", Nodes: []string{"w2"}}},
-			Pauses: []rollout.Pause{{At: time.Minute, Step: "2/3: pause:1m", Duration: time.Minute}},
+			Waves:  []rollout.Wave{{At: 0, Step: "1/3: 1", StepIndex: 0, Nodes: []string{"w1"}}, {At: 2 * time.Minute, Step: "3/3: 100%", StepIndex: 2, Nodes: []string{"w2"}}},
+			Pauses: []rollout.Pause{{At: time.Minute, Step: "2/3: pause:1m", StepIndex: 1, Duration: time.Minute}},
 		}},
 	}
 	reports := []PlanReport{{Source: "ds.yaml#1", Namespace: "default", Name: "agent", Plan: plan,

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -287,14 +286,7 @@ func pauseFirst(p rollout.Pause, w rollout.Wave) bool {
 	if p.At != w.At {
 		return p.At < w.At
 	}
-	return stepNumber(p.Step) < stepNumber(w.Step)
-}
-
-// stepNumber is the 1-based step number of a status step as rolloutapi.StepPosition writes it
-// ("2/4: pause:5m" is 2); 0 when it has none.
-func stepNumber(step string) int {
-	n, _ := strconv.Atoi(strings.SplitN(step, "/", 2)[0])
-	return n
+	return p.StepIndex < w.StepIndex
 }
 
 func pauseLine(p rollout.Pause) string {
