@@ -73,7 +73,7 @@ func planRollout(in Input, p Plan) Rollout {
 		desired := p.Summary.Replaced + p.Summary.Unchanged + p.Summary.Gains
 		surge, unavailable := maxSurge(ds, desired), maxUnavailable(ds, desired)
 		r.Batch = unavailable
-		how := fmt.Sprintf("maxUnavailable %d: deletes up to %s at a time, then creates their replacements", unavailable, pods(unavailable, "old"))
+		how := fmt.Sprintf("maxUnavailable %d: deletes up to %s at a time and creates the new ones in their place", unavailable, pods(unavailable, "old"))
 		if surge > 0 {
 			r.Batch = surge
 			how = fmt.Sprintf("maxSurge %d: starts up to %s next to the old ones, deleting each old pod once its replacement is available", surge, pods(surge, "new"))
@@ -85,8 +85,8 @@ func planRollout(in Input, p Plan) Rollout {
 		r.Summary = fmt.Sprintf("RollingUpdate, %s, in no fixed order: %d nodes in %d waves", how, replaced, r.Waves)
 		if stuck := stuckPods(p, surge > 0); replaced > 0 && stuck >= r.Batch {
 			r.Stalls, r.Estimate = true, 0
-			r.Summary += fmt.Sprintf("; it stalls: %d new pods cannot be scheduled and each holds one of the %d it may have %s at a time, so it stops once it has reached %d of them and the nodes it has not reached keep the old revision",
-				stuck, r.Batch, map[bool]string{false: "unavailable", true: "surging"}[surge > 0], r.Batch)
+			r.Summary += fmt.Sprintf("; it stalls: %s cannot be scheduled and the update may have only %d %s at a time, so it stops once it has reached %d of them; the nodes it has not reached keep the old revision",
+				pods(stuck, "new"), r.Batch, map[bool]string{false: "unavailable", true: "surging"}[surge > 0], r.Batch)
 		}
 	}
 	if !p.NewRevision {
