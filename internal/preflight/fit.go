@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	resourcehelper "k8s.io/component-helpers/resource"
+	schedulinghelpers "k8s.io/component-helpers/scheduling/corev1"
 )
 
 // FitResult is whether the new daemon pod can run on its node, and at whose expense.
@@ -70,10 +71,10 @@ func Fit(pod *corev1.Pod, node *corev1.Node, others []*corev1.Pod, budgets ...*p
 	if pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy == corev1.PreemptNever {
 		return r
 	}
-	prio := priority(pod)
+	prio := schedulinghelpers.PodPriority(pod)
 	var kept, candidates []*corev1.Pod
 	for _, p := range others {
-		if priority(p) < prio {
+		if schedulinghelpers.PodPriority(p) < prio {
 			candidates = append(candidates, p)
 		} else {
 			kept = append(kept, p)
@@ -102,7 +103,7 @@ func Fit(pod *corev1.Pod, node *corev1.Node, others []*corev1.Pod, budgets ...*p
 	}
 	sort.SliceStable(victims, func(i, j int) bool { return moreImportant(victims[i], victims[j]) })
 	for _, p := range victims {
-		r.Preempts = append(r.Preempts, Victim{Namespace: p.Namespace, Name: p.Name, Priority: priority(p), Budget: beyond[p]})
+		r.Preempts = append(r.Preempts, Victim{Namespace: p.Namespace, Name: p.Name, Priority: schedulinghelpers.PodPriority(p), Budget: beyond[p]})
 	}
 	r.Schedulable = true
 	return r
@@ -240,17 +241,10 @@ func hostPorts(pod *corev1.Pod) []hostPort {
 	return out
 }
 
-func priority(p *corev1.Pod) int32 {
-	if p.Spec.Priority != nil {
-		return *p.Spec.Priority
-	}
-	return 0
-}
-
 // moreImportant is upstream's MoreImportantPod: higher priority, then the earlier start (a pod
 // not started yet counts as starting last).
 func moreImportant(a, b *corev1.Pod) bool {
-	if pa, pb := priority(a), priority(b); pa != pb {
+	if pa, pb := schedulinghelpers.PodPriority(a), schedulinghelpers.PodPriority(b); pa != pb {
 		return pa > pb
 	}
 	return startTime(a).Before(startTime(b))

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	schedulinghelpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/utils/ptr"
 
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
@@ -380,8 +381,8 @@ func TestFitVictimsProperties(t *testing.T) {
 		victim := map[string]bool{}
 		for _, v := range r.Preempts {
 			victim[v.Name] = true
-			if v.Priority >= priority(pod) {
-				t.Fatalf("case %d: victim %s has priority %d, not below %d", i, v.Name, v.Priority, priority(pod))
+			if v.Priority >= schedulinghelpers.PodPriority(pod) {
+				t.Fatalf("case %d: victim %s has priority %d, not below %d", i, v.Name, v.Priority, schedulinghelpers.PodPriority(pod))
 			}
 		}
 		var kept []*corev1.Pod
