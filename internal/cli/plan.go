@@ -249,6 +249,8 @@ func readCluster(ctx context.Context, client kubernetes.Interface, policyNS stri
 // readAdmission finds daemonguard's DaemonSet webhooks and compiles the policy set it serves: the
 // built-ins with the policy ConfigMaps of its namespace over them.
 func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Interface, policyNS string) error {
+	// The Service the webhooks call is in daemonguard's namespace; the validating one's wins.
+	var service *admissionregistrationv1.ServiceReference
 	mutating, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list mutating webhook configurations: %w", err)
@@ -256,7 +258,7 @@ func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Inter
 	for i := range mutating.Items {
 		for j := range mutating.Items[i].Webhooks {
 			if w := &mutating.Items[i].Webhooks[j]; w.Name == mutateWebhookName {
-				v.mutating = w
+				v.mutating, service = w, w.ClientConfig.Service
 			}
 		}
 	}
@@ -267,20 +269,15 @@ func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Inter
 	for i := range validating.Items {
 		for j := range validating.Items[i].Webhooks {
 			if w := &validating.Items[i].Webhooks[j]; w.Name == validateWebhookName {
-				v.validating = w
+				v.validating, service = w, orService(w.ClientConfig.Service, service)
 			}
 		}
 	}
 	if v.validating == nil && v.mutating == nil {
 		return nil // not installed: no admission
 	}
-	if policyNS == "" {
-		for _, svc := range []*admissionregistrationv1.ServiceReference{serviceOf(v.validating), serviceOfMutating(v.mutating)} {
-			if svc != nil {
-				policyNS = svc.Namespace
-				break
-			}
-		}
+	if policyNS == "" && service != nil {
+		policyNS = service.Namespace
 	}
 	builtin, params, err := policy.Builtin()
 	if err != nil {
@@ -303,18 +300,12 @@ func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Inter
 	return nil
 }
 
-func serviceOf(w *admissionregistrationv1.ValidatingWebhook) *admissionregistrationv1.ServiceReference {
-	if w == nil {
-		return nil
+// orService is a, else b.
+func orService(a, b *admissionregistrationv1.ServiceReference) *admissionregistrationv1.ServiceReference {
+	if a != nil {
+		return a
 	}
-	return w.ClientConfig.Service
-}
-
-func serviceOfMutating(w *admissionregistrationv1.MutatingWebhook) *admissionregistrationv1.ServiceReference {
-	if w == nil {
-		return nil
-	}
-	return w.ClientConfig.Service
+	return b
 }
 
 // namespaceLabels reads (once) a namespace's labels; a namespace that does not exist yet has none.
@@ -444,8 +435,13 @@ func (v *clusterView) admit(ctx context.Context, rep *AdmissionReport, rv webhoo
 		return nil, err
 	}
 	old, _ := objectLabels(rv.OldObject)
-	mutate := v.mutating != nil && selects(v.mutating.NamespaceSelector, nsLabels) && (selects(v.mutating.ObjectSelector, obj) || (rv.OldObject != nil && selects(v.mutating.ObjectSelector, old)))
-	validate := v.validating != nil && selects(v.validating.NamespaceSelector, nsLabels) && (selects(v.validating.ObjectSelector, obj) || (rv.OldObject != nil && selects(v.validating.ObjectSelector, old)))
+	// The API server calls a webhook when its namespace selector matches and its object
+	// selector matches the object, or on an update the old object.
+	calls := func(nsSel, objSel *metav1.LabelSelector) bool {
+		return selects(nsSel, nsLabels) && (selects(objSel, obj) || (rv.OldObject != nil && selects(objSel, old)))
+	}
+	mutate := v.mutating != nil && calls(v.mutating.NamespaceSelector, v.mutating.ObjectSelector)
+	validate := v.validating != nil && calls(v.validating.NamespaceSelector, v.validating.ObjectSelector)
 	switch {
 	case v.mutating != nil && mutate:
 		rep.Injection = "webhook"
