@@ -1,7 +1,9 @@
 //go:build tools
 
 // Package tools pins the Kubernetes binaries built for the local test cluster: the control plane,
-// and kubelet and kube-proxy for its real node.
+// kwok's fake nodes, and kubelet and kube-proxy for its real node. kwok is built here rather than in
+// a module of its own because most of what it compiles is the control plane's client-go,
+// apimachinery and api: in one module those are compiled once, at one version, for both.
 package tools
 
 import (
@@ -11,4 +13,5 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "sigs.k8s.io/kwok/cmd/kwok"
 )
