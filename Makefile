@@ -43,13 +43,14 @@ lint: vet ## Check formatting and vet (fails on unformatted files).
 # The pinned tools are built from tools/* into ~/.cache/daemonguard/bin by cmd/testbin, which
 # imports only internal/toolbin: on a cold machine the build starts after seconds. The tool sets are
 # named in internal/toolbin (sets.go); the demo builds only what it runs.
-# cmd/testbin and cmd/localcluster compile the way the tools do (static, -trimpath): the standard
-# library and the libraries they share with the control plane at the same versions (273 of
-# localcluster's 1,094 packages) are then compiled once on a new machine, not once per build.
-STATIC_GO   := CGO_ENABLED=0 $(GO)
-TESTBIN     := $(STATIC_GO) run -trimpath ./cmd/testbin
-LOCALCLUSTER := $(STATIC_GO) run -trimpath ./cmd/localcluster
-DEMO_TOOLS  := --set demo$(if $(filter 1 true yes,$(REAL_NODE)), --set real-node)
+# cmd/testbin and cmd/localcluster compile the way the tools do (static, toolbin.CompileFlags): the
+# standard library and the libraries they share with the control plane at the same versions (273
+# of localcluster's 1,094 packages) are then compiled once on a new machine, not once per build.
+STATIC_GO    := CGO_ENABLED=0 $(GO)
+STATIC_FLAGS := -trimpath -gcflags=all=-dwarf=false
+TESTBIN      := $(STATIC_GO) run $(STATIC_FLAGS) ./cmd/testbin
+LOCALCLUSTER := $(STATIC_GO) run $(STATIC_FLAGS) ./cmd/localcluster
+DEMO_TOOLS   := --set demo$(if $(filter 1 true yes,$(REAL_NODE)), --set real-node)
 
 .PHONY: testbin
 testbin: testdeps ## Build (or reuse cached) every pinned tool: the control plane, kwok, kubelet, kube-proxy, helm, ko, cert-manager and Argo CD.
@@ -64,7 +65,7 @@ demobin: ## Build (or reuse cached) what `make demo` and `make cluster` run: etc
 # fifth of 2 cores idle (37 CPU-minutes in 23.4 minutes for every tool), which the compile fills.
 define with-demo-tools
 	@test -x $(LOCALBIN)/localcluster || echo "First run: compiling the demo and the tool builder, then building the demo's tools (minutes on a new machine; progress follows)"
-	@$(STATIC_GO) build -trimpath -o $(LOCALBIN)/localcluster ./cmd/localcluster & compile=$$!; \
+	@$(STATIC_GO) build $(STATIC_FLAGS) -o $(LOCALBIN)/localcluster ./cmd/localcluster & compile=$$!; \
 	  $(TESTBIN) $(DEMO_TOOLS) || { wait $$compile; exit 1; }; wait $$compile
 	$(LOCALBIN)/localcluster $(1)
 endef

@@ -65,6 +65,42 @@ func TestDemoBuildsOnlyWhatItRuns(t *testing.T) {
 	}
 }
 
+// On a new machine the demo compiles the standard library once, not once for the tools and again
+// for the programs that build and run them: cmd/testbin and cmd/localcluster are compiled as the
+// tools are.
+func TestDemoCompilesTheWayTheToolsDo(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	cmd := exec.Command("make", "-n", "demo")
+	cmd.Dir = mustRepoRoot(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n demo: %v\n%s", err, out)
+	}
+	want := append([]string{"CGO_ENABLED=0"}, CompileFlags...)
+	seen := map[string]bool{}
+	for line := range strings.Lines(string(out)) {
+		for cmdLine := range strings.SplitSeq(line, "&") { // the compile runs in the background
+			fields := strings.Fields(cmdLine)
+			for _, prog := range []string{"./cmd/testbin", "./cmd/localcluster"} {
+				if !slices.Contains(fields, prog) {
+					continue
+				}
+				seen[prog] = true
+				for _, f := range want {
+					if !slices.Contains(fields, f) {
+						t.Errorf("make demo compiles %s without %s: %s", prog, f, strings.TrimSpace(cmdLine))
+					}
+				}
+			}
+		}
+	}
+	if !seen["./cmd/testbin"] || !seen["./cmd/localcluster"] {
+		t.Errorf("make -n demo compiles neither or only one of cmd/testbin and cmd/localcluster:\n%s", out)
+	}
+}
+
 // The demo set itself holds none of the tools that only other tests use.
 func TestDemoToolsLackTestOnlyTools(t *testing.T) {
 	built := setsOf(t, DemoTools)

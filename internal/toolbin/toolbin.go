@@ -322,7 +322,8 @@ func (b builder) build(ctx context.Context, s buildStep, n, of int) error {
 	}
 	fmt.Fprintf(b.log, "Building %s: %s from tools/%s into %s%s\n", p.title(), strings.Join(names, ", "), m.dir, s.dir, p.lastTime())
 	p.start(ctx, s.moduleDir, pkgs)
-	args := append([]string{"build", "-v", "-trimpath", "-ldflags", ldflags, "-o", staging}, pkgs...)
+	args := append(append([]string{"build", "-v"}, CompileFlags...), "-ldflags", ldflags, "-o", staging)
+	args = append(args, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = s.moduleDir
 	cmd.Env = append(os.Environ(), goEnv...)
@@ -359,6 +360,13 @@ func (b builder) build(ctx context.Context, s buildStep, n, of int) error {
 
 // goEnv builds every tool the same way: static, from the pinned go.sum, outside any workspace.
 var goEnv = []string{"GOFLAGS=-mod=readonly", "CGO_ENABLED=0", "GOWORK=off"}
+
+// CompileFlags are how every tool is compiled. The binaries are stripped (every module's ldflags
+// have -s -w), so the DWARF the compiler writes would be thrown away at link: not writing it cuts
+// the CPU of a cold build by a sixth (docs/performance.md). cmd/testbin and cmd/localcluster are
+// compiled with the same flags and CGO_ENABLED=0 (the Makefile's STATIC_GO), so on a new machine
+// the standard library is compiled once for all of them.
+var CompileFlags = []string{"-trimpath", "-gcflags=all=-dwarf=false"}
 
 // execName is the name `go build -o DIR` gives the binary of a main package: the last element of
 // its path, or the one before a major version suffix (go.etcd.io/etcd/server/v3 -> server).
@@ -448,7 +456,7 @@ func moduleKey(moduleDir string, m toolModule) (string, error) {
 		}
 		h.Write(data)
 	}
-	fmt.Fprintf(h, "%s %s/%s %s", runtime.Version(), runtime.GOOS, runtime.GOARCH, ldflags)
+	fmt.Fprintf(h, "%s %s/%s %s %s", runtime.Version(), runtime.GOOS, runtime.GOARCH, strings.Join(CompileFlags, " "), ldflags)
 	if m.ownCode {
 		if err := hashGoFiles(h, moduleDir); err != nil {
 			return "", fmt.Errorf("hash tools module %s: %w", m.dir, err)
