@@ -317,7 +317,7 @@ func (b builder) build(ctx context.Context, s buildStep, n, of int) error {
 	}
 	times := buildTimesFile(b.cacheRoot, m.dir)
 	p := &progress{
-		log: b.log, what: strings.Join(setNames, " and "), step: n, steps: of,
+		log: b.log, what: inWords(setNames), step: n, steps: of,
 		last: estimate(readBuildTimes(times), setNames), every: b.every,
 	}
 	fmt.Fprintf(b.log, "Building %s: %s from tools/%s into %s%s\n", p.title(), strings.Join(names, ", "), m.dir, s.dir, p.lastTime())
@@ -356,6 +356,14 @@ func (b builder) build(ctx context.Context, s buildStep, n, of int) error {
 	}
 	fmt.Fprintf(b.log, "Built %s in %s\n", p.title(), took.Round(time.Second))
 	return nil
+}
+
+// inWords lists names as a sentence does: "a", "a and b", "a, b and c".
+func inWords(names []string) string {
+	if len(names) <= 1 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // goEnv builds every tool the same way: static, from the pinned go.sum, outside any workspace.

@@ -82,3 +82,18 @@ func TestHelmIsStampedWithItsClientGoVersion(t *testing.T) {
 		t.Error("a go.mod without k8s.io/client-go gave a key")
 	}
 }
+
+func TestInWords(t *testing.T) {
+	tests := map[string][]string{
+		"":                             nil,
+		"control plane":                {"control plane"},
+		"control plane and kwok":       {"control plane", "kwok"},
+		"control plane, kwok and node": {"control plane", "kwok", "node"},
+		"a, b, c and d":                {"a", "b", "c", "d"},
+	}
+	for want, names := range tests {
+		if got := inWords(names); got != want {
+			t.Errorf("inWords(%q) = %q, want %q", names, got, want)
+		}
+	}
+}
