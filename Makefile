@@ -61,8 +61,8 @@ demobin: ## Build (or reuse cached) what `make demo` and `make cluster` run: etc
 	$(TESTBIN) $(DEMO_TOOLS)
 
 # with-demo-tools runs `localcluster $(1)` once the demo's tools are built, compiling
-# cmd/localcluster meanwhile: on a cold machine each takes minutes, and a tool build leaves about a
-# fifth of 2 cores idle (37 CPU-minutes in 23.4 minutes for every tool), which the compile fills.
+# cmd/localcluster meanwhile: on a cold machine each takes minutes, and the compile fills the cores
+# the tool build leaves idle while it waits on module downloads, links and its longest packages.
 define with-demo-tools
 	@test -x $(LOCALBIN)/localcluster || echo "First run: compiling the demo and the tool builder, then building the demo's tools (minutes on a new machine; progress follows)"
 	@$(STATIC_GO) build $(STATIC_FLAGS) -o $(LOCALBIN)/localcluster ./cmd/localcluster & compile=$$!; \
