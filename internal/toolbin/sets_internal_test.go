@@ -20,24 +20,12 @@ var demoRuns = map[string][]string{
 // demo runs and nothing else, and Ensure must build nothing beyond it (a binary's whole set is
 // built with it).
 func TestDemoBuildsOnlyWhatItRuns(t *testing.T) {
-	root, err := RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := exec.LookPath("make"); err != nil {
-		t.Skip("make is not installed")
-	}
 	for _, target := range []string{"demo", "cluster"} {
 		for realNode, want := range demoRuns {
 			t.Run(target+" REAL_NODE="+realNode, func(t *testing.T) {
-				cmd := exec.Command("make", "-n", target, "REAL_NODE="+realNode)
-				cmd.Dir = root
-				out, err := cmd.CombinedOutput()
-				if err != nil {
-					t.Fatalf("make -n %s: %v\n%s", target, err, out)
-				}
+				out := makeDryRun(t, target, "REAL_NODE="+realNode)
 				var builds []string
-				for line := range strings.Lines(string(out)) {
+				for line := range strings.Lines(out) {
 					if strings.Contains(line, "testdeps") || strings.Contains(line, "redis-server") {
 						t.Errorf("make %s installs what only the Argo CD tests use: %s", target, line)
 					}
@@ -69,18 +57,10 @@ func TestDemoBuildsOnlyWhatItRuns(t *testing.T) {
 // for the programs that build and run them: cmd/testbin and cmd/localcluster are compiled as the
 // tools are.
 func TestDemoCompilesTheWayTheToolsDo(t *testing.T) {
-	if _, err := exec.LookPath("make"); err != nil {
-		t.Skip("make is not installed")
-	}
-	cmd := exec.Command("make", "-n", "demo")
-	cmd.Dir = mustRepoRoot(t)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("make -n demo: %v\n%s", err, out)
-	}
+	out := makeDryRun(t, "demo")
 	want := append([]string{"CGO_ENABLED=0"}, CompileFlags...)
 	seen := map[string]bool{}
-	for line := range strings.Lines(string(out)) {
+	for line := range strings.Lines(out) {
 		for cmdLine := range strings.SplitSeq(line, "&") { // the compile runs in the background
 			fields := strings.Fields(cmdLine)
 			for _, prog := range []string{"./cmd/testbin", "./cmd/localcluster"} {
@@ -183,6 +163,22 @@ func setsOf(t *testing.T, names []string) []string {
 		}
 	}
 	return slices.Sorted(maps.Keys(built))
+}
+
+// makeDryRun returns what `make -n args...` would run in the checkout; it skips the test where
+// make is not installed.
+func makeDryRun(t *testing.T, args ...string) string {
+	t.Helper()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	cmd := exec.Command("make", append([]string{"-n"}, args...)...)
+	cmd.Dir = mustRepoRoot(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }
 
 func mustRepoRoot(t *testing.T) string {
