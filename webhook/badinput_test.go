@@ -37,7 +37,11 @@ func testHandlers(tb testing.TB) *Handlers {
 			builtinErr = err
 			return
 		}
-		builtinHandler = &Handlers{Engine: policy.NewEngine(set), ExemptNamespaces: []string{"kube-system"}, FailureMode: FailClosed, Log: logr.Discard()}
+		// Every namespace is marked for node agents: these reviews exercise the inject policy.
+		marked := Facts{NamespaceLabels: func(context.Context, string) (map[string]string, error) {
+			return map[string]string{NodeAgentsLabel: "true"}, nil
+		}}
+		builtinHandler = &Handlers{Engine: policy.NewEngine(set), ExemptNamespaces: []string{"kube-system"}, FailureMode: FailClosed, Facts: marked, Log: logr.Discard()}
 	})
 	if builtinErr != nil {
 		tb.Fatal(builtinErr)

@@ -57,8 +57,20 @@ func (o ConfigurationOptions) namespaceSelector() *metav1.LabelSelector {
 	}}}
 }
 
-// objectSelector skips objects labelled daemonguard.io/ignore=true before they reach the webhook.
-func objectSelector() *metav1.LabelSelector {
+// injectNamespaceSelector is namespaceSelector narrowed to the namespaces marked for node agents
+// (InjectionScope): the DaemonSet mutating webhook and the in-process injection policy's binding.
+func (o ConfigurationOptions) injectNamespaceSelector() *metav1.LabelSelector {
+	sel := o.namespaceSelector()
+	sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key: NodeAgentsLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"true"},
+	})
+	return sel
+}
+
+// injectObjectSelector skips DaemonSets labelled daemonguard.io/ignore=true before they reach the
+// mutating webhook (InjectionScope). The validating webhook has no object selector: a label on
+// the object itself never exempts it from validation.
+func injectObjectSelector() *metav1.LabelSelector {
 	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key: IgnoreLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"},
 	}}}
@@ -108,8 +120,8 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 				SideEffects:             &none,
 				TimeoutSeconds:          ptr.To(o.TimeoutSeconds),
 				AdmissionReviewVersions: versions,
-				NamespaceSelector:       o.namespaceSelector(),
-				ObjectSelector:          objectSelector(),
+				NamespaceSelector:       o.injectNamespaceSelector(),
+				ObjectSelector:          injectObjectSelector(),
 				MatchConditions:         []admissionregistrationv1.MatchCondition{rolloutStatusOnly},
 				ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
 			},
@@ -151,7 +163,6 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 			TimeoutSeconds:          ptr.To(o.TimeoutSeconds),
 			AdmissionReviewVersions: versions,
 			NamespaceSelector:       o.namespaceSelector(),
-			ObjectSelector:          objectSelector(),
 			MatchConditions:         []admissionregistrationv1.MatchCondition{rolloutStatusOnly},
 		}},
 	}

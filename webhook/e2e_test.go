@@ -14,6 +14,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/daemonguard/daemonguard/internal/toolbin"
@@ -234,6 +236,51 @@ func TestWarnPolicyReachesKubectl(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "Warning: daemonguard [on_delete_managed]") {
 		t.Errorf("kubectl printed no daemonguard warning:\n%s", r.stderr)
+	}
+}
+
+// Injection is for node agents an administrator named: in a namespace without the
+// daemonguard.io/node-agents mark a DaemonSet gets no critical priority and no control-plane
+// toleration, so it stays off the control-plane node. The object's own ignore label opts out of
+// injection, never out of validation.
+func TestUnmarkedNamespaceGetsValidationButNoInjection(t *testing.T) {
+	startWebhook(t)
+	ctx := context.Background()
+	tenant := cluster.NewTenantNamespace(t)
+	kubectl(t, "apply", "-n", tenant, "-f", repoFile(t, "testdata", "demo", "nginx-ds.yaml"))
+	ds, err := cluster.Client.AppsV1().DaemonSets(tenant).Get(ctx, "nginx-ds", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl := ds.Spec.Template.Spec; tpl.PriorityClassName != "" || hasToleration(tpl.Tolerations, "node-role.kubernetes.io/control-plane") {
+		t.Errorf("DaemonSet in unmarked namespace %s was injected: priorityClassName %q, tolerations %+v", tenant, tpl.PriorityClassName, tpl.Tolerations)
+	}
+	cluster.WaitFor(t, 2*time.Minute, "nginx-ds on the 4 worker nodes only", func(ctx context.Context) (bool, string) {
+		ds, err := cluster.Client.AppsV1().DaemonSets(tenant).Get(ctx, "nginx-ds", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s := ds.Status
+		return s.ObservedGeneration == ds.Generation && s.DesiredNumberScheduled == 4 && s.NumberAvailable == 4, fmt.Sprintf("%+v", s)
+	})
+
+	for _, ns := range []string{tenant, cluster.NewTestNamespace(t)} {
+		wide := seedDaemonSet(t)
+		wide.Labels[webhook.IgnoreLabel] = "true"
+		wide.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromString("100%"))}}
+		_, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, wide, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil || !strings.Contains(err.Error(), "rolling_update_budget") {
+			t.Errorf("an ignore-labelled DaemonSet with maxUnavailable 100%% in %s: err = %v, want a rolling_update_budget denial", ns, err)
+		}
+		wide.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable = ptr.To(intstr.FromInt32(1))
+		got, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, wide, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatalf("an ignore-labelled DaemonSet with maxUnavailable 1 in %s: %v", ns, err)
+		}
+		if got.Spec.Template.Spec.PriorityClassName != "" || len(got.Spec.Template.Spec.Tolerations) != 0 {
+			t.Errorf("an ignore-labelled DaemonSet in %s was injected: %+v", ns, got.Spec.Template.Spec)
+		}
 	}
 }
 

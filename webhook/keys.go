@@ -10,8 +10,22 @@ import (
 // The daemonguard.io keys of admission, each defined here once. The rollout controller's keys
 // are in internal/rolloutapi.
 const (
-	// IgnoreLabel opts a DaemonSet out of every daemonguard webhook (also used as objectSelector).
+	// IgnoreLabel opts a DaemonSet out of injection (the mutating webhook's objectSelector). It
+	// never opts out of validation or the audit: the label is the object's own, so whoever may
+	// write the DaemonSet may set it, and only administrators exempt anything from validation
+	// (per namespace, ExemptNamespaces).
 	IgnoreLabel = "daemonguard.io/ignore"
+	// NodeAgentsLabel, with the value "true" on a Namespace, is an administrator's grant that the
+	// DaemonSets of that namespace are node agents: only there does admission inject what the
+	// inject policy decides (control-plane tolerations, a critical priority class). Everything
+	// else gets the pod pin and validation, nothing that raises its priority or widens where it
+	// runs. The chart's ValidatingAdmissionPolicy (NamespaceLabelGuard) keeps tenants from
+	// setting it on their own namespaces.
+	NodeAgentsLabel = "daemonguard.io/node-agents"
+	// GuardedLabelPrefix is the prefix of the Namespace labels only administrators may add, change
+	// or remove: NodeAgentsLabel, and any label an administrator's namespace classes or
+	// namespaceSelector read (keep those under this prefix so tenants cannot pick their class).
+	GuardedLabelPrefix = "daemonguard.io/"
 	// OptOutAnnotation opts a DaemonSet out of injection (read by the inject policy).
 	OptOutAnnotation = "daemonguard.io/inject"
 	// PolicyConfigMapLabel selects the ConfigMaps (in the webhook's namespace) that carry extra or

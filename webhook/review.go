@@ -80,13 +80,14 @@ type Admission struct {
 // Result is what admission decided about one review. Exactly one of Skip, Malformed and Failed is
 // set when admission ends early.
 type Result struct {
-	// Skip says why admission leaves the write alone (exempt, opted out, a status-only update).
+	// Skip says why admission leaves the write alone (an exempt namespace, a status-only update).
 	Skip string
 	// Malformed is the reason the review cannot be evaluated (answered as a bad request).
 	Malformed error
 	// Failed is the policy engine's error; the failure mode decides.
 	Failed error
-	// Inject is the inject policy's decision and Patch the JSON patch that applies it.
+	// Inject is the inject policy's decision (outside InjectionScope: not to inject, and why) and
+	// Patch the JSON patch that applies it.
 	Inject policy.InjectDecision
 	Patch  []jsonpatch.Operation
 	// Mutated is the object with Patch applied (Simulate only).
@@ -110,6 +111,22 @@ func (a *Admission) Mutate(ctx context.Context, set *policy.Set, rv Review) Resu
 	r.Input.Namespace.Labels = labels
 	a.inject(ctx, set, &r)
 	return r
+}
+
+// InjectionScope says why the inject policy is not asked about a DaemonSet, or "" when it is:
+// injection is for node agents an administrator named, the DaemonSets of namespaces labelled
+// NodeAgentsLabel=true, and a DaemonSet labelled IgnoreLabel=true opts out. The mutating
+// webhook's selectors (Configurations) say the same to the API server, so that it does not even
+// call the webhook; this is the rule for every caller of the core, which reads the labels itself.
+// Namespace labels that cannot be read count as unmarked: nothing is injected on a guess.
+func InjectionScope(namespace string, namespaceLabels map[string]string, obj map[string]any) string {
+	if namespaceLabels[NodeAgentsLabel] != "true" {
+		return fmt.Sprintf("namespace %s is not marked for node agents (an administrator labels it %s=true)", namespace, NodeAgentsLabel)
+	}
+	if ignored(obj) {
+		return "labelled " + IgnoreLabel + "=true"
+	}
+	return ""
 }
 
 // Validate judges the DaemonSet by the validation policies (the validating webhook).
@@ -156,7 +173,7 @@ func (a *Admission) Simulate(ctx context.Context, set *policy.Set, rv Review) Re
 }
 
 // decode reads the review into the policies' input, or ends it: exempt namespace, malformed
-// object, opted out by IgnoreLabel, or the rollout controller's status-only update.
+// object, or the rollout controller's status-only update.
 func (a *Admission) decode(rv Review) Result {
 	if len(rv.Object) == 0 {
 		return Result{Malformed: fmt.Errorf("request has no object")}
@@ -167,9 +184,6 @@ func (a *Admission) decode(rv Review) Result {
 	obj, err := decodeObject(rv.Object)
 	if err != nil {
 		return Result{Malformed: err}
-	}
-	if ignored(obj) {
-		return Result{Skip: "labelled " + IgnoreLabel + "=true"}
 	}
 	in := &policy.Input{Operation: rv.Operation, Object: obj, Namespace: policy.Namespace{Name: rv.Namespace, Labels: map[string]string{}}}
 	if len(rv.OldObject) > 0 {
@@ -206,7 +220,17 @@ func (a *Admission) gather(ctx context.Context, namespace string, needNodes bool
 	return labels, nodeList
 }
 
+// inject asks the inject policy and patches, for DaemonSets in InjectionScope only; the others
+// get a decision not to inject that says why.
 func (a *Admission) inject(ctx context.Context, set *policy.Set, r *Result) {
+	if reason := InjectionScope(r.Input.Namespace.Name, r.Input.Namespace.Labels, r.Input.Object); reason != "" {
+		r.Inject = policy.InjectDecision{Reason: reason}
+		return
+	}
+	if err := expired(ctx); err != nil {
+		r.Failed = err
+		return
+	}
 	var err error
 	if r.Inject, err = set.Inject(ctx, r.Input); err != nil {
 		r.Failed = err
@@ -218,12 +242,26 @@ func (a *Admission) inject(ctx context.Context, set *policy.Set, r *Result) {
 }
 
 func (a *Admission) validate(ctx context.Context, set *policy.Set, r *Result) {
+	if err := expired(ctx); err != nil {
+		r.Failed = err
+		return
+	}
 	var err error
 	if r.Violations, err = set.Validate(ctx, r.Input); err != nil {
 		r.Failed = err
 		return
 	}
 	r.Verdict = Decide(r.Violations)
+}
+
+// expired fails a review whose deadline has passed before its evaluation starts. OPA notices a
+// cancelled context only from a goroutine that watches it, which a short evaluation on a busy
+// machine can outrun: the answer would then depend on scheduling.
+func expired(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("evaluate policies: %w", err)
+	}
+	return nil
 }
 
 // applyPatch applies a JSON patch to raw JSON.
@@ -239,8 +277,9 @@ func applyPatch(raw []byte, ops []jsonpatch.Operation) ([]byte, error) {
 	return p.Apply(raw)
 }
 
-// ignored tells objects labelled daemonguard.io/ignore=true (the objectSelector normally keeps
-// them away; this guards configurations without it, and the CLI and audit).
+// ignored tells objects labelled daemonguard.io/ignore=true (the mutating webhook's
+// objectSelector normally keeps them away; this guards configurations without it, and the CLI,
+// the audit and the plan).
 func ignored(obj map[string]any) bool {
 	meta, _ := obj["metadata"].(map[string]any)
 	labels, _ := meta["labels"].(map[string]any)

@@ -52,7 +52,8 @@ func (f Finding) Denied() bool {
 }
 
 // Run gathers DaemonSets, namespaces and nodes through reader and evaluates every DaemonSet
-// outside the exempt namespaces and without the ignore label. Findings are sorted by namespace
+// outside the exempt namespaces, labelled daemonguard.io/ignore or not (the label opts out of
+// injection only, never out of the audit). Findings are sorted by namespace
 // and name. Listing errors name what could not be read (a missing RBAC rule shows up here).
 func Run(ctx context.Context, reader client.Reader, set *policy.Set, exempt []string) ([]Finding, error) {
 	var daemonSets appsv1.DaemonSetList
@@ -103,7 +104,7 @@ func describe(what string, err error) error {
 }
 
 // evaluate runs the admission core over a stored DaemonSet; ok is false when admission leaves
-// it alone (exempt namespace, IgnoreLabel).
+// it alone (an exempt namespace).
 func evaluate(ctx context.Context, core *webhook.Admission, set *policy.Set, ds *appsv1.DaemonSet) (Finding, bool) {
 	f := Finding{Namespace: ds.Namespace, Name: ds.Name, UID: ds.UID, Violations: []policy.Violation{}}
 	obj := ds.DeepCopy()

@@ -34,7 +34,9 @@ func newCheckCommand() *cobra.Command {
 		Long: `check evaluates every DaemonSet in the given manifests exactly as the admission webhooks
 would (injection first, then validation of the injected object) and prints each violation with
 file, object and field. Other kinds are skipped. It exits 1 when any DaemonSet would be denied
-or cannot be evaluated; warnings alone exit 0.
+or cannot be evaluated; warnings alone exit 0. Injection applies, as in the cluster, only in
+namespaces labelled daemonguard.io/node-agents: "true": check knows the labels of the Namespace
+objects among the manifests, and takes any other namespace as unmarked.
 
   helm template my-release ./chart | daemonguard check -f -`,
 		Args: cobra.NoArgs,
@@ -46,13 +48,14 @@ or cannot be evaluated; warnings alone exit 0.
 			if err != nil {
 				return err
 			}
+			namespaces := NamespaceLabels(docs)
 			var reports []checkReport
 			denied := false
 			for _, d := range docs {
 				if !IsDaemonSet(d) {
 					continue
 				}
-				r := simulate(cmd.Context(), set, d)
+				r := simulate(cmd.Context(), set, d, namespaces)
 				err := simulationError(r)
 				rep := checkReport{Source: d.Source, Kind: d.Kind, Namespace: d.Namespace, Name: d.Name,
 					Allowed: err == nil && (r.Skip != "" || r.Verdict.Allowed), Mutated: len(r.Patch) > 0, Violations: r.Violations}

@@ -129,7 +129,12 @@ func TestCheckRejectsBadInput(t *testing.T) {
 }
 
 func TestMutateDiffIsEmptyOnSecondPass(t *testing.T) {
-	diff, err := run(t, "", "mutate", "--diff", "-f", repo("testdata", "demo", "nginx-ds.yaml"))
+	// The seed runs in default, marked for node agents by a Namespace among the manifests.
+	marked := filepath.Join(t.TempDir(), "namespace.yaml")
+	if err := os.WriteFile(marked, []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: default, labels: {daemonguard.io/node-agents: \"true\"}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	diff, err := run(t, "", "mutate", "--diff", "-f", marked, "-f", repo("testdata", "demo", "nginx-ds.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +143,7 @@ func TestMutateDiffIsEmptyOnSecondPass(t *testing.T) {
 			t.Errorf("diff lacks %q:\n%s", want, diff)
 		}
 	}
-	mutated, err := run(t, "", "mutate", "-f", repo("testdata", "demo", "nginx-ds.yaml"))
+	mutated, err := run(t, "", "mutate", "-f", marked, "-f", repo("testdata", "demo", "nginx-ds.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

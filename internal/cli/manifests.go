@@ -28,6 +28,7 @@ type Document struct {
 	Kind      string
 	Namespace string
 	Name      string
+	Labels    map[string]string
 }
 
 // Ref names the document for people: file, kind, namespace/name.
@@ -130,8 +131,9 @@ func documents(source string, raw []byte) ([]Document, error) {
 		Kind     string            `json:"kind"`
 		Items    []json.RawMessage `json:"items"`
 		Metadata struct {
-			Name      string `json:"name"`
-			Namespace string `json:"namespace"`
+			Name      string            `json:"name"`
+			Namespace string            `json:"namespace"`
+			Labels    map[string]string `json:"labels"`
 		} `json:"metadata"`
 	}
 	if err := json.Unmarshal(raw, &head); err != nil {
@@ -148,7 +150,7 @@ func documents(source string, raw []byte) ([]Document, error) {
 		}
 		return out, nil
 	}
-	return []Document{{Source: source, Raw: raw, Kind: head.Kind, Namespace: head.Metadata.Namespace, Name: head.Metadata.Name}}, nil
+	return []Document{{Source: source, Raw: raw, Kind: head.Kind, Namespace: head.Metadata.Namespace, Name: head.Metadata.Name, Labels: head.Metadata.Labels}}, nil
 }
 
 // IsDaemonSet tells the documents daemonguard evaluates.
@@ -160,14 +162,31 @@ func IsDaemonSet(d Document) bool {
 	return d.Kind == "DaemonSet" && (head.APIVersion == "apps/v1" || head.APIVersion == "")
 }
 
+// NamespaceLabels are the labels of the Namespace documents among docs, by name: what offline
+// admission knows of namespaces. A namespace the manifests do not hold has no labels, so it is
+// not marked for node agents (webhook.NodeAgentsLabel) and nothing is injected there.
+func NamespaceLabels(docs []Document) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, d := range docs {
+		if d.Kind == "Namespace" && d.Namespace == "" {
+			out[d.Name] = d.Labels
+		}
+	}
+	return out
+}
+
 // simulate evaluates one DaemonSet document offline as admission would: the inject policy's
-// patch applied, the validation policies judging the result, no cluster facts.
-func simulate(ctx context.Context, set *policy.Set, d Document) webhook.Result {
+// patch applied, the validation policies judging the result. Of the cluster it knows only the
+// labels of the Namespace documents in the manifests (NamespaceLabels).
+func simulate(ctx context.Context, set *policy.Set, d Document, namespaces map[string]map[string]string) webhook.Result {
 	ns := d.Namespace
 	if ns == "" {
 		ns = "default"
 	}
-	return (&webhook.Admission{}).Simulate(ctx, set, webhook.Review{Operation: policy.OpCheck, Namespace: ns, Object: d.Raw})
+	a := &webhook.Admission{Facts: webhook.Facts{
+		NamespaceLabels: func(_ context.Context, name string) (map[string]string, error) { return namespaces[name], nil },
+	}}
+	return a.Simulate(ctx, set, webhook.Review{Operation: policy.OpCheck, Namespace: ns, Object: d.Raw})
 }
 
 // simulationError is the error of a simulation that ended without a verdict.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
 func builtinSet(t *testing.T) *policy.Set {
@@ -45,7 +47,7 @@ func TestFixtures(t *testing.T) {
 				if err != nil || len(docs) != 1 {
 					t.Fatalf("read: %v (%d docs)", err, len(docs))
 				}
-				r := simulate(context.Background(), set, docs[0])
+				r := simulate(context.Background(), set, docs[0], markedDefault)
 				if err := simulationError(r); err != nil {
 					t.Fatal(err)
 				}
@@ -108,17 +110,79 @@ func TestReadRejectsBrokenYAML(t *testing.T) {
 	}
 }
 
+// markedDefault is what check knows when the manifests hold the Namespace default marked for node
+// agents.
+var markedDefault = map[string]map[string]string{"default": {webhook.NodeAgentsLabel: "true"}}
+
 func TestSeedIsMutatedAndAllowed(t *testing.T) {
 	docs, err := Read([]string{filepath.Join("..", "..", "testdata", "demo", "nginx-ds.yaml")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := simulate(context.Background(), builtinSet(t), docs[0])
+	r := simulate(context.Background(), builtinSet(t), docs[0], markedDefault)
 	if err := simulationError(r); err != nil || !r.Verdict.Allowed {
 		t.Fatalf("seed not allowed: %v %v", err, r.Violations)
 	}
 	if len(r.Patch) == 0 || !strings.Contains(string(r.Mutated), `"priorityClassName":"system-node-critical"`) ||
 		!strings.Contains(string(r.Mutated), "node-role.kubernetes.io/control-plane") {
 		t.Errorf("seed not mutated as admission would: %s", r.Mutated)
+	}
+}
+
+// Injection is for namespaces an administrator marked; a label on the DaemonSet opts out of it,
+// never out of validation.
+func TestInjectionOnlyInMarkedNamespaces(t *testing.T) {
+	const wide = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent, namespace: %s%s}\n" +
+		"spec:\n  selector: {matchLabels: {app: a}}\n  updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: %s}}\n" +
+		"  template:\n    metadata: {labels: {app: a}}\n    spec: {containers: [{name: a, image: busybox}]}\n"
+	const marked = "apiVersion: v1\nkind: Namespace\nmetadata: {name: agents, labels: {daemonguard.io/node-agents: \"true\"}}\n---\n"
+	const ignore = ", labels: {daemonguard.io/ignore: \"true\"}"
+	cases := map[string]struct {
+		manifests  string
+		wantInject bool
+		wantDenied bool
+		wantReason string // the reason not to inject, when wantInject is false
+	}{
+		"a DaemonSet in a namespace the manifests mark is injected": {
+			manifests: marked + fmt.Sprintf(wide, "agents", "", "1"), wantInject: true,
+		},
+		"a DaemonSet in a namespace the manifests do not hold gets nothing": {
+			manifests: fmt.Sprintf(wide, "team-a", "", "1"), wantReason: "namespace team-a is not marked for node agents",
+		},
+		"a Namespace without the mark does not mark it": {
+			manifests:  "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, labels: {daemonguard.io/node-agent: \"true\"}}\n---\n" + fmt.Sprintf(wide, "team-a", "", "1"),
+			wantReason: "namespace team-a is not marked for node agents",
+		},
+		"the ignore label opts out of injection in a marked namespace": {
+			manifests: marked + fmt.Sprintf(wide, "agents", ignore, "1"), wantReason: "labelled daemonguard.io/ignore=true",
+		},
+		"the ignore label does not opt out of validation": {
+			manifests: marked + fmt.Sprintf(wide, "agents", ignore, `"100%"`), wantDenied: true, wantReason: "labelled daemonguard.io/ignore=true",
+		},
+		"an unmarked namespace is still validated": {
+			manifests: fmt.Sprintf(wide, "team-a", "", `"100%"`), wantDenied: true, wantReason: "not marked",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			docs, err := Read([]string{"-"}, strings.NewReader(tc.manifests))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds := docs[len(docs)-1]
+			r := simulate(context.Background(), builtinSet(t), ds, NamespaceLabels(docs))
+			if err := simulationError(r); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(r.Patch) > 0; got != tc.wantInject {
+				t.Errorf("injected = %v, want %v (decision %+v)", got, tc.wantInject, r.Inject)
+			}
+			if !tc.wantInject && !strings.Contains(r.Inject.Reason, tc.wantReason) {
+				t.Errorf("reason not to inject = %q, want it to contain %q", r.Inject.Reason, tc.wantReason)
+			}
+			if r.Verdict.Allowed == tc.wantDenied {
+				t.Errorf("allowed = %v, want %v; violations %v", r.Verdict.Allowed, !tc.wantDenied, r.Violations)
+			}
+		})
 	}
 }

@@ -22,11 +22,12 @@ func newMutateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			namespaces := NamespaceLabels(docs)
 			out := cmd.OutOrStdout()
 			for i, d := range docs {
 				mutated := d.Raw
 				if IsDaemonSet(d) {
-					r := simulate(cmd.Context(), set, d)
+					r := simulate(cmd.Context(), set, d, namespaces)
 					if err := simulationError(r); err != nil {
 						return fmt.Errorf("%s: %w", d.Ref(), err)
 					}

@@ -25,6 +25,7 @@ import (
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 	"github.com/daemonguard/daemonguard/test/nodeimages"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // Options configure a demo run.
@@ -66,6 +67,12 @@ func Run(ctx context.Context, opts Options) error {
 		fmt.Fprintf(out, "\n%s is a real node (kubelet, containerd, runc, CNI, kube-proxy): nothing can be pulled there, so the seed\n"+
 			"DaemonSet runs the node-agent image built in this checkout (%s) instead of nginx:1.7.9, and its pod on\n"+
 			"%s is a real container. The rollout and policy DaemonSets stay on the kwok nodes.\n", c.RealNodeName(), nodeimages.AgentV1, c.RealNodeName())
+	}
+	// Injection is for node agents an administrator named: the demo's DaemonSets run in default,
+	// so the demo marks it, as a cluster admin does a monitoring or CNI namespace.
+	fmt.Fprintf(out, "\nInjection applies only in namespaces an administrator marks for node agents (%s=true):", webhook.NodeAgentsLabel)
+	if _, err := kubectl(ctx, c, out, "label", "namespace", "default", webhook.NodeAgentsLabel+"=true"); err != nil {
+		return err
 	}
 	if _, err := applyManifest(ctx, c, out, "testdata/demo/nginx-ds.yaml", seed); err != nil {
 		return err

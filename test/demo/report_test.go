@@ -180,6 +180,7 @@ func TestDemoShowsInjectionDenialAndWarning(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{
+		"namespace/default labeled",
 		"daemonset.apps/nginx-ds created",
 		"DaemonSet default/nginx-ds runs on 5 of 5 nodes (desired 5, current 5, ready 5, up-to-date 5, available 5)",
 		"node-role.kubernetes.io/control-plane op=Exists:NoSchedule",

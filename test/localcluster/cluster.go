@@ -509,9 +509,16 @@ func (c *Cluster) waitServiceAccount(ctx context.Context, namespace string) erro
 	return nil
 }
 
-// CreateNamespace creates a namespace and waits until pods can be created in it.
+// NodeAgentLabels mark a namespace for node agents (webhook.NodeAgentsLabel, written out here so
+// that the demo's program does not link the policy engine; TestNodeAgentLabels holds the two
+// together): the namespaces the tests and benchmarks create hold node agents, as an
+// administrator's would, unless a test plays a tenant (NewTenantNamespace).
+var NodeAgentLabels = map[string]string{"daemonguard.io/node-agents": "true"}
+
+// CreateNamespace creates a namespace marked for node agents (NodeAgentLabels), unless it exists,
+// and waits until pods can be created in it.
 func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
-	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: NodeAgentLabels}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", name, err)
 	}

@@ -45,15 +45,29 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin string, args ...string) (st
 	return out.String(), errb.String(), err
 }
 
-// NewTestNamespace creates a namespace named after the test, ready for pods, and deletes it when
-// the test ends, so tests sharing a cluster never see each other's objects.
+// NewTestNamespace creates a namespace named after the test, ready for pods and marked for node
+// agents (NodeAgentLabels: daemonguard injects there, as in the namespaces an administrator runs
+// node agents in), and deletes it when the test ends, so tests sharing a cluster never see each
+// other's objects.
 func (c *Cluster) NewTestNamespace(t testing.TB) string {
+	t.Helper()
+	return c.newTestNamespace(t, NodeAgentLabels)
+}
+
+// NewTenantNamespace is NewTestNamespace without the node-agents mark: a tenant's namespace,
+// where daemonguard validates and pins but injects nothing.
+func (c *Cluster) NewTenantNamespace(t testing.TB) string {
+	t.Helper()
+	return c.newTestNamespace(t, nil)
+}
+
+func (c *Cluster) newTestNamespace(t testing.TB, labels map[string]string) string {
 	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if len(name) > 50 {
 		name = strings.TrimRight(name[:50], "-")
 	}
-	if err := c.createFreshNamespace(context.Background(), name, 3*time.Minute); err != nil {
+	if err := c.createFreshNamespace(context.Background(), name, labels, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -90,10 +104,10 @@ func (c *Cluster) WaitFor(t testing.TB, timeout time.Duration, what string, cond
 // createFreshNamespace creates an empty namespace. One left by an earlier run of the same test
 // (go test -count=2, or a run that died before its cleanup) may still exist or be terminating: it is
 // deleted, and waited for, so the test never starts among another run's objects.
-func (c *Cluster) createFreshNamespace(ctx context.Context, name string, timeout time.Duration) error {
+func (c *Cluster) createFreshNamespace(ctx context.Context, name string, labels map[string]string, timeout time.Duration) error {
 	namespaces := c.Client.CoreV1().Namespaces()
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		_, err := namespaces.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		_, err := namespaces.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
 		switch {
 		case err == nil:
 			return true, nil

@@ -264,28 +264,46 @@ The rules of the two DaemonSet webhooks.
 {{- end }}
 
 {{/*
-The fields all three webhooks share. The release namespace and kube-system are always exempt, so
-that a broken daemonguard can never block its own recovery or the cluster's system pods.
+The fields all three webhooks share.
 */}}
 {{- define "daemonguard.webhook.common" -}}
 sideEffects: None
 admissionReviewVersions: [v1]
-{{ include "daemonguard.webhook.namespaceSelector" . }}
 {{- end }}
 
 {{/*
-The namespaceSelector of all three webhooks and of the in-process injection policy's binding.
+The namespaceSelector of the validating and the Pod webhook. The release namespace and kube-system
+are always exempt, so that a broken daemonguard can never block its own recovery or the cluster's
+system pods.
 */}}
 {{- define "daemonguard.webhook.namespaceSelector" -}}
 namespaceSelector:
   matchExpressions:
-    - key: kubernetes.io/metadata.name
-      operator: NotIn
-      values:
-        {{- concat (list .Release.Namespace "kube-system") .Values.webhook.exemptNamespaces | toYaml | nindent 8 }}
-    {{- with .Values.webhook.namespaceSelector.matchExpressions }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
+    {{- include "daemonguard.webhook.namespaceRequirements" . | nindent 4 }}
+{{- end }}
+
+{{/*
+The namespaceSelector of the DaemonSet mutating webhook and of the in-process injection policy's
+binding: the namespaceSelector above, narrowed to the namespaces an administrator marked for node
+agents (daemonguard.io/node-agents: "true"; webhook.InjectionScope).
+*/}}
+{{- define "daemonguard.webhook.injectNamespaceSelector" -}}
+namespaceSelector:
+  matchExpressions:
+    {{- include "daemonguard.webhook.namespaceRequirements" . | nindent 4 }}
+    - key: daemonguard.io/node-agents
+      operator: In
+      values: ["true"]
+{{- end }}
+
+{{- define "daemonguard.webhook.namespaceRequirements" -}}
+- key: kubernetes.io/metadata.name
+  operator: NotIn
+  values:
+    {{- concat (list .Release.Namespace "kube-system") .Values.webhook.exemptNamespaces | toYaml | nindent 4 }}
+{{- with .Values.webhook.namespaceSelector.matchExpressions }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -324,8 +342,9 @@ the packages the inject decision reads, or inject/namespaceClasses in a paramete
 {{- end }}
 
 {{/*
-The objectSelector of the two DaemonSet webhooks: objects labelled daemonguard.io/ignore=true are
-never sent.
+The objectSelector of the DaemonSet mutating webhook and of the in-process injection policy's
+binding: DaemonSets labelled daemonguard.io/ignore=true opt out of injection. The validating webhook
+has none: a label on the object never exempts it from validation.
 */}}
 {{- define "daemonguard.webhook.objectSelector" -}}
 objectSelector:
