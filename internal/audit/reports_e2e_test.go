@@ -215,6 +215,8 @@ func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
 	r := reports[0]
 	want := slices.Concat(
 		expect("compliant", nil),
+		// The ignore label opts out of injection, never out of the audit.
+		expect("ignored", map[string]string{"rolling_update_budget": "fail high"}),
 		expect("on-delete", map[string]string{"on_delete_managed": "warn medium"}),
 		expect("paused-maybe", map[string]string{"rollout_annotations": "fail low"}),
 		expect("seed", map[string]string{"inject": "warn medium"}),
@@ -227,8 +229,8 @@ func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
 	if r.Source != "daemonguard" || r.Labels[audit.ManagedByLabel] != audit.ManagedByValue {
 		t.Errorf("report source %q, labels %v", r.Source, r.Labels)
 	}
-	if r.Summary != (openreports.ReportSummary{Pass: 21, Fail: 2, Warn: 2}) {
-		t.Errorf("summary %+v, want 21 pass, 2 fail, 2 warn", r.Summary)
+	if r.Summary != (openreports.ReportSummary{Pass: 25, Fail: 3, Warn: 2}) {
+		t.Errorf("summary %+v, want 25 pass, 3 fail, 2 warn", r.Summary)
 	}
 	uids := map[string]string{}
 	var list appsv1.DaemonSetList
@@ -305,7 +307,7 @@ func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
 	}
 	auditPass(t, w, set)
 	r = reportsIn(t, w, ns)[0]
-	if !slices.Contains(lines(r), "wide rolling_update_budget pass high") || r.Summary.Fail != 1 {
+	if !slices.Contains(lines(r), "wide rolling_update_budget pass high") || r.Summary.Fail != 2 {
 		t.Errorf("after the fix: summary %+v, results %q", r.Summary, lines(r))
 	}
 	for _, res := range r.Results {
@@ -322,17 +324,21 @@ func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
 		}
 	}
 	auditPass(t, w, set)
-	if got := lines(reportsIn(t, w, ns)[0]); !slices.Equal(got, expect("compliant", nil)) {
-		t.Errorf("after deleting all but compliant: %q", got)
+	left := slices.Concat(expect("compliant", nil), expect("ignored", map[string]string{"rolling_update_budget": "fail high"}))
+	slices.Sort(left)
+	if got := lines(reportsIn(t, w, ns)[0]); !slices.Equal(got, left) {
+		t.Errorf("after deleting all but compliant and ignored: %q", got)
 	}
 
-	// The last audited DaemonSet gone (the ignored one stays), the Report goes.
-	if err := c.Delete(ctx, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "compliant"}}); err != nil {
-		t.Fatal(err)
+	// The last DaemonSets gone, the Report goes.
+	for _, name := range []string{"compliant", "ignored"} {
+		if err := c.Delete(ctx, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	changes := auditPass(t, w, set)
-	if left := reportsIn(t, w, ns); len(left) != 0 {
-		t.Errorf("namespace without audited DaemonSets still has %d reports", len(left))
+	if remaining := reportsIn(t, w, ns); len(remaining) != 0 {
+		t.Errorf("namespace without DaemonSets still has %d reports", len(remaining))
 	}
 	if !slices.ContainsFunc(changes.Delete, func(r openreports.Report) bool { return r.Namespace == ns }) {
 		t.Errorf("changes %s do not delete the report of %s", changes, ns)
@@ -420,8 +426,8 @@ func TestOpenReportsSplitALargeNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	auditPass(t, w, set)
-	if left := reportsIn(t, w, ns); len(left) != 0 {
-		t.Errorf("%d reports left after the DaemonSets were deleted", len(left))
+	if remaining := reportsIn(t, w, ns); len(remaining) != 0 {
+		t.Errorf("%d reports left after the DaemonSets were deleted", len(remaining))
 	}
 }
 

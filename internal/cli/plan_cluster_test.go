@@ -180,6 +180,8 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 		// stalls says the plan must predict that the rolling update stops early: the nodes it
 		// did not reach (which, the order is not fixed) keep their old pod.
 		stalls bool
+		// tenant runs the case in a namespace not marked for node agents.
+		tenant bool
 	}{
 		"a create: the injected toleration adds the control plane, the injected priority preempts": {
 			change: replace(requests50m, "cpu: 300m"),
@@ -202,6 +204,9 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 		},
 		"a create with the ignore label the webhook skips: no control plane, no priority to preempt with": {
 			change: edit(replace("  name: agent\n", "  name: agent\n  labels: {daemonguard.io/ignore: \"true\"}\n"), requests50m, "cpu: 300m"), injection: "not called",
+		},
+		"a create in a tenant's namespace: no injection, so no control plane and no priority to preempt with": {
+			change: replace(requests50m, "cpu: 300m"), injection: "not called", tenant: true,
 		},
 		"an init container asking more than the containers": {
 			seed: agent, change: replace("      containers:\n", "      initContainers:\n      - {name: setup, image: setup:1, resources: {requests: {cpu: 500m}}}\n      containers:\n"),
@@ -252,7 +257,7 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			subStart := time.Now()
 			ns := fmt.Sprintf("plan-%d", i)
-			c.freshNamespace(t, ns)
+			c.freshNamespace(t, ns, tc.tenant)
 			c.createFixtures(t, ns)
 			if tc.budget {
 				c.protect(t, ns, "low-b")
@@ -377,15 +382,18 @@ func (c *planCluster) kubectl(t *testing.T, stdin string, args ...string) string
 }
 
 // freshNamespace waits until no pod of an earlier subtest is left anywhere in the cluster,
-// creates ns, and when the test ends deletes it and waits until its pods are gone, so the next
+// creates ns (marked for node agents unless tenant), and when the test ends deletes it and waits until its pods are gone, so the next
 // subtest's plan and scheduler see none of them. Both waits retry through an API server that a
 // loaded machine makes slow.
-func (c *planCluster) freshNamespace(t *testing.T, ns string) {
+func (c *planCluster) freshNamespace(t *testing.T, ns string, tenant bool) {
 	t.Helper()
 	ctx := context.Background()
 	c.waitNoPods(t, "")
 	if err := c.cluster.CreateNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
+	}
+	if tenant {
+		c.kubectl(t, "", "label", "namespace", ns, webhook.NodeAgentsLabel+"-")
 	}
 	t.Cleanup(func() {
 		c.cluster.WaitFor(t, 2*time.Minute, "namespace "+ns+" deleted", func(ctx context.Context) (bool, string) {

@@ -30,7 +30,7 @@ import (
 // forbidden.
 func (c *planCluster) testReadOnlyIdentity(t *testing.T) {
 	const ns = "plan-rbac"
-	c.freshNamespace(t, ns)
+	c.freshNamespace(t, ns, false)
 	c.kubectl(t, agent, "apply", "-n", ns, "-f", "-")
 	c.waitSettled(t, ns, "agent")
 	file := filepath.Join(t.TempDir(), "agent.yaml")

@@ -74,11 +74,13 @@ inject:
 
 // testNamespaces are the namespaces the manifests are admitted in, with their labels.
 var testNamespaces = map[string]map[string]string{
-	"dg-default":  nil,
-	"dg-critical": nil,
-	"dg-agents":   {"daemonguard-test/tier": "agents"},
-	"dg-disabled": nil,
-	"dg-excluded": nil,
+	"dg-default":  localcluster.NodeAgentLabels,
+	"dg-critical": localcluster.NodeAgentLabels,
+	"dg-agents":   {"daemonguard-test/tier": "agents", webhook.NodeAgentsLabel: "true"},
+	"dg-disabled": localcluster.NodeAgentLabels,
+	"dg-excluded": localcluster.NodeAgentLabels,
+	// Not marked for node agents: neither the webhook nor the policy injects.
+	"dg-tenant": nil,
 }
 
 const policyName = "daemonguard-inject-test"
@@ -141,6 +143,9 @@ func TestDifferentialWebhookVersusPolicy(t *testing.T) {
 	for _, k := range sortedKeys(byWebhook) {
 		if byWebhook[k].injected {
 			injected++
+			if strings.HasPrefix(k, "dg-tenant: ") {
+				t.Errorf("%s: injected in a namespace not marked for node agents", k)
+			}
 		}
 		if byWebhook[k].template != byPolicy[k].template {
 			t.Errorf("%s: stored templates differ\nwebhook: %s\npolicy:  %s", k, byWebhook[k].template, byPolicy[k].template)
@@ -177,7 +182,7 @@ func TestSeedLandsOnControlPlaneWithoutWebhook(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	register(t, ctx, generate(t))
-	createNamespace(t, ctx, "dg-seed", nil)
+	createNamespace(t, ctx, "dg-seed", localcluster.NodeAgentLabels)
 	waitPriorityClass(t, ctx, "dg-seed", "system-node-critical")
 	if hooks, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err != nil || len(hooks.Items) != 0 {
 		t.Fatalf("mutating webhook configurations registered: %v (err %v)", hooks, err)
@@ -260,7 +265,7 @@ func register(t *testing.T, ctx context.Context, objs *inprocess.Objects) {
 	unregister := registerPolicy(t, ctx, objs)
 	t.Cleanup(func() {
 		unregister()
-		createNamespace(t, context.Background(), "dg-default", nil)
+		createNamespace(t, context.Background(), "dg-default", localcluster.NodeAgentLabels)
 		waitPriorityClass(t, context.Background(), "dg-default", "")
 	})
 }

@@ -6,7 +6,10 @@
 #   {"inject": false, "reason": "..."}
 #
 # The Go side appends the tolerations the template lacks and sets the priority class when the
-# template names none. kube-system and daemonguard's own namespace never reach this policy.
+# template names none. kube-system and daemonguard's own namespace never reach this policy, nor
+# does a DaemonSet outside the namespaces an administrator marked for node agents
+# (daemonguard.io/node-agents: "true") or one labelled daemonguard.io/ignore: "true"
+# (webhook.InjectionScope): it is asked only about node agents.
 package daemonguard.inject
 
 import data.daemonguard.lib
