@@ -143,9 +143,12 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 const configurationName = "daemonguard"
 
 // Mutates tells whether a DaemonSet written now gets the webhook's injection, by a server-side
-// dry-run create in the default namespace (no object is stored, no pods start).
+// dry-run create in webhookreg.ProbeNamespace (no object is stored, no pods start).
 func Mutates(ctx context.Context, c *localcluster.Cluster) (bool, error) {
-	got, err := c.Client.AppsV1().DaemonSets(metav1.NamespaceDefault).Create(ctx, webhookreg.ProbeDaemonSet(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err := webhookreg.EnsureProbeNamespace(ctx, c.Client); err != nil {
+		return false, err
+	}
+	got, err := c.Client.AppsV1().DaemonSets(webhookreg.ProbeNamespace).Create(ctx, webhookreg.ProbeDaemonSet(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		return false, fmt.Errorf("dry-run create a DaemonSet: %w", err)
 	}

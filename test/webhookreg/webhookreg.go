@@ -108,6 +108,9 @@ func WaitTLS(ctx context.Context, addr string, pool *x509.CertPool, done chan er
 // apart as well as daemonguard's.
 func WaitCalled(ctx context.Context, client kubernetes.Interface, opts webhook.ConfigurationOptions, called bool) error {
 	names := daemonSetWebhooks(opts)
+	if err := EnsureProbeNamespace(ctx, client); err != nil {
+		return err
+	}
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		before, err := scrape(ctx, client)
@@ -115,7 +118,7 @@ func WaitCalled(ctx context.Context, client kubernetes.Interface, opts webhook.C
 			last = err.Error()
 			return false, nil
 		}
-		_, createErr := client.AppsV1().DaemonSets(metav1.NamespaceDefault).Create(ctx, ProbeDaemonSet(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, createErr := client.AppsV1().DaemonSets(ProbeNamespace).Create(ctx, ProbeDaemonSet(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		after, err := scrape(ctx, client)
 		if err != nil {
 			last = err.Error()
@@ -165,8 +168,21 @@ func daemonSetWebhooks(opts webhook.ConfigurationOptions) []string {
 	return names
 }
 
-// ProbeDaemonSet is the DaemonSet of WaitCalled's dry-run create: plain, with no injection, for the
-// default namespace, which no webhook exempts.
+// ProbeNamespace is where WaitCalled probes: marked for node agents, so that every DaemonSet
+// webhook of daemonguard's configurations is called there, and exempt from none.
+const ProbeNamespace = "daemonguard-probe"
+
+// EnsureProbeNamespace creates ProbeNamespace unless it exists.
+func EnsureProbeNamespace(ctx context.Context, client kubernetes.Interface) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ProbeNamespace, Labels: map[string]string{webhook.NodeAgentsLabel: "true"}}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create the probe namespace %s: %w", ProbeNamespace, err)
+	}
+	return nil
+}
+
+// ProbeDaemonSet is the DaemonSet of WaitCalled's dry-run create: plain, with no injection, for
+// ProbeNamespace.
 func ProbeDaemonSet() *appsv1.DaemonSet {
 	return &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "daemonguard-probe"},
