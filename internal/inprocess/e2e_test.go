@@ -442,9 +442,13 @@ func admitAll(t *testing.T, ctx context.Context, cases []manifest) map[string]ad
 	return out
 }
 
-// injectedFields renders what injection may change.
+// injectedFields renders what injection may change. An empty toleration list and none are
+// alike: the API server stores an empty list as none.
 func injectedFields(spec *corev1.PodSpec) string {
-	raw, _ := json.Marshal(spec.Tolerations)
+	raw := []byte("null")
+	if len(spec.Tolerations) > 0 {
+		raw, _ = json.Marshal(spec.Tolerations)
+	}
 	return string(raw) + " " + spec.PriorityClassName
 }
 
