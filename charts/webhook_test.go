@@ -71,7 +71,7 @@ func (e extraWebhookFields) appendTo(m *admissionregistrationv1.MutatingWebhookC
 	for i := range v.Webhooks {
 		w := &v.Webhooks[i]
 		w.NamespaceSelector.MatchExpressions = append(w.NamespaceSelector.MatchExpressions, e.namespaceExpressions...)
-		w.ObjectSelector.MatchExpressions = append(w.ObjectSelector.MatchExpressions, e.objectExpressions...)
+		// No object selector: a label on the object never exempts it from validation.
 		w.MatchConditions = append(w.MatchConditions, e.matchConditions...)
 	}
 }

@@ -279,7 +279,10 @@ system pods.
 {{- define "daemonguard.webhook.namespaceSelector" -}}
 namespaceSelector:
   matchExpressions:
-    {{- include "daemonguard.webhook.namespaceRequirements" . | nindent 4 }}
+    {{- include "daemonguard.webhook.exemptRequirement" . | nindent 4 }}
+    {{- with .Values.webhook.namespaceSelector.matchExpressions }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
 {{- end }}
 
 {{/*
@@ -290,20 +293,20 @@ agents (daemonguard.io/node-agents: "true"; webhook.InjectionScope).
 {{- define "daemonguard.webhook.injectNamespaceSelector" -}}
 namespaceSelector:
   matchExpressions:
-    {{- include "daemonguard.webhook.namespaceRequirements" . | nindent 4 }}
+    {{- include "daemonguard.webhook.exemptRequirement" . | nindent 4 }}
     - key: daemonguard.io/node-agents
       operator: In
       values: ["true"]
+    {{- with .Values.webhook.namespaceSelector.matchExpressions }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
 {{- end }}
 
-{{- define "daemonguard.webhook.namespaceRequirements" -}}
+{{- define "daemonguard.webhook.exemptRequirement" -}}
 - key: kubernetes.io/metadata.name
   operator: NotIn
   values:
     {{- concat (list .Release.Namespace "kube-system") .Values.webhook.exemptNamespaces | toYaml | nindent 4 }}
-{{- with .Values.webhook.namespaceSelector.matchExpressions }}
-{{ toYaml . }}
-{{- end }}
 {{- end }}
 
 {{/*
