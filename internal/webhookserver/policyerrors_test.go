@@ -51,7 +51,7 @@ func newTestReloader(t *testing.T) *policyReloader {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &policyReloader{builtin: builtin, builtinParams: params}
+	return &policyReloader{builtin: builtin, builtinParams: params, compileOverlay: policy.DefaultLimits.CompileOverlay}
 }
 
 func TestPlanPolicyErrors(t *testing.T) {
