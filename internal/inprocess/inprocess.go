@@ -26,7 +26,6 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
-	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -178,16 +177,9 @@ func derive(ctx context.Context, modules []policy.Module, params map[string]any)
 	if err != nil {
 		return nil, err
 	}
-	store := inmem.NewFromObject(map[string]any{"daemonguard": map[string]any{"parameters": params}})
-	r := rego.New(
-		rego.Query(`class := data.daemonguard.lib.namespace_class; enabled := [true | data.daemonguard.inject.enabled]; `+
-			`excludedNamespaces := data.daemonguard.inject.excluded_namespaces; excludedLabels := data.daemonguard.inject.excluded_labels`),
-		rego.Store(store), rego.StrictBuiltinErrors(true),
-	)
-	for _, m := range modules {
-		rego.Module(m.Name, m.Source)(r)
-	}
-	query, err := r.PrepareForEval(ctx)
+	// Asked of the compiled set, so the query runs in the same sandbox and on the same data.
+	query, err := set.PrepareQuery(ctx, `class := data.daemonguard.lib.namespace_class; enabled := [true | data.daemonguard.inject.enabled]; `+
+		`excludedNamespaces := data.daemonguard.inject.excluded_namespaces; excludedLabels := data.daemonguard.inject.excluded_labels`)
 	if err != nil {
 		return nil, fmt.Errorf("prepare inject settings query: %w", err)
 	}

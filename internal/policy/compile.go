@@ -14,8 +14,10 @@ import (
 
 // Set is one compiled policy set. It is immutable and safe for concurrent use.
 type Set struct {
-	validate    rego.PreparedEvalQuery
-	inject      rego.PreparedEvalQuery
+	compiler    *ast.Compiler
+	store       storage.Store
+	violations  rego.PreparedEvalQuery
+	decision    rego.PreparedEvalQuery
 	hasInject   bool
 	enforcement map[string]Action
 	modules     []string
@@ -45,10 +47,34 @@ func policyNames(parsed map[string]*ast.Module) map[string]bool {
 	return names
 }
 
-// Compile parses and compiles modules (Rego v1) with params as data.daemonguard.parameters and
-// prepares the queries, so that no request pays for parsing, compiling or planning. Errors name
-// the module and line.
+// Compile is DefaultLimits.Compile.
 func Compile(ctx context.Context, modules []Module, params map[string]any) (*Set, error) {
+	return DefaultLimits.Compile(ctx, modules, params)
+}
+
+// Compile parses and compiles modules (Rego v1, in the sandbox) with params as
+// data.daemonguard.parameters, prepares the queries, so that no request pays for parsing,
+// compiling or planning, and evaluates the set once on the trial DaemonSets (trial.go), all within
+// l. Errors name the module and line; a set that exceeds l gets a *LimitError.
+func (l Limits) Compile(ctx context.Context, modules []Module, params map[string]any) (*Set, error) {
+	return bounded(ctx, l, func(ctx context.Context, step func(string, *whereTracer)) (*Set, error) {
+		return compile(ctx, modules, params, step)
+	})
+}
+
+// CompileOverlay compiles the set of base with sources over it (Overlay, then Compile): the set
+// the webhook serves from the built-ins and the policy ConfigMaps.
+func (l Limits) CompileOverlay(ctx context.Context, base []Module, baseParams map[string]any, sources []Source) ([]Module, map[string]any, *Set, error) {
+	modules, params, err := Overlay(base, baseParams, sources)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	set, err := l.Compile(ctx, modules, params)
+	return modules, params, set, err
+}
+
+// compile is Compile's load; step says what it is doing, for the error of a limit that stops it.
+func compile(ctx context.Context, modules []Module, params map[string]any, step func(string, *whereTracer)) (*Set, error) {
 	parsed := make(map[string]*ast.Module, len(modules))
 	var errs []error
 	for _, m := range modules {
@@ -62,10 +88,15 @@ func Compile(ctx context.Context, modules []Module, params map[string]any) (*Set
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("parse policies: %w", errors.Join(errs...))
 	}
-	compiler := ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1).WithStrict(true)
+	step("compiling", nil)
+	compiler := newCompiler().WithStrict(true)
+	stopBetweenStages(ctx, compiler)
 	compiler.Compile(parsed)
 	if compiler.Failed() {
-		return nil, fmt.Errorf("compile policies: %w", compiler.Errors)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("compile policies: %w", context.Cause(ctx))
+		}
+		return nil, fmt.Errorf("compile policies: %w", sandboxErrors(compiler.Errors))
 	}
 	if params == nil {
 		params = map[string]any{}
@@ -74,7 +105,7 @@ func Compile(ctx context.Context, modules []Module, params map[string]any) (*Set
 	// policy set instead of on every read.
 	store := inmem.NewFromObjectWithOpts(map[string]any{"daemonguard": map[string]any{"parameters": params}}, inmem.OptReturnASTValuesOnRead(true))
 
-	s := &Set{enforcement: map[string]Action{}}
+	s := &Set{compiler: compiler, store: store, enforcement: map[string]Action{}}
 	for _, m := range modules {
 		s.modules = append(s.modules, m.Name)
 	}
@@ -83,11 +114,9 @@ func Compile(ctx context.Context, modules []Module, params map[string]any) (*Set
 		s.policies = append(s.policies, name)
 	}
 	sort.Strings(s.policies)
-	prepare := func(q string) (rego.PreparedEvalQuery, error) {
-		return rego.New(rego.Query(q), rego.Compiler(compiler), rego.Store(store), rego.StrictBuiltinErrors(true)).PrepareForEval(ctx)
-	}
+	step("preparing the queries", nil)
 	var err error
-	if s.validate, err = prepare(validateQuery); err != nil {
+	if s.violations, err = s.PrepareQuery(ctx, validateQuery); err != nil {
 		return nil, fmt.Errorf("prepare validation query: %w", err)
 	}
 	for _, mod := range parsed {
@@ -96,22 +125,34 @@ func Compile(ctx context.Context, modules []Module, params map[string]any) (*Set
 		}
 	}
 	if s.hasInject {
-		if s.inject, err = prepare(injectQuery); err != nil {
+		if s.decision, err = s.PrepareQuery(ctx, injectQuery); err != nil {
 			return nil, fmt.Errorf("prepare inject query: %w", err)
 		}
 	}
-	if err := s.resolveEnforcement(ctx, compiler, store, params); err != nil {
+	where := &whereTracer{}
+	step("evaluating the enforcement rules", where)
+	if err := s.resolveEnforcement(ctx, params, where); err != nil {
+		return nil, err
+	}
+	if err := s.trial(ctx, step); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
+// PrepareQuery prepares query against the set's modules and parameters, in the sandbox, for
+// callers that ask the policies something besides their violations and inject decision (the
+// in-process injection export).
+func (s *Set) PrepareQuery(ctx context.Context, query string) (rego.PreparedEvalQuery, error) {
+	return rego.New(rego.Query(query), rego.Compiler(s.compiler), rego.Store(s.store), rego.StrictBuiltinErrors(true)).PrepareForEval(ctx)
+}
+
 // resolveEnforcement evaluates each policy's constant `enforcement` rule once per set and applies
 // the overrides from parameters.enforcement, so no request pays for it.
-func (s *Set) resolveEnforcement(ctx context.Context, compiler *ast.Compiler, store storage.Store, params map[string]any) error {
+func (s *Set) resolveEnforcement(ctx context.Context, params map[string]any, where *whereTracer) error {
 	rs, err := rego.New(
 		rego.Query("e = {name: a | some name; a := data.daemonguard.policies[name].enforcement}"),
-		rego.Compiler(compiler), rego.Store(store), rego.StrictBuiltinErrors(true),
+		rego.Compiler(s.compiler), rego.Store(s.store), rego.StrictBuiltinErrors(true), rego.QueryTracer(where),
 	).Eval(ctx)
 	if err != nil {
 		return fmt.Errorf("evaluate enforcement rules: %w", err)

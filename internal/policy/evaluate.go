@@ -64,7 +64,12 @@ func withoutManagedFields(obj map[string]any) map[string]any {
 // that applies. An error means the policies could not be evaluated: the caller decides by its
 // failure mode, never by treating the object as compliant.
 func (s *Set) Validate(ctx context.Context, in *Input) ([]Violation, error) {
-	rs, err := eval(ctx, s.validate, in.document())
+	return s.validate(ctx, in)
+}
+
+// validate is Validate with evaluation options (the trial's tracer).
+func (s *Set) validate(ctx context.Context, in *Input, opts ...rego.EvalOption) ([]Violation, error) {
+	rs, err := eval(ctx, s.violations, in.document(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("evaluate policies: %w", err)
 	}
@@ -108,10 +113,15 @@ func (s *Set) Validate(ctx context.Context, in *Input) ([]Violation, error) {
 
 // Inject evaluates the inject policy. A set without one injects nothing.
 func (s *Set) Inject(ctx context.Context, in *Input) (InjectDecision, error) {
+	return s.inject(ctx, in)
+}
+
+// inject is Inject with evaluation options (the trial's tracer).
+func (s *Set) inject(ctx context.Context, in *Input, opts ...rego.EvalOption) (InjectDecision, error) {
 	if !s.hasInject {
 		return InjectDecision{Reason: "no inject policy loaded"}, nil
 	}
-	rs, err := eval(ctx, s.inject, in.document())
+	rs, err := eval(ctx, s.decision, in.document(), opts...)
 	if err != nil {
 		return InjectDecision{}, fmt.Errorf("evaluate inject policy: %w", err)
 	}
@@ -135,13 +145,13 @@ func (s *Set) Inject(ctx context.Context, in *Input) (InjectDecision, error) {
 // eval runs a prepared query on an AST input. A panic in OPA (it has some for inputs it cannot
 // represent, such as a NaN a Go caller put in the object) is an evaluation error, so the caller's
 // failure mode decides and the process lives on.
-func eval(ctx context.Context, q rego.PreparedEvalQuery, input ast.Value) (rs rego.ResultSet, err error) {
+func eval(ctx context.Context, q rego.PreparedEvalQuery, input ast.Value, opts ...rego.EvalOption) (rs rego.ResultSet, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			rs, err = nil, fmt.Errorf("policy evaluation failed: OPA panicked: %v", p)
 		}
 	}()
-	return q.Eval(ctx, rego.EvalParsedInput(input))
+	return q.Eval(ctx, append([]rego.EvalOption{rego.EvalParsedInput(input)}, opts...)...)
 }
 
 // Enforcement returns the action of a policy: its override, its own rule, or deny.

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"context"
 	"fmt"
 	"path"
 	"sort"
@@ -16,17 +15,6 @@ import (
 type Source struct {
 	Name  string // e.g. configmap/daemonguard/extra-policies
 	Files map[string]string
-}
-
-// CompileOverlay compiles the set of base with sources over it (Overlay, then Compile): the set
-// the webhook serves from the built-ins and the policy ConfigMaps.
-func CompileOverlay(ctx context.Context, base []Module, baseParams map[string]any, sources []Source) ([]Module, map[string]any, *Set, error) {
-	modules, params, err := Overlay(base, baseParams, sources)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	set, err := Compile(ctx, modules, params)
-	return modules, params, set, err
 }
 
 // Overlay puts sources over the built-in modules and parameters. A source module whose package

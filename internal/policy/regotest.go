@@ -26,7 +26,7 @@ var ErrNoTests = errors.New("no Rego tests found (test rules are named test_*)")
 // RunRegoTests runs every test_* rule in testModules with OPA's own test runner, against the
 // policies in modules (compiled together) and params as data.daemonguard.parameters — the same
 // data the engine serves with. It is what `go test ./policies/...` and `daemonguard policy test`
-// both run.
+// both run, in the same sandbox.
 func RunRegoTests(ctx context.Context, modules, testModules []Module, params map[string]any) ([]TestResult, error) {
 	parsed := map[string]*ast.Module{}
 	for _, m := range append(append([]Module(nil), modules...), testModules...) {
@@ -42,10 +42,13 @@ func RunRegoTests(ctx context.Context, modules, testModules []Module, params map
 	store := inmem.NewFromObject(map[string]any{"daemonguard": map[string]any{"parameters": params}})
 	ch, err := tester.NewRunner().
 		SetDefaultRegoVersion(ast.RegoV1).
-		SetCompiler(ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1)).
+		SetCompiler(newCompiler()).
 		SetStore(store).
 		RaiseBuiltinErrors(true).
 		Run(ctx, parsed)
+	if errs, ok := err.(ast.Errors); ok {
+		err = sandboxErrors(errs)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("run Rego tests: %w", err)
 	}

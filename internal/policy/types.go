@@ -2,7 +2,9 @@
 // set and evaluates DaemonSets against it: which tolerations and priority class to inject, and which
 // violations to deny, warn about or record. The Rego is the only definition of what a policy
 // decides; this package compiles it once per policy set, prepares its queries, and swaps a new set
-// in atomically, so a reload never blocks or disturbs an evaluation in flight.
+// in atomically, so a reload never blocks or disturbs an evaluation in flight. Every set is
+// compiled in one sandbox (sandbox.go: an allow-list of builtins, no network, clock or randomness)
+// and loaded within a deadline and a heap budget (limits.go, trial.go).
 package policy
 
 import (

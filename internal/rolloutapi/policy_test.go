@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/rego"
-	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -22,15 +21,11 @@ func builtinQuery(t testing.TB, query string) rego.PreparedEvalQuery {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := []func(*rego.Rego){
-		rego.Query(query),
-		rego.Store(inmem.NewFromObject(map[string]any{"daemonguard": map[string]any{"parameters": params}})),
-		rego.StrictBuiltinErrors(true),
+	set, err := policy.Compile(context.Background(), modules, params)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, m := range modules {
-		opts = append(opts, rego.Module(m.Name, m.Source))
-	}
-	q, err := rego.New(opts...).PrepareForEval(context.Background())
+	q, err := set.PrepareQuery(context.Background(), query)
 	if err != nil {
 		t.Fatal(err)
 	}

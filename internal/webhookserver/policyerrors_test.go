@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -41,6 +42,8 @@ const (
 	goodRego = "package daemonguard.policies.no_latest\n\nviolation contains {\"field\": \"x\", \"msg\": \"m\"} if {\n\tinput.object.kind == \"x\"\n}\n"
 	// The parser stops at the brace on line 5 that ends the incomplete assignment.
 	parseErrorRego = "package daemonguard.policies.broken\n\nviolation contains x if {\n  x := \n}\n"
+	// It would POST the whole admission input to a listener, were http.send allowed.
+	httpSendRego = "package daemonguard.policies.exfil\n\nviolation contains {\"field\": \"x\", \"msg\": \"m\"} if {\n\thttp.send({\"method\": \"POST\", \"url\": \"http://127.0.0.1:9/\", \"body\": input}).status_code == 0\n}\n"
 	// y is unsafe on line 3 and z on line 7.
 	unsafeVarsRego = "package daemonguard.policies.unsafe\n\nviolation contains y if {\n\ttrue\n}\n\nviolation contains z if {\n\ttrue\n}\n"
 )
@@ -51,7 +54,7 @@ func newTestReloader(t *testing.T) *policyReloader {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &policyReloader{builtin: builtin, builtinParams: params}
+	return &policyReloader{builtin: builtin, builtinParams: params, compileOverlay: policy.DefaultLimits.CompileOverlay}
 }
 
 func TestPlanPolicyErrors(t *testing.T) {
@@ -93,6 +96,17 @@ func TestPlanPolicyErrors(t *testing.T) {
 			cms:     []corev1.ConfigMap{policyConfigMap("lib", withFile("lib.rego", "package daemonguard.lib\n\nx := 1\n"))},
 			compile: true,
 			want:    map[string][]string{"lib": {".rego:", ": rego_", "more in the policy set)"}},
+		},
+		"a builtin outside the sandbox is recorded on its ConfigMap with file, line and name": {
+			cms:     []corev1.ConfigMap{policyConfigMap("no-latest", withFile("no_latest.rego", goodRego)), policyConfigMap("exfil", withFile("exfil.rego", httpSendRego))},
+			compile: true,
+			want: map[string][]string{"exfil": {"configmap/exfil/exfil.rego:4: rego_type_error: builtin http.send is not allowed in daemonguard policies",
+				" rejected, the last good policy set keeps serving"}},
+		},
+		"a load stopped by a limit is recorded on the ConfigMap it stopped in": {
+			cms:  []corev1.ConfigMap{policyConfigMap("no-latest", withFile("no_latest.rego", goodRego)), policyConfigMap("big", withFile("big.rego", goodRego))},
+			err:  &policy.LimitError{Limit: "the load deadline of 10s", While: "evaluating the enforcement rules", At: &ast.Location{File: "configmap/big/big.rego", Row: 4}},
+			want: map[string][]string{"big": {"policy set exceeded the load deadline of 10s while evaluating the enforcement rules at configmap/big/big.rego:4; data sha256:"}},
 		},
 		"a loaded set removes the annotation": {
 			cms:  []corev1.ConfigMap{policyConfigMap("fixed", withFile("no_latest.rego", goodRego), withPolicyError("old error"))},

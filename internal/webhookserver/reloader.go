@@ -51,7 +51,9 @@ func init() {
 	metrics.Registry.MustRegister(policySetHealthy, policyReloads)
 }
 
-// policyReloader recompiles the whole policy set whenever a labelled ConfigMap changes.
+// policyReloader recompiles the whole policy set whenever a labelled ConfigMap changes. Admission
+// never waits for it: handlers read the set in force from the engine (an atomic pointer), and mu
+// only keeps reloads apart; a reload is bounded by the load's limits.
 type policyReloader struct {
 	client        client.Client
 	namespace     string
@@ -59,13 +61,16 @@ type policyReloader struct {
 	engine        *policy.Engine
 	builtin       []policy.Module
 	builtinParams map[string]any
-	recorder      events.EventRecorder
-	log           logr.Logger
-	mu            sync.Mutex // one reload at a time
-	status        atomicStatus
-	loaded        atomic.Bool     // the ConfigMaps have been read once: until then only the built-ins serve
-	hasGoodSet    bool            // a set compiled from the ConfigMaps has loaded in this process (under mu)
-	inProcess     *inProcessCheck // nil when the webhook injects
+	// compileOverlay compiles the ConfigMaps' set over the built-ins within the load's limits
+	// (policy.Limits.CompileOverlay); a field so that a test can hold a reload in progress.
+	compileOverlay func(ctx context.Context, base []policy.Module, baseParams map[string]any, sources []policy.Source) ([]policy.Module, map[string]any, *policy.Set, error)
+	recorder       events.EventRecorder
+	log            logr.Logger
+	mu             sync.Mutex // one reload at a time
+	status         atomicStatus
+	loaded         atomic.Bool     // the ConfigMaps have been read once: until then only the built-ins serve
+	hasGoodSet     bool            // a set compiled from the ConfigMaps has loaded in this process (under mu)
+	inProcess      *inProcessCheck // nil when the webhook injects
 }
 
 type atomicStatus struct {
@@ -146,7 +151,7 @@ func (r *policyReloader) serveWithoutBlamed(ctx context.Context, cms []corev1.Co
 // compile puts the ConfigMaps' policies over the built-ins and compiles the set; errors name
 // the ConfigMap and key (configmap/NAME/KEY).
 func (r *policyReloader) compile(ctx context.Context, cms []corev1.ConfigMap) ([]policy.Module, map[string]any, *policy.Set, error) {
-	return policy.CompileOverlay(ctx, r.builtin, r.builtinParams, webhook.PolicySources(cms))
+	return r.compileOverlay(ctx, r.builtin, r.builtinParams, webhook.PolicySources(cms))
 }
 
 // ready is the readiness check: a replica is ready once it has read the policy ConfigMaps, whether

@@ -67,7 +67,10 @@ type Options struct {
 	// then reports in /policy-status, and with an Event, whether that policy still does what the
 	// policy set in force decides.
 	InProcessInjectionPolicy string
-	Log                      logr.Logger
+	// PolicyLoadTimeout bounds each load of a policy set (compile, enforcement rules, trial); a
+	// set that exceeds it is rejected like one that does not compile. 0 means the default.
+	PolicyLoadTimeout time.Duration
+	Log               logr.Logger
 }
 
 // Run serves the admission webhooks until ctx ends. The policy set starts as the built-ins and
@@ -79,7 +82,11 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	initial, err := policy.Compile(ctx, builtin, builtinParams)
+	limits := policy.DefaultLimits
+	if opts.PolicyLoadTimeout > 0 {
+		limits.Timeout = opts.PolicyLoadTimeout
+	}
+	initial, err := limits.Compile(ctx, builtin, builtinParams)
 	if err != nil {
 		return fmt.Errorf("compile built-in policies: %w", err)
 	}
@@ -143,7 +150,7 @@ func Run(ctx context.Context, opts Options) error {
 	defer eventClient.Stop()
 	reloader := &policyReloader{
 		client: mgr.GetClient(), namespace: opts.Namespace, selector: policySelector,
-		engine: engine, builtin: builtin, builtinParams: builtinParams,
+		engine: engine, builtin: builtin, builtinParams: builtinParams, compileOverlay: limits.CompileOverlay,
 		recorder: eventClient.NewRecorder("daemonguard-webhook"), log: log.WithName("policies"),
 	}
 	reloader.status.Store(PolicyStatus{Healthy: true, Modules: initial.Modules(), LoadedAt: time.Now()})
