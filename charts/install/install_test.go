@@ -52,9 +52,13 @@ type release struct {
 	webhookPort int
 }
 
+// scraper is the ServiceAccount, in the release namespace, that installChart binds to the chart's
+// ClusterRole <fullname>-metrics-reader (metrics.reader.subjects): the identity of a Prometheus.
+const scraper = "scraper"
+
 // installChart creates the release namespace with the restricted Pod Security level enforced (the
-// chart's pods must pass it) and installs the chart in URL mode: the webhook configurations point
-// at a daemonguard binary on the host.
+// chart's pods must pass it) and the ServiceAccount scraper, and installs the chart in URL mode:
+// the webhook configurations point at a daemonguard binary on the host.
 func installChart(t *testing.T, name string, sets ...string) *release {
 	t.Helper()
 	ctx := context.Background()
@@ -67,13 +71,17 @@ func installChart(t *testing.T, name string, sets ...string) *release {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cluster.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
+	if err := harness.GrantGet(ctx, cluster.Client, ns, scraper); err != nil {
+		t.Fatal(err)
+	}
 	home := t.TempDir()
 	r := &release{t: t, name: name, namespace: ns, webhookPort: harness.FreePort(t), helmEnv: append(cluster.Env(),
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
 		"HELM_DATA_HOME="+filepath.Join(home, "data"))}
 	args := []string{"install", name, chartDir(t), "--namespace", ns, "--wait", "--timeout", "3m",
 		"--set", "webhook.url=https://127.0.0.1:" + strconv.Itoa(r.webhookPort),
-		"--set", "tls.ipAddresses={127.0.0.1}"}
+		"--set", "tls.ipAddresses={127.0.0.1}",
+		"--set", "metrics.reader.subjects[0].kind=ServiceAccount", "--set", "metrics.reader.subjects[0].name=" + scraper}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
@@ -154,6 +162,32 @@ func (r *release) runComponent(suffix string, overrides ...string) *harness.Comp
 	}
 	dep.Namespace = r.namespace
 	return harness.RunComponent(r.t, cluster, &dep, overrides...)
+}
+
+// token returns a new token of the ServiceAccount name in the release namespace.
+func (r *release) token(name string) string {
+	r.t.Helper()
+	token, err := harness.Token(context.Background(), cluster.Client, r.namespace, name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return token
+}
+
+// webhookMetricsTLS is how the chart's ServiceMonitor verifies the webhook's metrics server:
+// against ca.crt of the webhook's TLS Secret, under the webhook Service's name.
+func (r *release) webhookMetricsTLS() *tls.Config {
+	r.t.Helper()
+	secret := r.object("Deployment", "webhook").GetName() + "-tls"
+	s, err := cluster.Client.CoreV1().Secrets(r.namespace).Get(context.Background(), secret, metav1.GetOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(s.Data["ca.crt"]) {
+		r.t.Fatalf("secret %s has no ca.crt", secret)
+	}
+	return &tls.Config{RootCAs: pool, ServerName: r.object("Service", "-webhook").GetName() + "." + r.namespace + ".svc"}
 }
 
 // runWebhook runs a webhook replica serving on port with its own cert dir.
