@@ -10,7 +10,9 @@
 //     and every extra handler alike;
 //   - a deadline on reading a request body (BodyReadTimeout), on top of controller-runtime's
 //     http.Server limits (32 s for the headers and the TLS handshake, 90 s idle between
-//     requests, 1 MiB of headers), which its servers do not let a caller change.
+//     requests, 1 MiB of headers), which its servers do not let a caller change. 90 s idle is
+//     also how long Go's HTTP clients, the API server's webhook client among them, keep an idle
+//     connection: a shorter server timeout would close connections a client is about to reuse.
 //
 // The health probe server (/healthz, /readyz) is left as it is: plain HTTP for the kubelet.
 package serving
