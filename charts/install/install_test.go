@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/daemonguard/daemonguard/internal/selftls"
+	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
@@ -552,8 +554,9 @@ func TestSelfManagedTLS(t *testing.T) {
 // TestCertManagerTLS installs the chart with certManager.enabled=true next to cert-manager's own
 // issuing controllers and cainjector: the chart's Issuers issue the serving certificate, the
 // cainjector puts the CA into the chart's webhook configurations, and the API server calls the
-// webhook over TLS through it. A renewal under admission load is reloaded from disk without a
-// restart and fails no request.
+// webhook over TLS through it; its metrics server serves the same certificate, which the chart's
+// ServiceMonitor verifies with the Secret's ca.crt. A renewal under admission load is reloaded from
+// disk without a restart and fails no request.
 func TestCertManagerTLS(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ctx := context.Background()
@@ -596,6 +599,13 @@ func TestCertManagerTLS(t *testing.T) {
 	web := r.runComponent("webhook", "--host=127.0.0.1", "--port="+strconv.Itoa(r.webhookPort), "--cert-dir="+certDir)
 	ns := cluster.NewTestNamespace(t)
 	waitAdmission(t, ns)
+
+	t.Run("metrics served with the issued certificate, as the ServiceMonitor verifies it", func(t *testing.T) {
+		code, body, err := harness.Scrape(ctx, "https://"+web.MetricsAddr+serving.MetricsPath, r.token(scraper), r.webhookMetricsTLS())
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("HTTP %d (%v): %.300s", code, err, body)
+		}
+	})
 
 	t.Run("no drift after apply", func(t *testing.T) { assertNoDrift(t, ns) })
 
