@@ -109,6 +109,27 @@ func TestValuesSchemaRejects(t *testing.T) {
 		"a mistyped ServiceMonitor key": {
 			args: []string{"--set", "metrics.serviceMonitor.enable=true"}, want: "at '/metrics/serviceMonitor': additional properties 'enable' not allowed",
 		},
+		"a mistyped metrics reader key": {
+			args: []string{"--set", "metrics.reader.subject[0].name=prometheus"}, want: "at '/metrics/reader': additional properties 'subject' not allowed",
+		},
+		"a metrics reader subject of an unknown kind": {
+			args: []string{"--set-json", `metrics.reader.subjects=[{"kind":"Pod","name":"prometheus"}]`}, want: "value must be one of 'User', 'Group', 'ServiceAccount'",
+		},
+		"a mistyped NetworkPolicy key": {
+			args: []string{"--set", "networkPolicy.enable=true"}, want: "at '/networkPolicy': additional properties 'enable' not allowed",
+		},
+		"a metrics peer that is not a namespace or pod selector": {
+			args: []string{"--set-json", `networkPolicy.metricsFrom=[{"ipBlock":{"cidr":"0.0.0.0/0"}}]`}, want: "additional properties 'ipBlock' not allowed",
+		},
+		"an empty metrics peer, which would admit everyone": {
+			args: []string{"--set-json", `networkPolicy.metricsFrom=[{}]`}, want: "minProperties",
+		},
+		"a mistyped label selector in a metrics peer": {
+			args: []string{"--set-json", `networkPolicy.metricsFrom=[{"podSelector":{"matchLabel":{"a":"b"}}}]`}, want: "additional properties 'matchLabel' not allowed",
+		},
+		"HTTP/2 as a string": {
+			args: []string{"--set-string", "webhook.enableHTTP2=yes"}, want: "at '/webhook/enableHTTP2': got string, want boolean",
+		},
 		"a mistyped OpenReports key": {
 			args: []string{"--set", "openReports.enable=true"}, want: "at '/openReports': additional properties 'enable' not allowed",
 		},

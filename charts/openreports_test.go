@@ -62,12 +62,7 @@ func TestOpenReportsRenders(t *testing.T) {
 	for name, c := range renderCases {
 		t.Run(name, func(t *testing.T) {
 			objs := objects(t, render(t, c))
-			var crds []object
-			for _, o := range objs {
-				if o.Kind == "CustomResourceDefinition" {
-					crds = append(crds, o)
-				}
-			}
+			crds := ofKind(objs, "CustomResourceDefinition")
 			switch {
 			case !c.openReportsCRD && len(crds) != 0:
 				t.Errorf("rendered %d CRDs, want none", len(crds))

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -63,6 +64,15 @@ type renderCase struct {
 	// preflightAccount is the ServiceAccount ("namespace/name") preflight.subjects binds to the
 	// pre-flight roles; "" when it binds none.
 	preflightAccount string
+	// metricsReader is the ServiceAccount ("namespace/name") metrics.reader.subjects binds to the
+	// metrics reader ClusterRole; "" when it binds none.
+	metricsReader string
+	// networkPolicy says the chart renders NetworkPolicies, and metricsFrom the peers they let
+	// reach the metrics ports.
+	networkPolicy bool
+	metricsFrom   []networkingv1.NetworkPolicyPeer
+	// http2 says the components are told --enable-http2=true.
+	http2 bool
 }
 
 // extraWebhookFields are the selectors and matchConditions the chart appends from values to what
@@ -107,9 +117,23 @@ var renderCases = map[string]renderCase{
 		golden: "inprocess-auto-off", values: "inprocess-auto-off.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
 		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
 	},
+	"NetworkPolicies that let no one reach the metrics ports": {
+		golden: "network-policy", values: "network-policy.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
+		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
+		networkPolicy: true,
+	},
 	"every knob away from its default": {
 		golden: "everything", values: "everything.yaml", fullname: "guard", selfManaged: true, controller: true, controllerNamespace: "agents",
-		preflightAccount: "ci/plan",
+		preflightAccount: "ci/plan", metricsReader: "monitoring/prometheus-k8s", http2: true, networkPolicy: true,
+		metricsFrom: []networkingv1.NetworkPolicyPeer{
+			{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "prometheus"}},
+			},
+			{PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "app.kubernetes.io/name", Operator: metav1.LabelSelectorOpIn, Values: []string{"metrics-agent"}},
+			}}},
+		},
 		webhooks: webhook.ConfigurationOptions{
 			ExemptNamespaces: []string{"monitoring", "cert-manager"},
 			FailurePolicy:    admissionregistrationv1.Ignore, TimeoutSeconds: 10, InProcessInjection: true,
@@ -256,6 +280,17 @@ func objects(t *testing.T, rendered []byte) []object {
 		}
 		out = append(out, o)
 	}
+}
+
+// ofKind returns the rendered objects of a kind, typed or not (CRD kinds).
+func ofKind(objs []object, kind string) []object {
+	var out []object
+	for _, o := range objs {
+		if o.Kind == kind {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // typedObjects returns the rendered objects of type T.

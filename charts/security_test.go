@@ -253,6 +253,11 @@ func TestRBACCoversTheBinary(t *testing.T) {
 				return out
 			}
 
+			// The metrics server reviews each scraper's token and access (internal/serving).
+			metricsAuth := slices.Concat(
+				verbs("authentication.k8s.io", "tokenreviews", "", "", "create"),
+				verbs("authorization.k8s.io", "subjectaccessreviews", "", "", "create"),
+			)
 			// Admission facts and the audit: cached cluster-wide.
 			check("webhook", true, slices.Concat(
 				verbs("", "nodes", "", "", "get", "list", "watch"),
@@ -268,6 +273,7 @@ func TestRBACCoversTheBinary(t *testing.T) {
 				verbs("coordination.k8s.io", "leases", namespace, "", "create"),
 				verbs("", "events", namespace, "", "create", "patch"),
 				verbs("events.k8s.io", "events", namespace, "", "create", "patch"),
+				metricsAuth,
 			)...)
 			check("webhook", false, slices.Concat(
 				verbs("", "configmaps", "default", "", "list", "get"),
@@ -331,6 +337,7 @@ func TestRBACCoversTheBinary(t *testing.T) {
 				verbs("coordination.k8s.io", "leases", namespace, "daemonguard-rollout-controller", "get", "update"),
 				verbs("coordination.k8s.io", "leases", namespace, "", "create"),
 				verbs("", "events", namespace, "", "create"), // leader election Events (core)
+				metricsAuth,
 			)...)
 			check("controller", false, slices.Concat(
 				verbs("", "secrets", ns, "", "list", "get"),

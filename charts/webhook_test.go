@@ -134,6 +134,9 @@ func TestArgumentsAreFlagsOfTheBinary(t *testing.T) {
 					if err := sub.ParseFlags(container.Args[1:]); err != nil {
 						t.Errorf("%s/%s arguments do not parse: %v", d.Name, container.Name, err)
 					}
+					if h2, err := sub.Flags().GetBool("enable-http2"); err != nil || h2 != c.http2 {
+						t.Errorf("%s/%s --enable-http2 is %v (%v), want %v", d.Name, container.Name, h2, err, c.http2)
+					}
 				}
 			}
 		})

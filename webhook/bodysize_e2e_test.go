@@ -17,20 +17,31 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // TestOversizedReviewGets413: the real server, over TLS, answers a review body over the size
 // limit with HTTP 413 naming the limit (the connection is not reset before the answer), and a
-// body just under it with an ordinary AdmissionReview, on every endpoint and protocol.
+// body just under it with an ordinary AdmissionReview, on every endpoint and protocol: HTTP/1.1
+// by default, also when the client would take HTTP/2, and HTTP/2 with --enable-http2.
 func TestOversizedReviewGets413(t *testing.T) {
 	w := startWebhook(t)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(w.CABundle)
-	clients := map[string]*http.Client{
-		"HTTP/1.1": {Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}},
+	h2URL, h2CA := startReplica(t, "http2", serving.Options{EnableHTTP2: true})
+	client := func(ca []byte, h2 bool) *http.Client {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(ca)
 		// The API server's webhook client negotiates HTTP/2 when the server offers it.
-		"HTTP/2": {Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}},
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: h2}}
+	}
+	servers := map[string]struct {
+		url       string
+		client    *http.Client
+		wantMajor int // the HTTP version the answer comes in
+	}{
+		"HTTP/1.1": {url: w.URL, client: client(w.CABundle, false), wantMajor: 1},
+		"HTTP/1.1 to a client that would take h2": {url: w.URL, client: client(w.CABundle, true), wantMajor: 1},
+		"HTTP/2 with --enable-http2":              {url: h2URL, client: client(h2CA, true), wantMajor: 2},
 	}
 	// A review whose object never ends: malformed, so the answer is an error review, and as
 	// large as wanted without the policies evaluating megabytes.
@@ -49,7 +60,7 @@ func TestOversizedReviewGets413(t *testing.T) {
 		"one byte under the limit":          {size: webhook.ReviewBodyLimit - 1, wantHTTP: http.StatusOK},
 		"one byte under the limit, chunked": {size: webhook.ReviewBodyLimit - 1, chunked: true, wantHTTP: http.StatusOK},
 	}
-	for proto, client := range clients {
+	for proto, srv := range servers {
 		for _, path := range []string{webhook.MutateDaemonSetPath, webhook.ValidateDaemonSetPath, webhook.MutatePodPath} {
 			for name, tc := range sizes {
 				t.Run(proto+path+"/"+name, func(t *testing.T) {
@@ -57,12 +68,12 @@ func TestOversizedReviewGets413(t *testing.T) {
 					if tc.chunked {
 						reader = struct{ io.Reader }{reader} // hides the length
 					}
-					req, err := http.NewRequest(http.MethodPost, w.URL+path, reader)
+					req, err := http.NewRequest(http.MethodPost, srv.url+path, reader)
 					if err != nil {
 						t.Fatal(err)
 					}
 					req.Header.Set("Content-Type", "application/json")
-					resp, err := client.Do(req)
+					resp, err := srv.client.Do(req)
 					if err != nil {
 						t.Fatalf("no answer: %v", err)
 					}
@@ -71,8 +82,8 @@ func TestOversizedReviewGets413(t *testing.T) {
 					if err != nil {
 						t.Fatalf("answer cut off: %v", err)
 					}
-					if resp.ProtoMajor != int(proto[len("HTTP/")]-'0') {
-						t.Errorf("answered over %s, want %s", resp.Proto, proto)
+					if resp.ProtoMajor != srv.wantMajor {
+						t.Errorf("answered over %s, want HTTP/%d", resp.Proto, srv.wantMajor)
 					}
 					if resp.Close {
 						t.Errorf("the server hung up after answering (Connection: close)")
@@ -107,20 +118,20 @@ func TestOversizedReviewGets413(t *testing.T) {
 	}
 	// curl (7.88) discards an answer that a reset stream follows ("Stream error in the HTTP/2
 	// framing layer"), which is what a body the server stops reading got.
-	t.Run("curl over HTTP/2", func(t *testing.T) {
+	t.Run("curl over HTTP/2 with --enable-http2", func(t *testing.T) {
 		if _, err := exec.LookPath("curl"); err != nil {
 			t.Skip("no curl on PATH")
 		}
 		dir := t.TempDir()
 		ca, data := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "review.json")
-		if err := os.WriteFile(ca, w.CABundle, 0o600); err != nil {
+		if err := os.WriteFile(ca, h2CA, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(data, body(9<<20), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		out, err := exec.Command("curl", "-sS", "--http2", "--cacert", ca, "-H", "Content-Type: application/json",
-			"--data-binary", "@"+data, "-w", "\n%{http_code} %{http_version}", w.URL+webhook.MutatePodPath).CombinedOutput()
+			"--data-binary", "@"+data, "-w", "\n%{http_code} %{http_version}", h2URL+webhook.MutatePodPath).CombinedOutput()
 		if err != nil {
 			t.Fatalf("curl: %v\n%s", err, out)
 		}

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,9 +24,12 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
+	"github.com/daemonguard/daemonguard/test/webhookreg"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -52,6 +58,38 @@ func startWebhook(t *testing.T) *harness.Webhook {
 	}
 	runningWebhook = w
 	return w
+}
+
+// startReplica runs a webhook replica beside the shared one, served as s says: registered with
+// no webhook configuration, without audit or leader election; it returns the replica's URL and
+// the CA bundle that trusts its certificate. It stops when the test ends.
+func startReplica(t *testing.T, name string, s serving.Options) (url string, caBundle []byte) {
+	t.Helper()
+	certDir, caBundle, port, err := harness.ServingEndpoint(cluster, name+"-tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- webhookserver.Run(runCtx, webhookserver.Options{
+			RESTConfig: cluster.RESTConfig, Namespace: webhookNamespace, Host: "127.0.0.1", Port: port, CertDir: certDir,
+			MetricsAddr: "0", HealthAddr: "0", FailureMode: webhook.FailClosed, Serving: s, Log: logr.Discard(),
+		})
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("replica %s: %v", name, err)
+		}
+	})
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caBundle)
+	if err := webhookreg.WaitTLS(context.Background(), addr, pool, done); err != nil {
+		t.Fatal(err)
+	}
+	return "https://" + addr, caBundle
 }
 
 func repoFile(t *testing.T, parts ...string) string {

@@ -2,6 +2,8 @@ package webhook_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -41,7 +43,7 @@ violation contains {"field": "metadata.name", "msg": "second-replica-probe is no
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cms.Delete(context.Background(), cm.Name, metav1.DeleteOptions{}) })
-	certDir, _, port, err := harness.ServingEndpoint(cluster, "second-replica-tls")
+	certDir, caBundle, port, err := harness.ServingEndpoint(cluster, "second-replica-tls")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,18 +65,26 @@ violation contains {"field": "metadata.name", "msg": "second-replica-probe is no
 		}
 	})
 
+	// /policy-status answers a scraper allowed to get it, over the webhook's own certificate.
+	if err := harness.GrantGet(ctx, cluster.Client, webhookNamespace, "policy-status-reader", harness.MetricsPaths...); err != nil {
+		t.Fatal(err)
+	}
+	token, err := harness.Token(ctx, cluster.Client, webhookNamespace, "policy-status-reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caBundle)
 	status := func(ctx context.Context) (webhookserver.PolicyStatus, error) {
 		var s webhookserver.PolicyStatus
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/policy-status", metricsPort), nil)
+		code, body, err := harness.Scrape(ctx, fmt.Sprintf("https://127.0.0.1:%d%s", metricsPort, webhookserver.PolicyStatusPath), token, &tls.Config{RootCAs: pool})
 		if err != nil {
 			return s, err
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return s, err
+		if code != http.StatusOK {
+			return s, fmt.Errorf("HTTP %d: %s", code, body)
 		}
-		defer resp.Body.Close()
-		return s, json.NewDecoder(resp.Body).Decode(&s)
+		return s, json.Unmarshal(body, &s)
 	}
 	// Ready means loaded: a replica the Service sends reviews to already enforces the ConfigMaps.
 	cluster.WaitFor(t, time.Minute, "the second replica is ready", func(ctx context.Context) (bool, string) {

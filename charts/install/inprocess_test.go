@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -47,14 +47,16 @@ func TestInProcessInjection(t *testing.T) {
 			fmt.Sprintf("priorityClassName %q, tolerations %v", got.Spec.Template.Spec.PriorityClassName, got.Spec.Template.Spec.Tolerations)
 	})
 
-	metricsAddr := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
-	r.runWebhook(r.webhookPort, "--metrics-bind-address="+metricsAddr)
+	web := r.runWebhook(r.webhookPort)
+	token, verify := r.token(scraper), r.webhookMetricsTLS()
 	status := func(ctx context.Context) (inSync bool, reason string, err error) {
-		resp, err := http.Get("http://" + metricsAddr + "/policy-status")
+		code, body, err := harness.Scrape(ctx, "https://"+web.MetricsAddr+webhookserver.PolicyStatusPath, token, verify)
 		if err != nil {
 			return false, "", err
 		}
-		defer resp.Body.Close()
+		if code != http.StatusOK {
+			return false, "", fmt.Errorf("HTTP %d: %s", code, body)
+		}
 		var s struct {
 			InProcessInjection *struct {
 				Policy string `json:"policy"`
@@ -62,7 +64,7 @@ func TestInProcessInjection(t *testing.T) {
 				Reason string `json:"reason"`
 			} `json:"inProcessInjection"`
 		}
-		if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		if err := json.Unmarshal(body, &s); err != nil {
 			return false, "", err
 		}
 		if s.InProcessInjection == nil || s.InProcessInjection.Policy != policyName {

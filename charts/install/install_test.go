@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/daemonguard/daemonguard/internal/selftls"
+	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
@@ -52,9 +54,13 @@ type release struct {
 	webhookPort int
 }
 
+// scraper is the ServiceAccount, in the release namespace, that installChart binds to the chart's
+// ClusterRole <fullname>-metrics-reader (metrics.reader.subjects): the identity of a Prometheus.
+const scraper = "scraper"
+
 // installChart creates the release namespace with the restricted Pod Security level enforced (the
-// chart's pods must pass it) and installs the chart in URL mode: the webhook configurations point
-// at a daemonguard binary on the host.
+// chart's pods must pass it) and the ServiceAccount scraper, and installs the chart in URL mode:
+// the webhook configurations point at a daemonguard binary on the host.
 func installChart(t *testing.T, name string, sets ...string) *release {
 	t.Helper()
 	ctx := context.Background()
@@ -67,13 +73,17 @@ func installChart(t *testing.T, name string, sets ...string) *release {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cluster.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
+	if err := harness.GrantGet(ctx, cluster.Client, ns, scraper); err != nil {
+		t.Fatal(err)
+	}
 	home := t.TempDir()
 	r := &release{t: t, name: name, namespace: ns, webhookPort: harness.FreePort(t), helmEnv: append(cluster.Env(),
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
 		"HELM_DATA_HOME="+filepath.Join(home, "data"))}
 	args := []string{"install", name, chartDir(t), "--namespace", ns, "--wait", "--timeout", "3m",
 		"--set", "webhook.url=https://127.0.0.1:" + strconv.Itoa(r.webhookPort),
-		"--set", "tls.ipAddresses={127.0.0.1}"}
+		"--set", "tls.ipAddresses={127.0.0.1}",
+		"--set", "metrics.reader.subjects[0].kind=ServiceAccount", "--set", "metrics.reader.subjects[0].name=" + scraper}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
@@ -154,6 +164,32 @@ func (r *release) runComponent(suffix string, overrides ...string) *harness.Comp
 	}
 	dep.Namespace = r.namespace
 	return harness.RunComponent(r.t, cluster, &dep, overrides...)
+}
+
+// token returns a new token of the ServiceAccount name in the release namespace.
+func (r *release) token(name string) string {
+	r.t.Helper()
+	token, err := harness.Token(context.Background(), cluster.Client, r.namespace, name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return token
+}
+
+// webhookMetricsTLS is how the chart's ServiceMonitor verifies the webhook's metrics server:
+// against ca.crt of the webhook's TLS Secret, under the webhook Service's name.
+func (r *release) webhookMetricsTLS() *tls.Config {
+	r.t.Helper()
+	secret := r.object("Deployment", "webhook").GetName() + "-tls"
+	s, err := cluster.Client.CoreV1().Secrets(r.namespace).Get(context.Background(), secret, metav1.GetOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(s.Data["ca.crt"]) {
+		r.t.Fatalf("secret %s has no ca.crt", secret)
+	}
+	return &tls.Config{RootCAs: pool, ServerName: r.object("Service", "-webhook").GetName() + "." + r.namespace + ".svc"}
 }
 
 // runWebhook runs a webhook replica serving on port with its own cert dir.
@@ -518,8 +554,9 @@ func TestSelfManagedTLS(t *testing.T) {
 // TestCertManagerTLS installs the chart with certManager.enabled=true next to cert-manager's own
 // issuing controllers and cainjector: the chart's Issuers issue the serving certificate, the
 // cainjector puts the CA into the chart's webhook configurations, and the API server calls the
-// webhook over TLS through it. A renewal under admission load is reloaded from disk without a
-// restart and fails no request.
+// webhook over TLS through it; its metrics server serves the same certificate, which the chart's
+// ServiceMonitor verifies with the Secret's ca.crt. A renewal under admission load is reloaded from
+// disk without a restart and fails no request.
 func TestCertManagerTLS(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ctx := context.Background()
@@ -562,6 +599,13 @@ func TestCertManagerTLS(t *testing.T) {
 	web := r.runComponent("webhook", "--host=127.0.0.1", "--port="+strconv.Itoa(r.webhookPort), "--cert-dir="+certDir)
 	ns := cluster.NewTestNamespace(t)
 	waitAdmission(t, ns)
+
+	t.Run("metrics served with the issued certificate, as the ServiceMonitor verifies it", func(t *testing.T) {
+		code, body, err := harness.Scrape(ctx, "https://"+web.MetricsAddr+serving.MetricsPath, r.token(scraper), r.webhookMetricsTLS())
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("HTTP %d (%v): %.300s", code, err, body)
+		}
+	})
 
 	t.Run("no drift after apply", func(t *testing.T) { assertNoDrift(t, ns) })
 

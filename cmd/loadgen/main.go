@@ -43,7 +43,7 @@ func run() error {
 	flag.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unrecorded warm-up per target at the lowest rate; 0 skips it")
 	flag.DurationVar(&cfg.Pause, "pause", cfg.Pause, "pause between steps")
 	flag.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "number of nodes in the cluster facts daemonguard reads per request")
-	flag.BoolVar(&cfg.HTTP1, "http1", false, "use HTTP/1.1 keep-alive connections instead of HTTP/2")
+	flag.BoolVar(&cfg.HTTP1, "http1", false, "use HTTP/1.1 keep-alive connections instead of HTTP/2 (daemonguard's default: without it the servers offer HTTP/2 as daemonguard does with --enable-http2)")
 	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request sequence")
 	flag.BoolVar(&cfg.UniqueObjects, "unique-objects", true, "give every DaemonSet request an object not sent before, as distinct writes do (false: repeat the same objects)")
 	serverProcs := flag.Int("server-procs", 0, "GOMAXPROCS of each server process with -servers "+loadgen.OwnProcesses+" (1: what a webhook replica serves with one core); 0 leaves the Go default")
@@ -72,7 +72,7 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := loadgen.ServerOptions{Nodes: cfg.Nodes, MaxProcs: *serverProcs}
+	opts := loadgen.ServerOptions{Nodes: cfg.Nodes, MaxProcs: *serverProcs, HTTP2: !cfg.HTTP1}
 	var servers *loadgen.Servers
 	switch *processes {
 	case loadgen.OwnProcesses:

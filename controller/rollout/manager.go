@@ -21,21 +21,25 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/daemonguard/daemonguard/internal/kubeevents"
 	"github.com/daemonguard/daemonguard/internal/leadership"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/internal/serving"
 )
 
 // Options configure the controller process.
 type Options struct {
-	RESTConfig     *rest.Config
-	MetricsAddr    string // "0" disables
-	HealthAddr     string // "0" disables
-	PprofAddr      string // net/http/pprof; "" or "0" disables
+	RESTConfig *rest.Config
+	// MetricsAddr serves /metrics over HTTPS (a self-signed certificate made at start) to
+	// authenticated and authorized clients only (see internal/serving); "0" disables.
+	MetricsAddr string
+	HealthAddr  string // plain HTTP /healthz and /readyz for the kubelet; "0" disables
+	PprofAddr   string // net/http/pprof; "" or "0" disables
+	// Serving says how the metrics server serves (HTTP/2, timeouts).
+	Serving        serving.Options
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease; required with LeaderElection outside a cluster.
 	LeaderElectionNamespace string
@@ -65,7 +69,7 @@ func Run(ctx context.Context, opts Options) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Logger:                        opts.Log,
 		Cache:                         cacheOpts,
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
+		Metrics:                       opts.Serving.Metrics(opts.MetricsAddr, ""),
 		HealthProbeBindAddress:        opts.HealthAddr,
 		PprofBindAddress:              opts.PprofAddr,
 		LeaderElection:                opts.LeaderElection,

@@ -8,6 +8,9 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/daemonguard/daemonguard/internal/serving"
 )
 
 // Version is stamped at build time with -ldflags "-X github.com/daemonguard/daemonguard/internal/cli.Version=...".
@@ -50,3 +53,8 @@ func version() string {
 // IsReported tells errors whose story the command already printed (a denial report), so main
 // exits non-zero without an extra error line.
 func IsReported(err error) bool { return errors.Is(err, errDenied) || errors.As(err, new(ExitError)) }
+
+// addServingFlags registers the flags of internal/serving's options, which both components share.
+func addServingFlags(f *pflag.FlagSet, o *serving.Options) {
+	f.BoolVar(&o.EnableHTTP2, "enable-http2", false, "offer HTTP/2 besides HTTP/1.1 on the HTTPS servers (webhook, metrics); off by default for HTTP/2 rapid reset (CVE-2023-44487)")
+}

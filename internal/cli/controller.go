@@ -28,8 +28,9 @@ func newControllerCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (default: in-cluster config, then $KUBECONFIG)")
-	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "metrics address; 0 disables")
+	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "metrics address: /metrics over HTTPS (self-signed certificate), for a bearer token allowed get on it; 0 disables")
 	f.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "health probe address (/healthz, /readyz); 0 disables")
+	addServingFlags(f, &opts.Serving)
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one active replica (a standby takes over mid-rollout from cluster state)")
 	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's namespace)")
 	f.StringVar(&opts.Namespace, "watch-namespace", "", "only roll DaemonSets of this namespace (default: all)")

@@ -1,6 +1,7 @@
 // Package webhookserver assembles the daemonguard webhook process. Each of its jobs has a file:
 // server.go wires the process (controller-runtime's webhook server with TLS reloaded by its
-// certwatcher, the admission handlers, the audit on the holder of its lease); reloader.go
+// certwatcher, served as internal/serving decides, the admission handlers, the audit on the holder
+// of its lease); reloader.go
 // hot-reloads the policy set from labelled ConfigMaps; policyerrors.go writes a rejected set's
 // errors onto the ConfigMaps at fault; inprocessdrift.go checks that the in-process injection
 // policy still follows the policy set in force.
@@ -24,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -33,11 +33,16 @@ import (
 	"github.com/daemonguard/daemonguard/internal/leadership"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/selftls"
+	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // auditLease is the Lease (in the webhook's namespace) whose holder runs the audit.
 const auditLease = "daemonguard-webhook"
+
+// PolicyStatusPath is where the metrics server serves the policy set's status (PolicyStatus),
+// behind the same authentication and authorization as /metrics.
+const PolicyStatusPath = "/policy-status"
 
 // Options configure the webhook server.
 type Options struct {
@@ -49,9 +54,14 @@ type Options struct {
 	Host             string
 	Port             int
 	CertDir          string // holds tls.crt and tls.key; reloaded when they change
-	MetricsAddr      string // "0" disables
-	HealthAddr       string
-	FailureMode      webhook.FailureMode
+	// MetricsAddr serves /metrics and PolicyStatusPath over HTTPS with the certificate in CertDir,
+	// to authenticated and authorized clients only (see internal/serving); "0" disables.
+	MetricsAddr string
+	// HealthAddr serves /healthz and /readyz over plain HTTP, for the kubelet.
+	HealthAddr string
+	// Serving says how the webhook and metrics servers serve (HTTP/2, timeouts).
+	Serving     serving.Options
+	FailureMode webhook.FailureMode
 	// AuditInterval is how often stored DaemonSets are audited; 0 turns the audit off.
 	AuditInterval time.Duration
 	// OpenReports makes the audit also write OpenReports Reports (needs the CRD and RBAC; without
@@ -110,13 +120,15 @@ func Run(ctx context.Context, opts Options) error {
 		maps.Copy(byObject, selftls.CacheOptions(tlsOpts))
 	}
 	mgr, err := ctrl.NewManager(opts.RESTConfig, ctrl.Options{
-		Logger:  log,
-		Cache:   cache.Options{ByObject: byObject},
-		Metrics: metricsserver.Options{BindAddress: opts.MetricsAddr},
+		Logger: log,
+		Cache:  cache.Options{ByObject: byObject},
+		// The metrics server serves the webhook's own certificate, so a scraper can verify it
+		// with the CA the API server trusts for admission.
+		Metrics: opts.Serving.Metrics(opts.MetricsAddr, opts.CertDir),
 		// No leader election here: the manager's ends the process when its lease cannot be
 		// renewed, and admission must not depend on the audit's lease (see auditLease).
 		HealthProbeBindAddress: opts.HealthAddr,
-		WebhookServer: crwebhook.NewServer(crwebhook.Options{
+		WebhookServer: opts.Serving.WebhookServer(crwebhook.Options{
 			Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir, CertName: "tls.crt", KeyName: "tls.key",
 		}),
 	})
@@ -238,7 +250,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	if opts.MetricsAddr != "0" {
-		if err := mgr.AddMetricsServerExtraHandler("/policy-status", reloader); err != nil {
+		if err := mgr.AddMetricsServerExtraHandler(PolicyStatusPath, reloader); err != nil {
 			return err
 		}
 	}

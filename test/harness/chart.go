@@ -65,6 +65,9 @@ type Component struct {
 	Proc *localcluster.HostProcess
 	// HealthAddr serves /healthz and /readyz.
 	HealthAddr string
+	// MetricsAddr serves the metrics server's paths (MetricsPaths) over HTTPS, to a bearer token
+	// allowed get on them (see Scrape).
+	MetricsAddr string
 }
 
 // RunComponent runs the daemonguard binary with the arguments and the ServiceAccount of dep (a
@@ -85,9 +88,9 @@ func RunComponent(t testing.TB, c *localcluster.Cluster, dep *appsv1.Deployment,
 	if err != nil {
 		t.Fatal(err)
 	}
-	comp := &Component{HealthAddr: "127.0.0.1:" + strconv.Itoa(FreePort(t))}
+	comp := &Component{HealthAddr: "127.0.0.1:" + strconv.Itoa(FreePort(t)), MetricsAddr: "127.0.0.1:" + strconv.Itoa(FreePort(t))}
 	args = append(args, "--kubeconfig="+kubeconfig, "--health-probe-bind-address="+comp.HealthAddr,
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(FreePort(t)))
+		"--metrics-bind-address="+comp.MetricsAddr)
 	args = append(args, overrides...)
 	name := fmt.Sprintf("%s-%d", dep.Name, time.Now().UnixNano())
 	comp.Proc, err = c.StartHostProcess(name, Binary(t, c), args...)

@@ -103,7 +103,7 @@ func serveChild(specJSON string, stdin io.Reader, stdout io.Writer) (err error) 
 	if err != nil {
 		return err
 	}
-	t, err := startServer(ctx, ctx, spec.Target, cert, pool, false, hooks)
+	t, err := startServer(ctx, ctx, spec.Target, cert, pool, spec.Options, hooks)
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ type Config struct {
 	Pause       time.Duration // between steps (after a GC), so a step's stragglers do not overlap the next
 	Mix         Mix
 	Nodes       int    // size of the cluster the cluster facts describe
-	HTTP1       bool   // HTTP/1.1 over many keep-alive connections instead of HTTP/2 (what the API server uses)
+	HTTP1       bool   // HTTP/1.1 over many keep-alive connections instead of HTTP/2 (what the API server uses when offered); also when the servers do not offer HTTP/2 (ServerOptions.HTTP2)
 	Seed        uint64 // of the request sequence
 	// UniqueObjects makes every DaemonSet request carry an object not sent before (see
 	// fixture.Options), as distinct writes do; otherwise each variant's object repeats.
@@ -147,7 +147,8 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 	rc.Rounds = max(cfg.Rounds, 1)
 	rc.Rates, rc.Duration, rc.Timeout, rc.MaxInFlight, rc.Mix, rc.Nodes = cfg.Rates, cfg.Duration, cfg.Timeout, cfg.MaxInFlight, cfg.Mix.String(), cfg.Nodes
 	rc.Protocol, rc.GoVersion, rc.CPUs, rc.MaxProcs = "HTTP/2", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0)
-	if cfg.HTTP1 {
+	http1 := cfg.HTTP1 || !servers.Options.HTTP2
+	if http1 {
 		rc.Protocol = "HTTP/1.1"
 	}
 	rc.Processes, rc.ServerMaxProcs = servers.Processes, servers.Options.MaxProcs
@@ -158,7 +159,7 @@ func Run(ctx context.Context, cfg Config, servers *Servers) (*Report, error) {
 
 	clients := map[string]*http.Client{}
 	for _, t := range []*Target{servers.Null, servers.Daemonguard} {
-		clients[t.Name] = newClient(servers.RootCAs, cfg.HTTP1)
+		clients[t.Name] = newClient(servers.RootCAs, http1)
 		defer clients[t.Name].CloseIdleConnections()
 	}
 	stepID := uint32(0)

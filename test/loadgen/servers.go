@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/test/loadgen/fixture"
 	"github.com/daemonguard/daemonguard/test/webhookreg"
 	"github.com/daemonguard/daemonguard/webhook"
@@ -100,6 +101,9 @@ type ServerOptions struct {
 	// target=daemonguard, so a CPU profile of a run splits by server (go tool pprof -tagfocus).
 	// It costs both servers the same small amount.
 	ProfileLabels bool
+	// HTTP2 makes both servers offer HTTP/2, as daemonguard's webhook does with --enable-http2;
+	// without it they speak HTTP/1.1 only, daemonguard's default.
+	HTTP2 bool
 }
 
 // DaemonguardHandlers returns daemonguard's handlers wired as internal/webhookserver wires them: every built-in
@@ -146,7 +150,7 @@ func StartServers(ctx context.Context, opts ServerOptions, log logr.Logger) (*Se
 		hooks, err := targetHooks(ctx, name, opts, log)
 		if err == nil {
 			var t *Target
-			t, err = startServer(ctx, runCtx, name, cert, pool, opts.ProfileLabels, hooks)
+			t, err = startServer(ctx, runCtx, name, cert, pool, opts, hooks)
 			s.set(t)
 		}
 		if err != nil {
@@ -193,23 +197,24 @@ func wantPatch(name string) func(*fixture.Case) bool {
 	return func(*fixture.Case) bool { return false }
 }
 
-// startServer runs a controller-runtime webhook server (what internal/webhookserver uses) on a free
-// loopback port and waits until it completes TLS handshakes.
-func startServer(ctx, runCtx context.Context, name string, cert tls.Certificate, pool *x509.CertPool, labels bool, hooks map[string]http.Handler) (*Target, error) {
+// startServer runs a controller-runtime webhook server with daemonguard's serving settings (what
+// internal/webhookserver uses: internal/serving) on a free loopback port and waits until it
+// completes TLS handshakes.
+func startServer(ctx, runCtx context.Context, name string, cert tls.Certificate, pool *x509.CertPool, opts ServerOptions, hooks map[string]http.Handler) (*Target, error) {
 	var lastErr error
 	for range 5 { // the free port can be taken between probing and listening; try another
 		port, err := webhookreg.FreePort()
 		if err != nil {
 			return nil, err
 		}
-		srv := crwebhook.NewServer(crwebhook.Options{
+		srv := serving.Options{EnableHTTP2: opts.HTTP2}.WebhookServer(crwebhook.Options{
 			Host: "127.0.0.1", Port: port,
 			TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 				c.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }
 			}},
 		})
 		for path, h := range hooks {
-			if labels {
+			if opts.ProfileLabels {
 				h = labelled(name, h)
 			}
 			srv.Register(path, h)

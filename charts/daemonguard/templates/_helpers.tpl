@@ -154,7 +154,7 @@ ports:
     containerPort: 9443
     protocol: TCP
   {{- end }}
-  - name: http-metrics
+  - name: https-metrics
     containerPort: 8080
     protocol: TCP
   - name: healthz
@@ -198,14 +198,19 @@ spec:
   selector:
     {{- include "daemonguard.selectorLabels" . | nindent 4 }}
   ports:
-    - name: http-metrics
+    - name: https-metrics
       port: 8080
-      targetPort: http-metrics
+      targetPort: https-metrics
       protocol: TCP
 {{- end }}
 
 {{/*
-The ServiceMonitor of a component's metrics Service. Call with (dict "context" $ "component" "webhook").
+The ServiceMonitor of a component's metrics Service: HTTPS, with the Prometheus ServiceAccount's
+token, which the metrics server reviews with the API server (its identity needs get on /metrics:
+the ClusterRole <fullname>-metrics-reader). The webhook serves metrics with its serving certificate,
+verified against the CA of its TLS Secret under the name the certificate covers; the controller
+has no certificate from a CA (it makes a self-signed one at start), so its scrape is encrypted but
+not verified. Call with (dict "context" $ "component" "webhook").
 */}}
 {{- define "daemonguard.serviceMonitor" -}}
 {{- $sm := .context.Values.metrics.serviceMonitor }}
@@ -229,10 +234,78 @@ spec:
       {{- include "daemonguard.selectorLabels" . | nindent 6 }}
       daemonguard.io/metrics: "true"
   endpoints:
-    - port: http-metrics
+    - port: https-metrics
       path: /metrics
+      scheme: https
       interval: {{ $sm.interval }}
       scrapeTimeout: {{ $sm.scrapeTimeout }}
+      bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+      tlsConfig:
+        {{- if eq .component "webhook" }}
+        serverName: {{ include "daemonguard.webhook.serviceName" .context }}.{{ .context.Release.Namespace }}.svc
+        ca:
+          secret:
+            name: {{ include "daemonguard.webhook.tlsSecretName" .context }}
+            key: ca.crt
+        {{- else }}
+        insecureSkipVerify: true
+        {{- end }}
+{{- end }}
+
+{{/*
+The rules that let a component's metrics server authenticate and authorize a scraper: it reviews
+the bearer token (TokenReview) and asks whether its identity may get the path
+(SubjectAccessReview). Neither reads or changes anything stored.
+*/}}
+{{- define "daemonguard.metricsAuthRules" -}}
+- apiGroups: [authentication.k8s.io]
+  resources: [tokenreviews]
+  verbs: [create]
+- apiGroups: [authorization.k8s.io]
+  resources: [subjectaccessreviews]
+  verbs: [create]
+{{- end }}
+
+{{/*
+The NetworkPolicy of a component (networkPolicy.enabled): ingress to its metrics port only from
+networkPolicy.metricsFrom, to the webhook port (webhook only) from anywhere, nothing else. The
+kubelet's probes come from the pod's node, which a NetworkPolicy always lets through. Egress is
+not restricted. Call with (dict "context" $ "component" "webhook" "webhookPort" true).
+*/}}
+{{- define "daemonguard.networkPolicy" -}}
+{{- $from := .context.Values.networkPolicy.metricsFrom }}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ include "daemonguard.fullname" .context }}-{{ .component }}
+  namespace: {{ .context.Release.Namespace }}
+  labels:
+    {{- include "daemonguard.labels" . | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "daemonguard.selectorLabels" . | nindent 6 }}
+  policyTypes: [Ingress]
+  {{- if or .webhookPort $from }}
+  ingress:
+    {{- if .webhookPort }}
+    # The API server calls the webhook from addresses no selector can name (its host's, a
+    # load balancer's, a konnectivity agent's): the webhook port is open to all, as the API
+    # server needs, and serves nothing but admission reviews over TLS 1.3.
+    - ports:
+        - port: webhook
+          protocol: TCP
+    {{- end }}
+    {{- with $from }}
+    - from:
+        {{- toYaml . | nindent 8 }}
+      ports:
+        - port: https-metrics
+          protocol: TCP
+    {{- end }}
+  {{- else }}
+  ingress: []
+  {{- end }}
 {{- end }}
 
 {{/*
@@ -403,15 +476,16 @@ TestWebhookConfigurationsMatchCode.
 {{- end }}
 
 {{/*
-The subjects of the pre-flight role bindings (preflight.subjects): a ServiceAccount without a
-namespace is in the release namespace; users and groups get the RBAC API group.
+RBAC subjects from values (preflight.subjects, metrics.reader.subjects): a ServiceAccount without a
+namespace is in the release namespace; users and groups get the RBAC API group. Call with
+(dict "context" $ "subjects" .Values.preflight.subjects).
 */}}
-{{- define "daemonguard.preflight.subjects" -}}
-{{- range .Values.preflight.subjects }}
+{{- define "daemonguard.subjects" -}}
+{{- range .subjects }}
 - kind: {{ .kind }}
   name: {{ .name }}
   {{- if eq .kind "ServiceAccount" }}
-  namespace: {{ .namespace | default $.Release.Namespace }}
+  namespace: {{ .namespace | default $.context.Release.Namespace }}
   {{- else }}
   apiGroup: {{ .apiGroup | default "rbac.authorization.k8s.io" }}
   {{- end }}

@@ -20,7 +20,9 @@ import (
 
 	"github.com/daemonguard/daemonguard/controller/rollout"
 	"github.com/daemonguard/daemonguard/internal/selftls"
+	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
+	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/webhookreg"
 	"github.com/daemonguard/daemonguard/webhook"
 )
@@ -28,6 +30,9 @@ import (
 // runName names what `run` creates in the cluster: the two webhook configurations and the TLS
 // Secret. It differs from the chart's names, so a run never takes over an installed release.
 const runName = "daemonguard-run"
+
+// metricsReader is the ServiceAccount whose tokens may read the metrics servers of a run.
+const metricsReader = runName + "-metrics-reader"
 
 func newRunCommand() *cobra.Command {
 	var (
@@ -46,7 +51,12 @@ The webhook serves https://127.0.0.1:PORT with self-managed TLS (CA and serving 
 Secret NAMESPACE/daemonguard-run-tls) and is registered as the MutatingWebhookConfiguration and
 ValidatingWebhookConfiguration "daemonguard-run" in URL mode, so the API server must reach this
 machine's loopback: true for a local control plane. Ctrl-C takes both configurations out again.
-With --webhook=false only the rollout controller runs, against any cluster.`,
+With --webhook=false only the rollout controller runs, against any cluster.
+
+The metrics servers (webhook https://127.0.0.1:8080, controller https://127.0.0.1:8090) answer
+only a bearer token allowed get on their paths: run creates the ServiceAccount
+NAMESPACE/daemonguard-run-metrics-reader with that permission and prints a curl command with a
+token of it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rules := clientcmd.NewDefaultClientConfigLoadingRules()
@@ -65,6 +75,10 @@ With --webhook=false only the rollout controller runs, against any cluster.`,
 			if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("create namespace %s: %w", namespace, err)
 			}
+			if err := harness.GrantGet(ctx, client, namespace, metricsReader, harness.MetricsPaths...); err != nil {
+				return err
+			}
+			scrape := fmt.Sprintf(`curl -k -H "Authorization: Bearer $(kubectl -n %s create token %s)" https://127.0.0.1:`, namespace, metricsReader)
 
 			runCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -107,7 +121,7 @@ With --webhook=false only the rollout controller runs, against any cluster.`,
 						},
 					})
 				}()
-				fmt.Fprintf(cmd.ErrOrStderr(), "Webhook at %s (metrics and /policy-status on http://127.0.0.1:8080), registered as %q.\n", url, runName)
+				fmt.Fprintf(cmd.ErrOrStderr(), "Webhook at %s, registered as %q. Policy status and metrics:\n  %s8080%s\n", url, runName, scrape, webhookserver.PolicyStatusPath)
 			}
 			running++
 			go func() {
@@ -116,7 +130,7 @@ With --webhook=false only the rollout controller runs, against any cluster.`,
 					LeaderElection: true, LeaderElectionNamespace: namespace, Log: log.WithName("controller"),
 				})
 			}()
-			fmt.Fprintln(cmd.ErrOrStderr(), "Rollout controller running (metrics on http://127.0.0.1:8090). Press Ctrl-C to stop.")
+			fmt.Fprintf(cmd.ErrOrStderr(), "Rollout controller running. Metrics:\n  %s8090%s\nPress Ctrl-C to stop.\n", scrape, serving.MetricsPath)
 
 			// The first component to stop, by Ctrl-C or by an error, stops the other.
 			var first error
