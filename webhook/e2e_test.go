@@ -60,9 +60,9 @@ func startWebhook(t *testing.T) *harness.Webhook {
 	return w
 }
 
-// startReplica runs a webhook replica beside the shared one, served as s says: registered with
-// no webhook configuration, without audit or leader election; it returns the replica's URL and
-// the CA bundle that trusts its certificate. It stops when the test ends.
+// startReplica runs a webhook replica beside the shared one, served as s says: in no webhook
+// configuration, without audit or leader election; it returns the replica's URL and the CA bundle
+// that trusts its certificate. It stops when the test ends.
 func startReplica(t *testing.T, name string, s serving.Options) (url string, caBundle []byte) {
 	t.Helper()
 	certDir, caBundle, port, err := harness.ServingEndpoint(cluster, name+"-tls")
