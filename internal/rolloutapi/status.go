@@ -134,7 +134,7 @@ func DecodeStatus(a map[string]string) (Status, error) {
 		s.Step = p
 	}
 	if v, ok := a[StatusStepStarted]; ok {
-		t, err := time.Parse(time.RFC3339, v)
+		t, err := parseTime(v)
 		if err != nil {
 			fail(StatusStepStarted, "want an RFC 3339 time")
 		}
@@ -153,7 +153,7 @@ func DecodeStatus(a map[string]string) (Status, error) {
 	if v, ok := a[StatusProgress]; ok {
 		n, at, found := strings.Cut(v, "@")
 		count, err1 := strconv.Atoi(n)
-		t, err2 := time.Parse(time.RFC3339, at)
+		t, err2 := parseTime(at)
 		if !found || err1 != nil || err2 != nil || count < 0 {
 			fail(StatusProgress, `want "<updated>@<RFC 3339 time>"`)
 		} else {
@@ -168,6 +168,14 @@ func formatTime(t time.Time) string {
 		return ""
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// parseTime reads an RFC 3339 time as formatTime would have written it: in UTC, to the second.
+// A hand-written offset or fraction of a second is accepted, and the status read is one the
+// controller can write back unchanged.
+func parseTime(v string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, v)
+	return t.UTC().Truncate(time.Second), err
 }
 
 // parseStepPosition reads "3/5: 25%", "5/5: done" or "3/5".
