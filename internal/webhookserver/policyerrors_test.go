@@ -45,7 +45,7 @@ const (
 	unsafeVarsRego = "package daemonguard.policies.unsafe\n\nviolation contains y if {\n\ttrue\n}\n\nviolation contains z if {\n\ttrue\n}\n"
 )
 
-func newTestReloader(t *testing.T) *policyReloader {
+func newTestReloader(t testing.TB) *policyReloader {
 	t.Helper()
 	builtin, params, err := policy.Builtin()
 	if err != nil {
@@ -93,6 +93,22 @@ func TestPlanPolicyErrors(t *testing.T) {
 			cms:     []corev1.ConfigMap{policyConfigMap("lib", withFile("lib.rego", "package daemonguard.lib\n\nx := 1\n"))},
 			compile: true,
 			want:    map[string][]string{"lib": {".rego:", ": rego_", "more in the policy set)"}},
+		},
+		"a ConfigMap that breaks the built-ins is blamed, the valid one beside it is not": {
+			cms: []corev1.ConfigMap{
+				policyConfigMap("lib", withFile("lib.rego", "package daemonguard.lib\n\nx := 1\n")),
+				policyConfigMap("no-latest", withFile("no_latest.rego", goodRego)),
+			},
+			compile: true,
+			want:    map[string][]string{"lib": {"more in the policy set)"}},
+		},
+		"an enforcement action that is none is blamed on the parameters' ConfigMap": {
+			cms: []corev1.ConfigMap{
+				policyConfigMap("params", withFile("parameters.yaml", "enforcement: {rollout_annotations: block}\n")),
+				policyConfigMap("no-latest", withFile("no_latest.rego", goodRego)),
+			},
+			compile: true,
+			want:    map[string][]string{"params": {`parameters.enforcement.rollout_annotations: enforcement action "block" is not one of deny, warn, dryrun`}},
 		},
 		"a loaded set removes the annotation": {
 			cms:  []corev1.ConfigMap{policyConfigMap("fixed", withFile("no_latest.rego", goodRego), withPolicyError("old error"))},
