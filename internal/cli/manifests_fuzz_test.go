@@ -31,7 +31,7 @@ var (
 //
 //   - every object it returns came from the input: its Source names a document of the stream
 //     (and the path through the lists that held it), and the object is exactly that document
-//     or item, with its kind, namespace and name;
+//     or item, with its kind, namespace, name and labels;
 //   - objects come in the order of the input, and reading them back gives the same objects;
 //   - an error names the document it is about (-#N).
 func FuzzRead(f *testing.F) {
@@ -95,8 +95,9 @@ func FuzzRead(f *testing.F) {
 				t.Fatalf("document %s is %s, not an object", d.Source, d.Raw)
 			}
 			meta, _ := obj["metadata"].(map[string]any)
-			if d.Kind != str(obj["kind"]) || d.Name != str(meta["name"]) || d.Namespace != str(meta["namespace"]) {
-				t.Fatalf("document %s read as %s, its object is %s", d.Source, d.Ref(), d.Raw)
+			labels, _ := meta["labels"].(map[string]any)
+			if d.Kind != str(obj["kind"]) || d.Name != str(meta["name"]) || d.Namespace != str(meta["namespace"]) || !sameLabels(d.Labels, labels) {
+				t.Fatalf("document %s read as %s with labels %v, its object is %s", d.Source, d.Ref(), d.Labels, d.Raw)
 			}
 		}
 		var stream bytes.Buffer
@@ -111,7 +112,7 @@ func FuzzRead(f *testing.F) {
 		}
 		for i := range docs {
 			a, b := docs[i], again[i]
-			if !reflect.DeepEqual(decodeJSON(t, a.Raw), decodeJSON(t, b.Raw)) || a.Kind != b.Kind || a.Name != b.Name || a.Namespace != b.Namespace {
+			if !reflect.DeepEqual(decodeJSON(t, a.Raw), decodeJSON(t, b.Raw)) || a.Kind != b.Kind || a.Name != b.Name || a.Namespace != b.Namespace || !reflect.DeepEqual(a.Labels, b.Labels) {
 				t.Fatalf("document %s read back as %s: %s, then %s", a.Ref(), b.Ref(), a.Raw, b.Raw)
 			}
 		}
@@ -156,3 +157,17 @@ func decodeJSON(t *testing.T, raw []byte) any {
 }
 
 func str(v any) string { s, _ := v.(string); return s }
+
+// sameLabels tells whether a Document's labels are the object's metadata.labels.
+func sameLabels(got map[string]string, want map[string]any) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for k, v := range want {
+		s, ok := v.(string)
+		if g, found := got[k]; !ok || !found || g != s {
+			return false
+		}
+	}
+	return true
+}

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
@@ -77,6 +78,35 @@ func FuzzPolicyConfigMap(f *testing.F) {
 		}
 		fixtures[name] = raw
 	}
+	// Admission as in a cluster of a tainted control-plane node and a worker, both namespaces
+	// marked for node agents, so that the inject policy is asked and its patch applied.
+	adm := &webhook.Admission{Facts: webhook.Facts{
+		NamespaceLabels: func(context.Context, string) (map[string]string, error) {
+			return map[string]string{webhook.NodeAgentsLabel: "true"}, nil
+		},
+		Nodes: func(context.Context) ([]*corev1.Node, error) {
+			return []*corev1.Node{
+				{ObjectMeta: metav1.ObjectMeta{Name: "control-plane", Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}},
+					Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}}},
+				{ObjectMeta: metav1.ObjectMeta{Name: "worker", Labels: map[string]string{"kubernetes.io/os": "linux"}}},
+			}, nil
+		},
+	}}
+	// With the built-ins alone, a fixture is patched and one is denied, or the target would
+	// prove nothing about the paths a fuzzed set takes.
+	builtinSet, err := policy.Compile(context.Background(), r.builtin, r.builtinParams)
+	if err != nil {
+		f.Fatal(err)
+	}
+	patched, denied := false, false
+	for _, raw := range fixtures {
+		res := adm.Simulate(context.Background(), builtinSet, webhook.Review{Operation: policy.OpCreate, Namespace: "apps", Object: raw})
+		patched = patched || len(res.Patch) > 0
+		denied = denied || len(res.Verdict.Denials) > 0
+	}
+	if !patched || !denied {
+		f.Fatalf("with the built-in policies the fixtures are patched: %v, denied: %v; want both", patched, denied)
+	}
 	f.Fuzz(func(t *testing.T, rego, params string) {
 		ctx, cancel := context.WithTimeout(context.Background(), fuzzEvalTimeout)
 		defer cancel()
@@ -108,7 +138,7 @@ func FuzzPolicyConfigMap(f *testing.F) {
 		}
 		for name, raw := range fixtures {
 			for _, ns := range []string{"apps", "kube-system"} {
-				res := (&webhook.Admission{}).Simulate(ctx, set, webhook.Review{Operation: policy.OpCreate, Namespace: ns, Object: raw})
+				res := adm.Simulate(ctx, set, webhook.Review{Operation: policy.OpCreate, Namespace: ns, Object: raw})
 				if ctx.Err() != nil {
 					return
 				}
