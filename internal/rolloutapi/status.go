@@ -193,7 +193,8 @@ func parseStepPosition(v string) (StepPosition, error) {
 }
 
 // parseNextNodes splits "worker-3,worker-4 (why in that order)" into the nodes and the reason. A
-// value without a reason is all nodes; the reason may hold parentheses itself.
+// value without a reason is all nodes; the reason may hold parentheses itself. A reason without
+// nodes is dropped, as EncodeStatus drops it.
 func parseNextNodes(v string) (nodes []string, reason string) {
 	v = strings.TrimSpace(v)
 	if i := strings.Index(v, " ("); i >= 0 && strings.HasSuffix(v, ")") {
@@ -203,6 +204,9 @@ func parseNextNodes(v string) (nodes []string, reason string) {
 		if n = strings.TrimSpace(n); n != "" {
 			nodes = append(nodes, n)
 		}
+	}
+	if len(nodes) == 0 {
+		return nil, ""
 	}
 	return nodes, reason
 }

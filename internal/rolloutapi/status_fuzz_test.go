@@ -42,6 +42,7 @@ func FuzzStatusCodec(f *testing.F) {
 	add(map[string]string{StatusStep: "2/3", StatusNextNodes: `a (one zone at a time (now "z"), then by name)`})
 	add(map[string]string{StatusStep: "2/3: pause:5m", StatusNextNodes: "a, b", StatusStepStarted: "2026-11-23T11:00:00+01:00"})
 	add(map[string]string{StatusNextNodes: "", StatusStep: "1/1: done", StatusProgress: "3@2026-11-23T10:00:00.5Z"})
+	add(map[string]string{StatusNextNodes: ", (r)"})
 	if len(statusKeys) != 8 {
 		f.Fatalf("the target takes 8 values, there are %d status keys", len(statusKeys))
 	}
