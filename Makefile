@@ -168,7 +168,7 @@ fuzz: ## Fuzz every fuzz target for FUZZTIME each (default 1m; FUZZ=regex picks 
 	    log=$(FUZZ_LOGS)/$$(basename $$pkg).$$name.log; \
 	    echo "== $$pkg $$name for $(FUZZTIME)"; \
 	    if $(GO) test -short -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $(FUZZ_FLAGS) $$pkg </dev/null 2>&1 | tee $$log; then result=ok; else result=FAIL; failed="$$failed $$pkg.$$name"; fi; \
-	    echo "$$result $$pkg $$name $$(grep -o 'execs: [0-9]*.*' $$log | tail -1)" >> $(FUZZ_LOGS)/summary; \
+	    echo "$$result $$pkg $$name: $$(sed -n 's/.*execs: \([0-9]*\) .*new interesting: \([0-9]*\) (total: \([0-9]*\)).*/\1 executions, \2 new interesting inputs, corpus \3/p' $$log | tail -1)" >> $(FUZZ_LOGS)/summary; \
 	  done; \
 	done < <($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}} {{join .TestGoFiles " "}} {{join .XTestGoFiles " "}}{{end}}' ./...); \
 	echo "== Summary ($(FUZZ_LOGS)/summary)"; cat $(FUZZ_LOGS)/summary; \
