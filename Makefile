@@ -147,24 +147,25 @@ test-unit: ## Run only the tests that need no cluster.
 	$(GO) test $(TEST_FLAGS) -short ./...
 
 # make fuzz finds every Fuzz function in the test files of the module's packages (go list, so no
-# test binary is built just to list them) and fuzzes each for FUZZTIME in turn; FUZZ (a regex)
-# picks targets. A crash fails its target, and Go writes the input to the package's
-# testdata/fuzz/<Target>/: commit it with the fix, and plain `go test` replays it from then on.
-# The run goes on with the next target and fails at the end, naming the failed ones; the logs and a
-# summary (executions, corpus) are in $(FUZZ_LOGS). -short: no package's TestMain starts a local
-# cluster. FUZZ_FLAGS: one worker per target (CI and laptops share their cores), and new inputs
-# minimized for 5s, not Go's default minute, during which the target does not run (golang/go#48820).
+# test binary is built just to list them) and fuzzes each for FUZZTIME in turn; FUZZ, a regex
+# matching whole names, picks some (FUZZ=FuzzRead, FUZZ='Fuzz.*Agree'). A crash fails its target
+# and Go writes the input to the package's testdata/fuzz/<Target>/: commit it with the fix, and
+# plain `go test` replays it from then on. The run goes on with the next target and fails at the
+# end naming the failed ones; logs and a summary (executions, corpus) are in $(FUZZ_LOGS).
+# -short: no package's TestMain starts a local cluster. FUZZ_FLAGS: one worker per target (CI and
+# laptops share their cores), and new inputs minimized for 5s, not Go's default minute, during
+# which the target does not run (golang/go#48820).
 FUZZTIME   ?= 1m
-FUZZ       ?= .
+FUZZ       ?= .*
 FUZZ_FLAGS ?= -parallel 1 -fuzzminimizetime 5s
 FUZZ_LOGS  ?= $(LOCALBIN)/fuzz
 
 .PHONY: fuzz
-fuzz: ## Fuzz every fuzz target for FUZZTIME each (default 1m; FUZZ=regex picks some); not run by `make test`.
+fuzz: ## Fuzz every fuzz target for FUZZTIME each (default 1m; FUZZ=name or regex picks some); not run by `make test`.
 	@mkdir -p $(FUZZ_LOGS); : > $(FUZZ_LOGS)/summary; failed=""; \
 	while read -r pkg dir files; do \
 	  [ -n "$$files" ] || continue; \
-	  for name in $$(cd "$$dir" && sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$files | grep -E '$(FUZZ)'); do \
+	  for name in $$(cd "$$dir" && sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$files | grep -xE '$(FUZZ)'); do \
 	    log=$(FUZZ_LOGS)/$$(basename $$pkg).$$name.log; \
 	    echo "== $$pkg $$name for $(FUZZTIME)"; \
 	    if $(GO) test -short -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $(FUZZ_FLAGS) $$pkg </dev/null 2>&1 | tee $$log; then result=ok; else result=FAIL; failed="$$failed $$pkg.$$name"; fi; \
