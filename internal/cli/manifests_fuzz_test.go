@@ -158,13 +158,17 @@ func decodeJSON(t *testing.T, raw []byte) any {
 
 func str(v any) string { s, _ := v.(string); return s }
 
-// sameLabels tells whether a Document's labels are the object's metadata.labels.
+// sameLabels tells whether a Document's labels are the object's metadata.labels; a null value
+// is the empty string, as the API server's decoding into ObjectMeta gives it.
 func sameLabels(got map[string]string, want map[string]any) bool {
 	if len(got) != len(want) {
 		return false
 	}
 	for k, v := range want {
 		s, ok := v.(string)
+		if v == nil {
+			s, ok = "", true
+		}
 		if g, found := got[k]; !ok || !found || g != s {
 			return false
 		}
