@@ -1,12 +1,14 @@
 package webhook
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/google/cel-go/cel"
+	appsv1 "k8s.io/api/apps/v1"
 )
 
 func TestStatusOnlyUpdate(t *testing.T) {
@@ -41,18 +43,7 @@ func TestStatusOnlyUpdate(t *testing.T) {
 // status and other annotations added, changed and removed, the spec changed or not), the Go rule
 // answers as StatusOnlyUpdateCEL evaluated by CEL.
 func TestStatusOnlyUpdateMatchesCEL(t *testing.T) {
-	env, err := cel.NewEnv(cel.Variable("request", cel.DynType), cel.Variable("object", cel.DynType), cel.Variable("oldObject", cel.DynType))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ast, iss := env.Compile(StatusOnlyUpdateCEL)
-	if iss.Err() != nil {
-		t.Fatal(iss.Err())
-	}
-	prg, err := env.Program(ast)
-	if err != nil {
-		t.Fatal(err)
-	}
+	prg := statusOnlyCEL(t)
 	rng := rand.New(rand.NewPCG(21, 1))
 	pick := func(options ...string) string { return options[rng.IntN(len(options))] }
 	stringMap := func(keys ...string) any {
@@ -107,4 +98,73 @@ func TestStatusOnlyUpdateMatchesCEL(t *testing.T) {
 	if seen[true] == 0 || seen[false] == 0 {
 		t.Fatalf("the cases never made both answers: %v", seen)
 	}
+}
+
+// statusOnlyCEL is StatusOnlyUpdateCEL compiled as the API server compiles a matchCondition.
+func statusOnlyCEL(t testing.TB) cel.Program {
+	t.Helper()
+	env, err := cel.NewEnv(cel.Variable("request", cel.DynType), cel.Variable("object", cel.DynType), cel.Variable("oldObject", cel.DynType))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ast, iss := env.Compile(StatusOnlyUpdateCEL)
+	if iss.Err() != nil {
+		t.Fatal(iss.Err())
+	}
+	prg, err := env.Program(ast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prg
+}
+
+// FuzzStatusOnlyUpdate runs the same check on DaemonSet updates the fuzzer finds (go test -fuzz
+// FuzzStatusOnlyUpdate ./webhook/): statusOnlyUpdate, which tells the handlers to skip
+// admission, answers as StatusOnlyUpdateCEL, which tells the API server to skip the webhooks.
+// Both objects are first read into a DaemonSet and written back, as the API server does before
+// admission, so that both rules see what they would see in a cluster.
+func FuzzStatusOnlyUpdate(f *testing.F) {
+	prg := statusOnlyCEL(f)
+	withAnnotations := func(a string) string {
+		return strings.Replace(seedObject, `"namespace":"default"`, `"namespace":"default","annotations":{`+a+`}`, 1)
+	}
+	f.Add(seedObject, withAnnotations(`"status.daemonguard.io/step":"1/2"`))
+	f.Add(withAnnotations(`"status.daemonguard.io/step":"1/2","daemonguard.io/steps":"1,100%"`), withAnnotations(`"status.daemonguard.io/step":"2/2","daemonguard.io/steps":"1,100%"`))
+	f.Add(withAnnotations(`"status.daemonguard.io/step":"1/2"`), seedObject)
+	f.Add(withAnnotations(`"status.daemonguard.io/step":"1/2"`), strings.Replace(withAnnotations(`"status.daemonguard.io/step":"2/2"`), "nginx:1.7.9", "nginx:1.7.10", 1))
+	f.Add(seedObject, withAnnotations(`"daemonguard.io/paused":"true"`))
+	f.Add(seedObject, withAnnotations(`"status.daemonguard.io/":"","Status.daemonguard.io/x":"y"`))
+	f.Fuzz(func(t *testing.T, oldJSON, newJSON string) {
+		oldGo, oldCEL, ok1 := asStored(oldJSON)
+		newGo, newCEL, ok2 := asStored(newJSON)
+		if !ok1 || !ok2 {
+			return
+		}
+		out, _, err := prg.Eval(map[string]any{"request": map[string]any{"operation": "UPDATE"}, "object": newCEL, "oldObject": oldCEL})
+		if err != nil {
+			t.Fatalf("CEL on %v -> %v: %v", oldCEL, newCEL, err)
+		}
+		if got, want := statusOnlyUpdate(oldGo, newGo), out.Value().(bool); got != want {
+			t.Fatalf("%v -> %v: Go says %v, CEL %v", oldCEL, newCEL, got, want)
+		}
+	})
+}
+
+// asStored reads raw into a DaemonSet and writes it back, as the API server stores and sends
+// it, and returns it decoded as the handlers decode it and as CEL sees it; false when raw is no
+// DaemonSet.
+func asStored(raw string) (handlers, celObject map[string]any, ok bool) {
+	var ds appsv1.DaemonSet
+	if json.Unmarshal([]byte(raw), &ds) != nil {
+		return nil, nil, false
+	}
+	stored, err := json.Marshal(&ds)
+	if err != nil {
+		return nil, nil, false
+	}
+	handlers, err = decodeObject(stored)
+	if err != nil || json.Unmarshal(stored, &celObject) != nil {
+		return nil, nil, false
+	}
+	return handlers, celObject, true
 }

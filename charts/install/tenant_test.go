@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +23,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/daemonguard/daemonguard/internal/serving"
+	"github.com/daemonguard/daemonguard/internal/webhookserver"
+	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 	"github.com/daemonguard/daemonguard/webhook"
 )
@@ -130,14 +134,16 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 	}
 
 	r := installChart(t, "dg-tenancy")
-	r.runWebhook(r.webhookPort, "--audit-interval=2s")
+	web := r.runWebhook(r.webhookPort, "--audit-interval=2s")
 	// The administrator's namespace for node agents (NewTestNamespace would name it after the
 	// test, as the tenant's).
 	const agents = "dg-tenancy-agents"
 	if err := cluster.CreateNamespace(ctx, agents); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cluster.Client.CoreV1().Namespaces().Delete(context.Background(), agents, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cluster.Client.CoreV1().Namespaces().Delete(context.Background(), agents, metav1.DeleteOptions{})
+	})
 	waitAdmission(t, agents)
 	cluster.WaitFor(t, 2*time.Minute, "the API server calls the validating webhook", func(ctx context.Context) (bool, string) {
 		_, err := cluster.Client.AppsV1().DaemonSets(agents).Create(ctx, wideAgent("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -216,6 +222,25 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 		_, err := tn.client.AppsV1().DaemonSets(tn.namespace).Create(ctx, wideAgent("still-wide"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil || !strings.Contains(err.Error(), "rolling_update_budget") {
 			t.Errorf("after the tenant's policy ConfigMap: err = %v, want the rolling_update_budget denial", err)
+		}
+	})
+
+	t.Run("metrics and /policy-status refuse it", func(t *testing.T) {
+		token, err := harness.Token(ctx, cluster.Client, tn.namespace, "tenant")
+		if err != nil {
+			t.Fatal(err)
+		}
+		insecure := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the answer is under test, not the certificate
+		for _, path := range []string{serving.MetricsPath, webhookserver.PolicyStatusPath} {
+			for who, c := range map[string]struct {
+				token string
+				want  int
+			}{"without a token": {"", http.StatusUnauthorized}, "with the tenant's token": {token, http.StatusForbidden}} {
+				code, body, err := harness.Scrape(ctx, "https://"+web.MetricsAddr+path, c.token, insecure)
+				if err != nil || code != c.want {
+					t.Errorf("GET %s %s: HTTP %d (%v), want %d:\n%.200s", path, who, code, err, c.want, body)
+				}
+			}
 		}
 	})
 

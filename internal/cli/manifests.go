@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
@@ -136,7 +137,9 @@ func documents(source string, raw []byte) ([]Document, error) {
 			Labels    map[string]string `json:"labels"`
 		} `json:"metadata"`
 	}
-	if err := json.Unmarshal(raw, &head); err != nil {
+	// Case-sensitive, as the API server reads objects: "Metadata" or "KIND" is an unknown field,
+	// not the metadata or the kind.
+	if err := utiljson.Unmarshal(raw, &head); err != nil {
 		return nil, fmt.Errorf("%s: not a Kubernetes object: %w", source, err)
 	}
 	if strings.HasSuffix(head.Kind, "List") && head.Items != nil {
@@ -158,7 +161,7 @@ func IsDaemonSet(d Document) bool {
 	var head struct {
 		APIVersion string `json:"apiVersion"`
 	}
-	_ = json.Unmarshal(d.Raw, &head)
+	_ = utiljson.Unmarshal(d.Raw, &head)
 	return d.Kind == "DaemonSet" && (head.APIVersion == "apps/v1" || head.APIVersion == "")
 }
 

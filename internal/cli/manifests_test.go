@@ -153,6 +153,10 @@ func TestInjectionOnlyInMarkedNamespaces(t *testing.T) {
 			manifests:  "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, labels: {daemonguard.io/node-agent: \"true\"}}\n---\n" + fmt.Sprintf(wide, "team-a", "", "1"),
 			wantReason: "namespace team-a is not marked for node agents",
 		},
+		"a mark under a mis-cased metadata key, which the API server drops, does not mark it": {
+			manifests:  "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\nMetadata: {labels: {daemonguard.io/node-agents: \"true\"}}\n---\n" + fmt.Sprintf(wide, "team-a", "", "1"),
+			wantReason: "namespace team-a is not marked for node agents",
+		},
 		"the ignore label opts out of injection in a marked namespace": {
 			manifests: marked + fmt.Sprintf(wide, "agents", ignore, "1"), wantReason: "labelled daemonguard.io/ignore=true",
 		},

@@ -63,13 +63,19 @@ func (l Limits) Compile(ctx context.Context, modules []Module, params map[string
 }
 
 // CompileOverlay compiles the set of base with sources over it (Overlay, then Compile): the set
-// the webhook serves from the built-ins and the policy ConfigMaps.
+// the webhook serves from the built-ins and the policy ConfigMaps. Its errors name the files of
+// the sources at fault (blameSources); a set that exceeds l is not compiled again source by
+// source, its error already says where it was stopped.
 func (l Limits) CompileOverlay(ctx context.Context, base []Module, baseParams map[string]any, sources []Source) ([]Module, map[string]any, *Set, error) {
 	modules, params, err := Overlay(base, baseParams, sources)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	set, err := l.Compile(ctx, modules, params)
+	var limit *LimitError
+	if err != nil && !errors.As(err, &limit) {
+		err = l.blameSources(ctx, err, base, baseParams, sources)
+	}
 	return modules, params, set, err
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"sort"
@@ -15,6 +16,45 @@ import (
 type Source struct {
 	Name  string // e.g. configmap/daemonguard/extra-policies
 	Files map[string]string
+}
+
+// blameSources adds to a compile error that names no file of the sources the files of each
+// source that fails alone over base. Such an error is located in a built-in (a source replaced a
+// package the built-ins use, or added a rule that conflicts with theirs) or nowhere (an
+// enforcement action that is none, from a rule or parameters.yaml); naming the source lets the
+// reloader blame its ConfigMap and no other. It costs a compile per source, on errors only.
+func (l Limits) blameSources(ctx context.Context, err error, base []Module, baseParams map[string]any, sources []Source) error {
+	for _, src := range sources {
+		if strings.Contains(err.Error(), src.Name+"/") {
+			return err
+		}
+	}
+	var blamed []string
+	for _, src := range sources {
+		modules, params, oerr := Overlay(base, baseParams, []Source{src})
+		if oerr == nil {
+			_, oerr = l.Compile(ctx, modules, params)
+		}
+		if oerr != nil {
+			blamed = append(blamed, sourceFiles(src)...)
+		}
+	}
+	if len(blamed) == 0 {
+		return err
+	}
+	sort.Strings(blamed)
+	return fmt.Errorf("%w\nthe built-ins fail with these files alone: %s", err, strings.Join(blamed, ", "))
+}
+
+// sourceFiles names the files of src that Overlay reads, as its errors do (SOURCE/KEY).
+func sourceFiles(src Source) []string {
+	var files []string
+	for key := range src.Files {
+		if strings.HasSuffix(key, ".rego") && !strings.HasSuffix(key, "_test.rego") || path.Base(key) == "parameters.yaml" {
+			files = append(files, src.Name+"/"+key)
+		}
+	}
+	return files
 }
 
 // Overlay puts sources over the built-in modules and parameters. A source module whose package

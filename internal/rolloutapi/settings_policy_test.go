@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/rego"
 	appsv1 "k8s.io/api/apps/v1"
@@ -349,5 +350,37 @@ func FuzzStepsAgree(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, v string) {
 		p.agree(t, rolloutapi.AnnotationSteps, v)
+	})
+}
+
+// FuzzSettingsAgree runs the same check on the other settings the policy parses, with values the
+// fuzzer finds: the budget (lib.digits_to_number), the deadline (lib.duration_ns, Rego's reading
+// of a Go duration) and the topology key, which the policy must admit exactly when Kubernetes
+// takes it for a label key (validation.IsQualifiedName; lib.is_qualified_name is its Rego
+// spelling). go test -fuzz FuzzSettingsAgree ./internal/rolloutapi/
+func FuzzSettingsAgree(f *testing.F) {
+	p := newSettingsPolicy(f)
+	// The known values of TestSettingsPolicyAndParserAgreeOnKnownValues and the docs.
+	f.Add("10%", "10m", "topology.kubernetes.io/zone")
+	f.Add("2", "1h30m", "kubernetes.io/hostname")
+	f.Add("25%", "15m", "zone")
+	f.Add("0", "soon", "not a key")
+	f.Add("0%", "0s", "example.com/")
+	f.Add("1.5", "5s", "-zone")
+	f.Add("+2", "8760h", "a/b/c")
+	f.Add("999999999", "8761h", "Example.COM/zone")
+	f.Add("1000000000", "29.9999s", "")
+	f.Add("007%", "1h0.5ns", "x.example.com/"+strings.Repeat("k", 63))
+	f.Fuzz(func(t *testing.T, budget, deadline, topologyKey string) {
+		// Annotations reach the policy as JSON, which holds valid UTF-8 only.
+		if !utf8.ValidString(budget) || !utf8.ValidString(deadline) || !utf8.ValidString(topologyKey) {
+			return
+		}
+		p.agree(t, rolloutapi.AnnotationMaxUnavailable, budget)
+		p.agree(t, rolloutapi.AnnotationProgressDeadline, deadline)
+		_, denials := p.agree(t, rolloutapi.AnnotationTopologyKey, topologyKey)
+		if errs := validation.IsQualifiedName(topologyKey); (len(denials) == 0) != (len(errs) == 0) {
+			t.Errorf("topology key %q: the policy says %q, Kubernetes says %q", topologyKey, denials, errs)
+		}
 	})
 }

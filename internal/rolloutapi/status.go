@@ -134,7 +134,7 @@ func DecodeStatus(a map[string]string) (Status, error) {
 		s.Step = p
 	}
 	if v, ok := a[StatusStepStarted]; ok {
-		t, err := time.Parse(time.RFC3339, v)
+		t, err := parseTime(v)
 		if err != nil {
 			fail(StatusStepStarted, "want an RFC 3339 time")
 		}
@@ -153,7 +153,7 @@ func DecodeStatus(a map[string]string) (Status, error) {
 	if v, ok := a[StatusProgress]; ok {
 		n, at, found := strings.Cut(v, "@")
 		count, err1 := strconv.Atoi(n)
-		t, err2 := time.Parse(time.RFC3339, at)
+		t, err2 := parseTime(at)
 		if !found || err1 != nil || err2 != nil || count < 0 {
 			fail(StatusProgress, `want "<updated>@<RFC 3339 time>"`)
 		} else {
@@ -168,6 +168,14 @@ func formatTime(t time.Time) string {
 		return ""
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// parseTime reads an RFC 3339 time as formatTime would have written it: in UTC, to the second.
+// A hand-written offset or fraction of a second is accepted, and the status read is one the
+// controller can write back unchanged.
+func parseTime(v string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, v)
+	return t.UTC().Truncate(time.Second), err
 }
 
 // parseStepPosition reads "3/5: 25%", "5/5: done" or "3/5".
@@ -185,7 +193,8 @@ func parseStepPosition(v string) (StepPosition, error) {
 }
 
 // parseNextNodes splits "worker-3,worker-4 (why in that order)" into the nodes and the reason. A
-// value without a reason is all nodes; the reason may hold parentheses itself.
+// value without a reason is all nodes; the reason may hold parentheses itself. A reason without
+// nodes is dropped, as EncodeStatus drops it.
 func parseNextNodes(v string) (nodes []string, reason string) {
 	v = strings.TrimSpace(v)
 	if i := strings.Index(v, " ("); i >= 0 && strings.HasSuffix(v, ")") {
@@ -195,6 +204,9 @@ func parseNextNodes(v string) (nodes []string, reason string) {
 		if n = strings.TrimSpace(n); n != "" {
 			nodes = append(nodes, n)
 		}
+	}
+	if len(nodes) == 0 {
+		return nil, ""
 	}
 	return nodes, reason
 }

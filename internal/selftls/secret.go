@@ -63,12 +63,20 @@ func parseSecret(s *corev1.Secret) material {
 	return m
 }
 
+// parseTime reads a time annotation: what formatTime writes, or an operator's RFC 3339 time
+// (`date -u +%FT%TZ`); the zero time when it is neither.
 func parseTime(s string) time.Time {
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil {
 		return time.Time{}
 	}
 	return t
+}
+
+// formatTime writes a time annotation: RFC 3339 in UTC with nanoseconds, so that a grace
+// counted from it is never cut short by rounding.
+func formatTime(t time.Time) string {
+	return t.UTC().Format(time.RFC3339Nano)
 }
 
 // render carries out a plan's certificate work and returns the Secret's new data and the value of
@@ -122,8 +130,7 @@ func render(old *corev1.Secret, m material, p Plan, cfg Config, now time.Time) (
 		publishedAt = ""
 	}
 	if p.RecordPublished {
-		// Sub-second precision, so the grace is never cut short by rounding.
-		publishedAt = now.UTC().Format(time.RFC3339Nano)
+		publishedAt = formatTime(now)
 	}
 	return data, publishedAt, nil
 }

@@ -48,7 +48,7 @@ const (
 	unsafeVarsRego = "package daemonguard.policies.unsafe\n\nviolation contains y if {\n\ttrue\n}\n\nviolation contains z if {\n\ttrue\n}\n"
 )
 
-func newTestReloader(t *testing.T) *policyReloader {
+func newTestReloader(t testing.TB) *policyReloader {
 	t.Helper()
 	builtin, params, err := policy.Builtin()
 	if err != nil {
@@ -107,6 +107,22 @@ func TestPlanPolicyErrors(t *testing.T) {
 			cms:  []corev1.ConfigMap{policyConfigMap("no-latest", withFile("no_latest.rego", goodRego)), policyConfigMap("big", withFile("big.rego", goodRego))},
 			err:  &policy.LimitError{Limit: "the load deadline of 10s", While: "evaluating the enforcement rules", At: &ast.Location{File: "configmap/big/big.rego", Row: 4}},
 			want: map[string][]string{"big": {"policy set exceeded the load deadline of 10s while evaluating the enforcement rules at configmap/big/big.rego:4; data sha256:"}},
+		},
+		"a ConfigMap that breaks the built-ins is blamed, the valid one beside it is not": {
+			cms: []corev1.ConfigMap{
+				policyConfigMap("lib", withFile("lib.rego", "package daemonguard.lib\n\nx := 1\n")),
+				policyConfigMap("no-latest", withFile("no_latest.rego", goodRego)),
+			},
+			compile: true,
+			want:    map[string][]string{"lib": {"more in the policy set)"}},
+		},
+		"an enforcement action that is none is blamed on the parameters' ConfigMap": {
+			cms: []corev1.ConfigMap{
+				policyConfigMap("params", withFile("parameters.yaml", "enforcement: {rollout_annotations: block}\n")),
+				policyConfigMap("no-latest", withFile("no_latest.rego", goodRego)),
+			},
+			compile: true,
+			want:    map[string][]string{"params": {`parameters.enforcement.rollout_annotations: enforcement action "block" is not one of deny, warn, dryrun`}},
 		},
 		"a loaded set removes the annotation": {
 			cms:  []corev1.ConfigMap{policyConfigMap("fixed", withFile("no_latest.rego", goodRego), withPolicyError("old error"))},
