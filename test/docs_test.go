@@ -44,7 +44,7 @@ func TestDocsNameWhatExists(t *testing.T) {
 	}
 	targets := makeTargets(t)
 	for _, doc := range docs {
-		for _, p := range problems(doc, targets) {
+		for _, p := range problems(repoRoot, doc, targets) {
 			t.Error(p)
 		}
 	}
@@ -121,8 +121,8 @@ var (
 )
 
 // problems returns what doc names that does not exist, each as "doc:line: ...".
-func problems(doc string, targets map[string]bool) []string {
-	f, err := os.Open(filepath.Join(repoRoot, doc))
+func problems(root, doc string, targets map[string]bool) []string {
+	f, err := os.Open(filepath.Join(root, doc))
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -147,7 +147,7 @@ func problems(doc string, targets map[string]bool) []string {
 				code = append(code, m[2])
 			}
 			for _, m := range link.FindAllStringSubmatch(stripInlineCode(line), -1) {
-				if msg := checkLink(doc, m[1]); msg != "" {
+				if msg := checkLink(root, doc, m[1]); msg != "" {
 					report(n, "%s", msg)
 				}
 			}
@@ -167,7 +167,7 @@ func problems(doc string, targets map[string]bool) []string {
 				}
 			}
 			for _, field := range strings.Fields(c) {
-				if p, ok := repoPath(doc, field); ok && !exists(p) {
+				if p, ok := repoPath(root, doc, field); ok && !exists(root, p) {
 					report(n, "names %s, which does not exist", p)
 				}
 			}
@@ -212,7 +212,7 @@ func stripInlineCode(line string) string {
 // repoPath reads a word of code as a repository path and returns it relative to the root, or
 // false when it is not one: no path separator, a placeholder, a URL, or a first element that is
 // neither an entry of the root nor of the doc's own directory.
-func repoPath(doc, word string) (string, bool) {
+func repoPath(root, doc, word string) (string, bool) {
 	if strings.Contains(word, "...") || strings.Contains(word, "…") {
 		return "", false // ./... and elisions
 	}
@@ -242,17 +242,17 @@ func repoPath(doc, word string) (string, bool) {
 	if first == "" || first == "." {
 		return "", false
 	}
-	if dir != "." && entryExists(filepath.Join(dir, first)) {
+	if dir != "." && entryExists(root, filepath.Join(dir, first)) {
 		return filepath.ToSlash(filepath.Join(dir, word)), true
 	}
-	if entryExists(first) && first != "bin" {
+	if entryExists(root, first) && first != "bin" {
 		return filepath.ToSlash(filepath.Clean(word)), true
 	}
 	return "", false
 }
 
 // checkLink returns why a link target of doc is broken, or "".
-func checkLink(doc, target string) string {
+func checkLink(root, doc, target string) string {
 	if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") || strings.ContainsAny(target, "<>{}$") {
 		return ""
 	}
@@ -263,22 +263,22 @@ func checkLink(doc, target string) string {
 		if strings.HasPrefix(file, "../") {
 			return fmt.Sprintf("links %s, outside the repository", target)
 		}
-		if !exists(file) {
+		if !exists(root, file) {
 			return fmt.Sprintf("links %s: %s does not exist", target, file)
 		}
 	}
 	if anchor == "" || !strings.HasSuffix(file, ".md") {
 		return ""
 	}
-	if !slices.Contains(headingAnchors(file), anchor) {
+	if !slices.Contains(headingAnchors(root, file), anchor) {
 		return fmt.Sprintf("links %s: %s has no heading with anchor #%s", target, file, anchor)
 	}
 	return ""
 }
 
 // headingAnchors returns the anchors GitHub gives the headings of a Markdown file.
-func headingAnchors(file string) []string {
-	data, err := os.ReadFile(filepath.Join(repoRoot, file))
+func headingAnchors(root, file string) []string {
+	data, err := os.ReadFile(filepath.Join(root, file))
 	if err != nil {
 		return nil
 	}
@@ -310,18 +310,106 @@ func headingAnchors(file string) []string {
 	return anchors
 }
 
-// entryExists reports whether the repository has the file or directory rel.
-func entryExists(rel string) bool {
-	_, err := os.Stat(filepath.Join(repoRoot, rel))
+// entryExists reports whether the repository at root has the file or directory rel.
+func entryExists(root, rel string) bool {
+	_, err := os.Stat(filepath.Join(root, rel))
 	return err == nil
 }
 
 // exists reports whether rel names a file or directory of the repository, or, with a glob
 // pattern, matches one.
-func exists(rel string) bool {
+func exists(root, rel string) bool {
 	if strings.ContainsAny(rel, "*?[") {
-		m, _ := filepath.Glob(filepath.Join(repoRoot, rel))
+		m, _ := filepath.Glob(filepath.Join(root, rel))
 		return len(m) > 0
 	}
-	return entryExists(rel)
+	return entryExists(root, rel)
+}
+
+// TestProblemsNamesWhatIsGone runs the checker on a small repository of its own: one sentence of
+// Markdown per case, and what the checker must say of it.
+func TestProblemsNamesWhatIsGone(t *testing.T) {
+	root := t.TempDir()
+	for path, content := range map[string]string{
+		"Makefile":                        "demo: ## d\n\tgo run .\ntest-unit:\n\tgo test -short ./...\nVAR := x\n",
+		"internal/foo/foo.go":             "package foo\n",
+		"charts/daemonguard/values.yaml":  "a: 1\n",
+		"charts/daemonguard/README.md":    "# Chart\n",
+		"charts/chart_test.go":            "package charts\n",
+		"docs/x.md":                       "# X\n\n## Pre-flight: `rollout plan`\n\n```\n# not a heading\n```\n",
+		"policies/lib/lib.rego":           "package lib\n",
+		"testdata/demo/nginx-ds.yaml":     "kind: DaemonSet\n",
+		"testdata/argocd/repo/README.md":  "# fixture\n",
+		"cmd/daemonguard/main.go":         "package main\n",
+		"policies/README.md":              "# Policies\n",
+		"docs/development.md":             "# Dev\n",
+		"webhook/endpoints.go":            "package webhook\n",
+		"controller/rollout/reconcile.go": "package rollout\n",
+	} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, path), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	targets := map[string]bool{"demo": true, "test-unit": true}
+	for name, tc := range map[string]struct {
+		doc  string // the Markdown file, relative to the root
+		line string // its one line (or fenced block)
+		want string // the problem reported, "" for none
+	}{
+		"a package that exists":                 {"README.md", "See `internal/foo`.", ""},
+		"a package that is gone":                {"README.md", "See `internal/admissionsim`.", "README.md:1: names internal/admissionsim, which does not exist"},
+		"a file that is gone":                   {"README.md", "`webhook/review.go` decides", "README.md:1: names webhook/review.go, which does not exist"},
+		"a go test argument":                    {"README.md", "`go test -short ./internal/gone/`", "names internal/gone, which does not exist"},
+		"a glob that matches":                   {"README.md", "`charts/*_test.go`", ""},
+		"a glob that matches nothing":           {"README.md", "`controller/rollout/*_e2e_test.go`", "names controller/rollout/*_e2e_test.go"},
+		"a path beside the doc":                 {"charts/daemonguard/README.md", "`values.yaml` and `files/x.yaml`", ""},
+		"a gone path beside the doc":            {"policies/README.md", "`lib/strings.rego`", "names policies/lib/strings.rego"},
+		"a user's example path":                 {"README.md", "`deploy/node-agent/values.yaml`, `memory_limits/memory_limits.rego`", ""},
+		"annotation keys and API groups":        {"README.md", "`status.daemonguard.io/policy-error`, `apps/v1`, `daemonguard.io/node-agents`", ""},
+		"other modules and URLs":                {"README.md", "`k8s.io/kubernetes/cmd/kube-apiserver`, `https://github.com/x/y`", ""},
+		"this module's import path":             {"README.md", "`github.com/daemonguard/daemonguard/cmd/gone@v1.2.3`", "names cmd/gone"},
+		"placeholders and elisions":             {"README.md", "`internal/<name>`, `tools/{kube,helm}`, `./...`, `internal/…`, `$d/bin`", ""},
+		"a path in a fenced block":              {"README.md", "```sh\nkubectl apply -f testdata/demo/gone.yaml\n```", "README.md:2: names testdata/demo/gone.yaml"},
+		"a path with a line number and anchor":  {"README.md", "```\nDaemonSet default/x (testdata/demo/nginx-ds.yaml#1) at internal/foo/foo.go:12\n```", ""},
+		"make targets that exist":               {"README.md", "`make demo`, `make test-unit VAR=1`", ""},
+		"a make target that is gone":            {"README.md", "`make bench-old`", "README.md:1: names `make bench-old`, which the Makefile does not define"},
+		"make in a fenced command":              {"README.md", "```sh\nGOCACHE=$d make demo gone   # comment\n```", "names `make gone`"},
+		"make as a word of output":              {"README.md", "```\nthe pod would make room for others\n```", ""},
+		"a relative link":                       {"docs/x.md", "[dev](development.md) and [p](../policies/README.md)", ""},
+		"a link that is gone":                   {"docs/x.md", "[install](install.md)", "docs/x.md:1: links install.md: docs/install.md does not exist"},
+		"a link to a heading":                   {"README.md", "[plan](docs/x.md#pre-flight-rollout-plan)", ""},
+		"a link to a heading that is gone":      {"README.md", "[plan](docs/x.md#not-a-heading)", "docs/x.md has no heading with anchor #not-a-heading"},
+		"a link inside code is not a link":      {"README.md", "`[x](gone.md)`", ""},
+		"a link out of the repository":          {"README.md", "[up](../other/README.md)", "outside the repository"},
+		"a link to a URL":                       {"README.md", "[ko](https://ko.build)", ""},
+		"build output is not in the repository": {"README.md", "`bin/release/image`", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			doc := filepath.Join(root, tc.doc)
+			old, err := os.ReadFile(doc)
+			if err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(doc, []byte(tc.line+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if old != nil {
+					os.WriteFile(doc, old, 0o644)
+				} else {
+					os.Remove(doc)
+				}
+			}()
+			got := problems(root, tc.doc, targets)
+			switch {
+			case tc.want == "" && len(got) > 0:
+				t.Errorf("problems %q, want none", got)
+			case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)):
+				t.Errorf("problems %q, want one containing %q", got, tc.want)
+			}
+		})
+	}
 }
