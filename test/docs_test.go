@@ -62,7 +62,7 @@ func TestREADMEIsALandingPage(t *testing.T) {
 }
 
 // markdownFiles returns the repository's Markdown files, relative to the root, without those in
-// testdata (fixtures), bin (build output), vendor and hidden directories.
+// testdata (fixtures), bin and tmp (build output, ignored by git), vendor and hidden directories.
 func markdownFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
@@ -73,7 +73,7 @@ func markdownFiles(t *testing.T) []string {
 		rel, _ := filepath.Rel(repoRoot, path)
 		if d.IsDir() {
 			name := d.Name()
-			if rel != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor" || name == "node_modules" || rel == "bin") {
+			if rel != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor" || name == "node_modules" || rel == "bin" || rel == "tmp") {
 				return filepath.SkipDir
 			}
 			return nil
