@@ -25,18 +25,19 @@ const maxREADMELines = 260
 // names that does not exist, with the file and line. A name counts when it is written as code
 // (inline or fenced) or as a link target:
 //
-//   - a path whose first element is an entry of the repository's root (`internal/foo`,
-//     `charts/daemonguard/values.yaml`, `./test/planbench/`) or of the Markdown file's own
-//     directory (`values.yaml` beside the chart README, `lib/lib.rego` in policies/) must exist;
-//     globs (`charts/*_test.go`) must match a file. Anything else is not a repository path:
-//     annotation keys, API groups, other modules' import paths, a user's files in an example.
+//   - a path (a word with a slash) whose first element is an entry of the repository's root
+//     (`internal/foo`, `charts/daemonguard/values.yaml`, `./test/planbench/`) or of the Markdown
+//     file's own directory (`files/x.yaml` beside the chart README, `lib/lib.rego` in policies/)
+//     must exist; globs (`charts/*_test.go`) must match a file. Anything else is not a repository
+//     path: annotation keys, API groups, other modules' import paths, a user's files in an
+//     example. A bare file name (`values.yaml`) is not checked: it could be anyone's.
 //   - this module's import paths (github.com/daemonguard/daemonguard/cmd/daemonguard@v1) name
 //     the package's directory.
 //   - a relative link ([x](docs/x.md), [x](../policies/README.md#sandbox)) must reach a file or
 //     directory, and its #anchor a heading of the Markdown file it reaches.
 //   - `make TARGET ...` must name targets of the Makefile.
 //
-// Placeholders (<name>, NAME-less shapes with {a,b}, $VAR, …) and URLs are left alone.
+// Placeholders (<name>, {a,b}, $VAR, ~/...), elisions (./..., …) and URLs are left alone.
 func TestDocsNameWhatExists(t *testing.T) {
 	docs := markdownFiles(t)
 	if len(docs) == 0 {
