@@ -446,9 +446,10 @@ func VerdictOf(violations []policy.Violation) Verdict {
 	return v
 }
 
-// FailureMode says what a review whose policies cannot be evaluated comes to. Neither mode admits
-// silently. It is decided here, once, for every caller: the webhooks take it from --failure-mode;
-// check, mutate, the audit and the plan leave it empty, which is FailClosed.
+// FailureMode says what a review whose policies cannot be evaluated comes to (Outcome.Verdict).
+// Neither mode admits silently. The webhooks take it from --failure-mode; `daemonguard check`
+// judges as FailClosed, the webhooks' default; `mutate`, the audit and the plan also report the
+// error itself, since they show what would be stored or found.
 type FailureMode string
 
 // Failure modes.
