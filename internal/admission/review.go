@@ -110,13 +110,10 @@ func (r Outcome) Err() error {
 
 // Mutate decides what the inject policy adds to the DaemonSet (the mutating webhook).
 func (a *Reviewer) Mutate(ctx context.Context, set *policy.Set, rv Review) Outcome {
-	r := a.decode(rv)
-	if r.ended() {
-		return r
+	r, _ := a.begin(ctx, rv, false)
+	if !r.ended() {
+		a.inject(ctx, set, &r)
 	}
-	labels, _ := a.gather(ctx, rv.Namespace, false)
-	r.Input.Namespace.Labels = labels
-	a.inject(ctx, set, &r)
 	return r
 }
 
@@ -138,26 +135,21 @@ func InjectionScope(namespace string, namespaceLabels map[string]string, obj map
 
 // Validate judges the DaemonSet by the validation policies (the validating webhook).
 func (a *Reviewer) Validate(ctx context.Context, set *policy.Set, rv Review) Outcome {
-	r := a.decode(rv)
-	if r.ended() {
-		return r
+	r, nodeList := a.begin(ctx, rv, true)
+	if !r.ended() {
+		r.Input.Cluster = templateFacts(r.Input.Object, nodeList)
+		a.validate(ctx, set, &r)
 	}
-	labels, nodeList := a.gather(ctx, rv.Namespace, true)
-	r.Input.Namespace.Labels = labels
-	r.Input.Cluster = templateFacts(r.Input.Object, nodeList)
-	a.validate(ctx, set, &r)
 	return r
 }
 
 // Simulate is both webhooks in the API server's order, for the CLI and the audit: the inject
 // policy's patch is applied, and the validation policies judge the object as it would be stored.
 func (a *Reviewer) Simulate(ctx context.Context, set *policy.Set, rv Review) Outcome {
-	r := a.decode(rv)
+	r, nodeList := a.begin(ctx, rv, true)
 	if r.ended() {
 		return r
 	}
-	labels, nodeList := a.gather(ctx, rv.Namespace, true)
-	r.Input.Namespace.Labels = labels
 	r.Mutated = rv.Object
 	if a.inject(ctx, set, &r); r.ended() {
 		return r
@@ -177,6 +169,18 @@ func (a *Reviewer) Simulate(ctx context.Context, set *policy.Set, rv Review) Out
 	r.Input.Cluster = templateFacts(r.Input.Object, nodeList)
 	a.validate(ctx, set, &r)
 	return r
+}
+
+// begin decodes the review and, unless that ends it, gathers the namespace's labels into the
+// policies' input and, with needNodes, the nodes.
+func (a *Reviewer) begin(ctx context.Context, rv Review, needNodes bool) (Outcome, []*corev1.Node) {
+	r := a.decode(rv)
+	if r.ended() {
+		return r, nil
+	}
+	var nodeList []*corev1.Node
+	r.Input.Namespace.Labels, nodeList = a.gather(ctx, rv.Namespace, needNodes)
+	return r, nodeList
 }
 
 // decode reads the review into the policies' input, or ends it: exempt namespace, malformed
@@ -234,12 +238,11 @@ func (a *Reviewer) inject(ctx context.Context, set *policy.Set, r *Outcome) {
 		r.Inject = policy.InjectDecision{Reason: reason}
 		return
 	}
-	if err := expired(ctx); err != nil {
-		a.fail(r, err)
-		return
+	err := expired(ctx)
+	if err == nil {
+		r.Inject, err = set.Inject(ctx, r.Input)
 	}
-	var err error
-	if r.Inject, err = set.Inject(ctx, r.Input); err != nil {
+	if err != nil {
 		a.fail(r, err)
 		return
 	}
@@ -249,12 +252,11 @@ func (a *Reviewer) inject(ctx context.Context, set *policy.Set, r *Outcome) {
 }
 
 func (a *Reviewer) validate(ctx context.Context, set *policy.Set, r *Outcome) {
-	if err := expired(ctx); err != nil {
-		a.fail(r, err)
-		return
+	err := expired(ctx)
+	if err == nil {
+		r.Violations, err = set.Validate(ctx, r.Input)
 	}
-	var err error
-	if r.Violations, err = set.Validate(ctx, r.Input); err != nil {
+	if err != nil {
 		a.fail(r, err)
 		return
 	}
