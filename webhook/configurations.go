@@ -60,7 +60,8 @@ func (o ConfigurationOptions) namespaceSelector() *metav1.LabelSelector {
 }
 
 // injectNamespaceSelector is namespaceSelector narrowed to the namespaces marked for node agents
-// (admission.InjectionScope): the DaemonSet mutating webhook and the in-process injection policy's binding.
+// (admission.InjectionScope): the DaemonSet mutating webhook and the in-process injection
+// policy's binding.
 func (o ConfigurationOptions) injectNamespaceSelector() *metav1.LabelSelector {
 	sel := o.namespaceSelector()
 	sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{
@@ -70,8 +71,8 @@ func (o ConfigurationOptions) injectNamespaceSelector() *metav1.LabelSelector {
 }
 
 // injectObjectSelector skips DaemonSets labelled daemonguard.io/ignore=true before they reach the
-// mutating webhook (admission.InjectionScope). The validating webhook has no object selector: a label on
-// the object itself never exempts it from validation.
+// mutating webhook (admission.InjectionScope). The validating webhook has no object selector: a
+// label on the object itself never exempts it from validation.
 func injectObjectSelector() *metav1.LabelSelector {
 	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key: admission.IgnoreLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"},
@@ -88,8 +89,8 @@ func (o ConfigurationOptions) defaults() ConfigurationOptions {
 	return o
 }
 
-// rolloutStatusOnly keeps the rollout controller's progress reports (admission.StatusOnlyUpdateCEL) away
-// from the DaemonSet webhooks, whatever their failurePolicy.
+// rolloutStatusOnly keeps the rollout controller's progress reports
+// (admission.StatusOnlyUpdateCEL) away from the DaemonSet webhooks, whatever their failurePolicy.
 var rolloutStatusOnly = admissionregistrationv1.MatchCondition{
 	Name:       "not-rollout-status-only",
 	Expression: "!(" + admission.StatusOnlyUpdateCEL + ")",

@@ -44,7 +44,7 @@ type Handlers struct {
 }
 
 // Endpoints returns the HTTP handlers of the three webhooks by path, each a controller-runtime
-// cradmission.Webhook: it decodes reviews, answers malformed ones, recovers panics and encodes
+// admission.Webhook: it decodes reviews, answers malformed ones, recovers panics and encodes
 // patches, so that the handlers here only decide. Bodies over the size limit are answered
 // before it (refuseOversized).
 func (h *Handlers) Endpoints() map[string]http.Handler {
@@ -58,7 +58,7 @@ func (h *Handlers) Endpoints() map[string]http.Handler {
 // DaemonSetMutator injects what the inject policy decides into DaemonSet pod templates.
 type DaemonSetMutator struct{ *Handlers }
 
-// Handle implements cradmission.Handler.
+// Handle implements controller-runtime's admission.Handler.
 func (m DaemonSetMutator) Handle(ctx context.Context, req cradmission.Request) cradmission.Response {
 	return m.observe("mutate-daemonset", m.mutate(ctx, req))
 }
@@ -83,7 +83,7 @@ func (m DaemonSetMutator) mutate(ctx context.Context, req cradmission.Request) c
 // DaemonSetValidator enforces the validation policies on DaemonSets.
 type DaemonSetValidator struct{ *Handlers }
 
-// Handle implements cradmission.Handler.
+// Handle implements controller-runtime's admission.Handler.
 func (v DaemonSetValidator) Handle(ctx context.Context, req cradmission.Request) cradmission.Response {
 	return v.observe("validate-daemonset", v.validate(ctx, req))
 }
@@ -151,7 +151,7 @@ func answer(v admission.Verdict) cradmission.Response {
 // PodPinner pins DaemonSet pods to their node by node affinity (Pods, CREATE only).
 type PodPinner struct{ *Handlers }
 
-// Handle implements cradmission.Handler.
+// Handle implements controller-runtime's admission.Handler.
 func (p PodPinner) Handle(_ context.Context, req cradmission.Request) cradmission.Response {
 	return p.observe("mutate-pod", p.pin(req))
 }
@@ -213,7 +213,7 @@ func (h *Handlers) observe(webhook string, resp cradmission.Response) cradmissio
 }
 
 // ReviewBodyLimit is the size from which an AdmissionReview body is refused. It is
-// controller-runtime's own limit (admission.maxRequestSize, unexported), which cradmission.Webhook
+// controller-runtime's own limit (cradmission.maxRequestSize, unexported), which cradmission.Webhook
 // enforces after this layer: a review carries at most two objects (old and new), each at most
 // 3 MiB, the API server's request body limit (twice etcd's recommended 1.5 MiB, for JSON), and
 // less than 1 MiB besides. A body this large does not come from a conforming API server.

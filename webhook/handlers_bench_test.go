@@ -24,7 +24,7 @@ import (
 )
 
 // Benchmarks of the admission path without network and TLS: the endpoints as
-// internal/webhookserver registers them (controller-runtime's cradmission.Webhook around daemonguard's
+// internal/webhookserver registers them (controller-runtime's admission.Webhook around daemonguard's
 // handlers), with every built-in policy loaded, cluster facts read as from the production cache,
 // and a production-style JSON logger writing nowhere; the null webhook beside them; and the policy
 // evaluations alone. Results and what they mean for users: docs/performance.md.

@@ -120,8 +120,9 @@ func (a *Reviewer) Mutate(ctx context.Context, set *policy.Set, rv Review) Outco
 // InjectionScope says why the inject policy is not asked about a DaemonSet, or "" when it is:
 // injection is for node agents an administrator named, the DaemonSets of namespaces labelled
 // NodeAgentsLabel=true, and a DaemonSet labelled IgnoreLabel=true opts out. The mutating
-// webhook's selectors (webhook.Configurations) say the same to the API server, so that it does not even
-// call the webhook; this is the rule for every caller of the core, which reads the labels itself.
+// webhook's selectors (webhook.Configurations) say the same to the API server, so that it does
+// not even call the webhook; this is the rule for every caller of the core, which reads the
+// labels itself.
 // Namespace labels that cannot be read count as unmarked: nothing is injected on a guess.
 func InjectionScope(namespace string, namespaceLabels map[string]string, obj map[string]any) string {
 	if namespaceLabels[NodeAgentsLabel] != "true" {
