@@ -7,8 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // TestPolicyConfigMapsCompile feeds the rendered policy ConfigMaps to the policy engine the way
@@ -17,7 +17,7 @@ func TestPolicyConfigMapsCompile(t *testing.T) {
 	objs := objects(t, render(t, renderCases["policies as labelled ConfigMaps"]))
 	var sources []policy.Source
 	for _, cm := range typedObjects[*corev1.ConfigMap](objs) {
-		if cm.Labels[webhook.PolicyConfigMapLabel] != "true" {
+		if cm.Labels[admission.PolicyConfigMapLabel] != "true" {
 			continue
 		}
 		if cm.Namespace != namespace {

@@ -10,9 +10,11 @@ import (
 	"sync"
 	"testing"
 
+	jsonpatchapply "github.com/evanphx/json-patch/v5"
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -38,10 +40,10 @@ func testHandlers(tb testing.TB) *Handlers {
 			return
 		}
 		// Every namespace is marked for node agents: these reviews exercise the inject policy.
-		marked := Facts{NamespaceLabels: func(context.Context, string) (map[string]string, error) {
-			return map[string]string{NodeAgentsLabel: "true"}, nil
+		marked := admission.Lookups{NamespaceLabels: func(context.Context, string) (map[string]string, error) {
+			return map[string]string{admission.NodeAgentsLabel: "true"}, nil
 		}}
-		builtinHandler = &Handlers{Engine: policy.NewEngine(set), ExemptNamespaces: []string{"kube-system"}, FailureMode: FailClosed, Facts: marked, Log: logr.Discard()}
+		builtinHandler = &Handlers{Engine: policy.NewEngine(set), ExemptNamespaces: []string{"kube-system"}, FailureMode: admission.FailClosed, Lookups: marked, Log: logr.Discard()}
 	})
 	if builtinErr != nil {
 		tb.Fatal(builtinErr)
@@ -177,4 +179,17 @@ func FuzzAdmissionReview(f *testing.F) {
 			}
 		}
 	})
+}
+
+func applyRawPatch(t *testing.T, raw, patch []byte) []byte {
+	t.Helper()
+	p, err := jsonpatchapply.DecodePatch(patch)
+	if err != nil {
+		t.Fatalf("decode patch %s: %v", patch, err)
+	}
+	out, err := p.Apply(raw)
+	if err != nil {
+		t.Fatalf("apply %s: %v", patch, err)
+	}
+	return out
 }

@@ -5,6 +5,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/daemonguard/daemonguard/internal/admission"
 )
 
 // ConfigurationOptions say how the API server reaches daemonguard's webhooks.
@@ -51,28 +53,29 @@ func (o ConfigurationOptions) clientConfig(path string) admissionregistrationv1.
 }
 
 func (o ConfigurationOptions) namespaceSelector() *metav1.LabelSelector {
-	exempt := ExemptNamespaces(o.Namespace, o.ExemptNamespaces)
+	exempt := admission.ExemptNamespaces(o.Namespace, o.ExemptNamespaces)
 	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: exempt,
 	}}}
 }
 
 // injectNamespaceSelector is namespaceSelector narrowed to the namespaces marked for node agents
-// (InjectionScope): the DaemonSet mutating webhook and the in-process injection policy's binding.
+// (admission.InjectionScope): the DaemonSet mutating webhook and the in-process injection
+// policy's binding.
 func (o ConfigurationOptions) injectNamespaceSelector() *metav1.LabelSelector {
 	sel := o.namespaceSelector()
 	sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{
-		Key: NodeAgentsLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"true"},
+		Key: admission.NodeAgentsLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"true"},
 	})
 	return sel
 }
 
 // injectObjectSelector skips DaemonSets labelled daemonguard.io/ignore=true before they reach the
-// mutating webhook (InjectionScope). The validating webhook has no object selector: a label on
-// the object itself never exempts it from validation.
+// mutating webhook (admission.InjectionScope). The validating webhook has no object selector: a
+// label on the object itself never exempts it from validation.
 func injectObjectSelector() *metav1.LabelSelector {
 	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-		Key: IgnoreLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"},
+		Key: admission.IgnoreLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"},
 	}}}
 }
 
@@ -86,11 +89,11 @@ func (o ConfigurationOptions) defaults() ConfigurationOptions {
 	return o
 }
 
-// rolloutStatusOnly keeps the rollout controller's progress reports (StatusOnlyUpdateCEL) away
-// from the DaemonSet webhooks, whatever their failurePolicy.
+// rolloutStatusOnly keeps the rollout controller's progress reports
+// (admission.StatusOnlyUpdateCEL) away from the DaemonSet webhooks, whatever their failurePolicy.
 var rolloutStatusOnly = admissionregistrationv1.MatchCondition{
 	Name:       "not-rollout-status-only",
-	Expression: "!(" + StatusOnlyUpdateCEL + ")",
+	Expression: "!(" + admission.StatusOnlyUpdateCEL + ")",
 }
 
 var daemonSetRule = admissionregistrationv1.RuleWithOperations{

@@ -24,13 +24,13 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 	"github.com/daemonguard/daemonguard/test/webhookreg"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 const webhookNamespace = harness.WebhookNamespace
@@ -74,7 +74,7 @@ func startReplica(t *testing.T, name string, s serving.Options) (url string, caB
 	go func() {
 		done <- webhookserver.Run(runCtx, webhookserver.Options{
 			RESTConfig: cluster.RESTConfig, Namespace: webhookNamespace, Host: "127.0.0.1", Port: port, CertDir: certDir,
-			MetricsAddr: "0", HealthAddr: "0", FailureMode: webhook.FailClosed, Serving: s, Log: logr.Discard(),
+			MetricsAddr: "0", HealthAddr: "0", FailureMode: admission.FailClosed, Serving: s, Log: logr.Discard(),
 		})
 	}()
 	t.Cleanup(func() {
@@ -307,7 +307,7 @@ func TestUnmarkedNamespaceGetsValidationButNoInjection(t *testing.T) {
 
 	for _, ns := range []string{tenant, cluster.NewTestNamespace(t)} {
 		wide := seedDaemonSet(t)
-		wide.Labels[webhook.IgnoreLabel] = "true"
+		wide.Labels[admission.IgnoreLabel] = "true"
 		wide.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType,
 			RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromString("100%"))}}
 		_, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, wide, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -391,7 +391,7 @@ func TestBrokenPolicyConfigMapKeepsLastGoodSet(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
 	cms := cluster.Client.CoreV1().ConfigMaps(webhookNamespace)
-	labels := map[string]string{webhook.PolicyConfigMapLabel: "true"}
+	labels := map[string]string{admission.PolicyConfigMapLabel: "true"}
 
 	// 1. A valid extra policy is hot-loaded: it denies images tagged latest.
 	extra := &corev1.ConfigMap{
@@ -451,7 +451,7 @@ violation contains {"field": "spec.template.spec.containers", "msg": sprintf("im
 		if err != nil {
 			return "", false, err
 		}
-		v, ok := cm.Annotations[webhook.PolicyErrorAnnotation]
+		v, ok := cm.Annotations[admission.PolicyErrorAnnotation]
 		return v, ok, nil
 	}
 	cluster.WaitFor(t, time.Minute, "the broken ConfigMap carries the error with file and line", func(ctx context.Context) (bool, string) {

@@ -1,3 +1,7 @@
+// Package webhook serves daemonguard's admission core (internal/admission) to the API server:
+// endpoints.go holds the thin controller-runtime handlers that adapt the core to AdmissionReviews
+// (decode, answer, count), and configurations.go the mutating and validating webhook
+// configurations that register them.
 package webhook
 
 import (
@@ -17,8 +21,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -29,12 +34,12 @@ const (
 	MutatePodPath         = "/mutate-v1-pod"
 )
 
-// Handlers adapts the pure functions of this package to admission requests.
+// Handlers adapts the admission core to admission requests.
 type Handlers struct {
 	Engine           *policy.Engine
 	ExemptNamespaces []string
-	FailureMode      FailureMode
-	Facts            Facts
+	FailureMode      admission.FailureMode
+	Lookups          admission.Lookups
 	Log              logr.Logger
 }
 
@@ -44,50 +49,50 @@ type Handlers struct {
 // before it (refuseOversized).
 func (h *Handlers) Endpoints() map[string]http.Handler {
 	return map[string]http.Handler{
-		MutateDaemonSetPath:   answerThroughShutdown(refuseOversized(&admission.Webhook{Handler: DaemonSetMutator{h}})),
-		ValidateDaemonSetPath: answerThroughShutdown(refuseOversized(&admission.Webhook{Handler: DaemonSetValidator{h}})),
-		MutatePodPath:         answerThroughShutdown(refuseOversized(&admission.Webhook{Handler: PodPinner{h}})),
+		MutateDaemonSetPath:   answerThroughShutdown(refuseOversized(&cradmission.Webhook{Handler: DaemonSetMutator{h}})),
+		ValidateDaemonSetPath: answerThroughShutdown(refuseOversized(&cradmission.Webhook{Handler: DaemonSetValidator{h}})),
+		MutatePodPath:         answerThroughShutdown(refuseOversized(&cradmission.Webhook{Handler: PodPinner{h}})),
 	}
 }
 
 // DaemonSetMutator injects what the inject policy decides into DaemonSet pod templates.
 type DaemonSetMutator struct{ *Handlers }
 
-// Handle implements admission.Handler.
-func (m DaemonSetMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+// Handle implements controller-runtime's admission.Handler.
+func (m DaemonSetMutator) Handle(ctx context.Context, req cradmission.Request) cradmission.Response {
 	return m.observe("mutate-daemonset", m.mutate(ctx, req))
 }
 
-func (m DaemonSetMutator) mutate(ctx context.Context, req admission.Request) admission.Response {
+func (m DaemonSetMutator) mutate(ctx context.Context, req cradmission.Request) cradmission.Response {
 	if resp, ok := daemonSetOnly(req); !ok {
 		return resp
 	}
-	r := m.admission().Mutate(ctx, m.Engine.Set(), reviewOf(req))
+	r := m.reviewer().Mutate(ctx, m.Engine.Set(), reviewOf(req))
 	if resp, ended := m.ended(req, r); ended {
 		return resp
 	}
 	if len(r.Patch) > 0 {
-		return admission.Patched("", r.Patch...)
+		return cradmission.Patched("", r.Patch...)
 	}
 	if r.Inject.Inject {
-		return admission.Allowed("template already has everything the inject policy asks for")
+		return cradmission.Allowed("template already has everything the inject policy asks for")
 	}
-	return admission.Allowed(r.Inject.Reason)
+	return cradmission.Allowed(r.Inject.Reason)
 }
 
 // DaemonSetValidator enforces the validation policies on DaemonSets.
 type DaemonSetValidator struct{ *Handlers }
 
-// Handle implements admission.Handler.
-func (v DaemonSetValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+// Handle implements controller-runtime's admission.Handler.
+func (v DaemonSetValidator) Handle(ctx context.Context, req cradmission.Request) cradmission.Response {
 	return v.observe("validate-daemonset", v.validate(ctx, req))
 }
 
-func (v DaemonSetValidator) validate(ctx context.Context, req admission.Request) admission.Response {
+func (v DaemonSetValidator) validate(ctx context.Context, req cradmission.Request) cradmission.Response {
 	if resp, ok := daemonSetOnly(req); !ok {
 		return resp
 	}
-	r := v.admission().Validate(ctx, v.Engine.Set(), reviewOf(req))
+	r := v.reviewer().Validate(ctx, v.Engine.Set(), reviewOf(req))
 	if resp, ended := v.ended(req, r); ended {
 		return resp
 	}
@@ -97,91 +102,80 @@ func (v DaemonSetValidator) validate(ctx context.Context, req admission.Request)
 	for _, d := range r.Verdict.DryRuns {
 		v.Log.Info("Dry-run policy violated", "policy", d.Policy, "field", d.Field, "message", d.Message, "namespace", req.Namespace, "name", req.Name)
 	}
-	if !r.Verdict.Allowed {
-		return admission.Denied(r.Verdict.DenialMessage()).WithWarnings(r.Verdict.WarningMessages()...)
-	}
-	return admission.Allowed("").WithWarnings(r.Verdict.WarningMessages()...)
+	return answer(r.Verdict)
 }
 
-// admission is the core the handlers adapt.
-func (h *Handlers) admission() *Admission {
-	return &Admission{Exempt: h.ExemptNamespaces, Facts: h.Facts, Log: h.Log}
+// reviewer is the core the handlers adapt.
+func (h *Handlers) reviewer() *admission.Reviewer {
+	return &admission.Reviewer{Exempt: h.ExemptNamespaces, FailureMode: h.FailureMode, Lookups: h.Lookups, Log: h.Log}
 }
 
 // reviewOf is the core's view of an admission request.
-func reviewOf(req admission.Request) Review {
-	return Review{Operation: policy.Operation(req.Operation), Namespace: req.Namespace, Object: req.Object.Raw, OldObject: req.OldObject.Raw}
+func reviewOf(req cradmission.Request) admission.Review {
+	return admission.Review{Operation: policy.Operation(req.Operation), Namespace: req.Namespace, Object: req.Object.Raw, OldObject: req.OldObject.Raw}
 }
 
 // daemonSetOnly answers a request for anything but an apps/v1 DaemonSet with a bad request.
-func daemonSetOnly(req admission.Request) (admission.Response, bool) {
+func daemonSetOnly(req cradmission.Request) (cradmission.Response, bool) {
 	if k := req.Kind; k.Group != "apps" || k.Version != "v1" || k.Kind != "DaemonSet" {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("this endpoint admits apps/v1 DaemonSet, got %s/%s %s", k.Group, k.Version, k.Kind)), false
+		return cradmission.Errored(http.StatusBadRequest, fmt.Errorf("this endpoint admits apps/v1 DaemonSet, got %s/%s %s", k.Group, k.Version, k.Kind)), false
 	}
-	return admission.Response{}, true
+	return cradmission.Response{}, true
 }
 
-// ended answers a review the core ended early: skipped, malformed, or not evaluated (by the
-// failure mode).
-func (h *Handlers) ended(req admission.Request, r Result) (admission.Response, bool) {
+// ended answers a review the core ended early: skipped, malformed, or not evaluated (the core's
+// verdict is then the failure mode's).
+func (h *Handlers) ended(req cradmission.Request, r admission.Outcome) (cradmission.Response, bool) {
 	switch {
 	case r.Malformed != nil:
-		return admission.Errored(http.StatusBadRequest, r.Malformed), true
+		return cradmission.Errored(http.StatusBadRequest, r.Malformed), true
 	case r.Skip != "":
-		return admission.Allowed(r.Skip), true
+		return cradmission.Allowed(r.Skip), true
 	case r.Failed != nil:
-		return h.evaluationFailed(req, r.Failed), true
+		evaluationErrors.Inc()
+		h.Log.Error(r.Failed, "Policy evaluation failed", "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "failureMode", h.FailureMode)
+		return answer(r.Verdict), true
 	}
-	return admission.Response{}, false
+	return cradmission.Response{}, false
+}
+
+// answer is the response that carries a verdict: its denials, else an admission, with its
+// warnings either way.
+func answer(v admission.Verdict) cradmission.Response {
+	if !v.Allowed {
+		return cradmission.Denied(v.DenialMessage()).WithWarnings(v.WarningMessages()...)
+	}
+	return cradmission.Allowed("").WithWarnings(v.WarningMessages()...)
 }
 
 // PodPinner pins DaemonSet pods to their node by node affinity (Pods, CREATE only).
 type PodPinner struct{ *Handlers }
 
-// Handle implements admission.Handler.
-func (p PodPinner) Handle(_ context.Context, req admission.Request) admission.Response {
+// Handle implements controller-runtime's admission.Handler.
+func (p PodPinner) Handle(_ context.Context, req cradmission.Request) cradmission.Response {
 	return p.observe("mutate-pod", p.pin(req))
 }
 
-func (p PodPinner) pin(req admission.Request) admission.Response {
+func (p PodPinner) pin(req cradmission.Request) cradmission.Response {
 	if req.Kind.Group != "" || req.Kind.Version != "v1" || req.Kind.Kind != "Pod" {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("this endpoint admits v1 Pod, got %s/%s %s", req.Kind.Group, req.Kind.Version, req.Kind.Kind))
+		return cradmission.Errored(http.StatusBadRequest, fmt.Errorf("this endpoint admits v1 Pod, got %s/%s %s", req.Kind.Group, req.Kind.Version, req.Kind.Kind))
 	}
 	if req.Operation != admissionv1.Create {
-		return admission.Allowed("only CREATE is pinned")
+		return cradmission.Allowed("only CREATE is pinned")
 	}
+	// Pods do not pass through the core's decode, which exempts namespaces for DaemonSets
+	// (internal/admission's package doc, injection path 2).
 	if slices.Contains(p.ExemptNamespaces, req.Namespace) {
-		return admission.Allowed("namespace " + req.Namespace + " is exempt")
+		return cradmission.Allowed("namespace " + req.Namespace + " is exempt")
 	}
-	res, err := PodPinPatch(req.Object.Raw)
+	res, err := admission.PodPinPatch(req.Object.Raw)
 	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
+		return cradmission.Errored(http.StatusBadRequest, err)
 	}
 	if len(res.Patch) == 0 {
-		return admission.Allowed(res.Reason)
+		return cradmission.Allowed(res.Reason)
 	}
-	return admission.Patched(res.Reason, res.Patch...)
-}
-
-// FailureMode says what happens when policies cannot be evaluated. Neither mode admits silently.
-type FailureMode string
-
-// Failure modes.
-const (
-	// FailClosed rejects the request, naming the evaluation error.
-	FailClosed FailureMode = "deny"
-	// FailOpenWithWarning admits the request with an admission warning, a log line and a metric.
-	FailOpenWithWarning FailureMode = "warn"
-)
-
-// evaluationFailed applies the failure mode to an error from the policy engine.
-func (h *Handlers) evaluationFailed(req admission.Request, err error) admission.Response {
-	evaluationErrors.Inc()
-	h.Log.Error(err, "Policy evaluation failed", "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "failureMode", h.FailureMode)
-	if h.FailureMode == FailOpenWithWarning {
-		return admission.Allowed("").WithWarnings("daemonguard could not evaluate its policies and admitted this object unchecked: " + err.Error())
-	}
-	return admission.Denied("daemonguard could not evaluate its policies (failure mode deny): " + err.Error())
+	return cradmission.Patched(res.Reason, res.Patch...)
 }
 
 var (
@@ -204,7 +198,7 @@ func init() {
 }
 
 // observe counts an admission response by webhook and result.
-func (h *Handlers) observe(webhook string, resp admission.Response) admission.Response {
+func (h *Handlers) observe(webhook string, resp cradmission.Response) cradmission.Response {
 	result := "allowed"
 	switch {
 	case resp.Result != nil && resp.Result.Code >= 400 && resp.Result.Code != http.StatusForbidden:
@@ -219,7 +213,7 @@ func (h *Handlers) observe(webhook string, resp admission.Response) admission.Re
 }
 
 // ReviewBodyLimit is the size from which an AdmissionReview body is refused. It is
-// controller-runtime's own limit (admission.maxRequestSize, unexported), which admission.Webhook
+// controller-runtime's own limit (cradmission.maxRequestSize, unexported), which cradmission.Webhook
 // enforces after this layer: a review carries at most two objects (old and new), each at most
 // 3 MiB, the API server's request body limit (twice etcd's recommended 1.5 MiB, for JSON), and
 // less than 1 MiB besides. A body this large does not come from a conforming API server.
@@ -249,9 +243,9 @@ func answerThroughShutdown(next http.Handler) http.Handler {
 
 // refuseOversized answers a review body of ReviewBodyLimit bytes or more with HTTP 413 and a
 // Status naming the limit, and passes smaller ones to next, labelled as the JSON it answers
-// (admission.Webhook sets no Content-Type, which makes the server sniff text/plain).
+// (cradmission.Webhook sets no Content-Type, which makes the server sniff text/plain).
 //
-// admission.Webhook alone answers such a body with HTTP 200 and stops reading it, so the server
+// cradmission.Webhook alone answers such a body with HTTP 200 and stops reading it, so the server
 // hangs up on the rest: HTTP/2 resets the stream, which clients such as curl report as a framing
 // error without the answer, and HTTP/1.1 closes the connection under a client still sending. So
 // the rest of the body is read and discarded before answering, up to twice the limit in all: a

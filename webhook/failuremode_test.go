@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -34,14 +35,14 @@ violation contains {"field": "metadata.name", "msg": "x"} if {
 func TestEvaluationErrorsFollowTheFailureMode(t *testing.T) {
 	set := explodingSet(t)
 	body := review("apps", "v1", "DaemonSet", "CREATE", strings.Replace(seedObject, `"name":"nginx-ds",`, `"name":"nginx-ds","annotations":{"example.com/replicas":"many"},`, 1))
-	for mode, check := range map[FailureMode]func(allowed bool, msg string, warnings []string) string{
-		FailClosed: func(allowed bool, msg string, _ []string) string {
+	for mode, check := range map[admission.FailureMode]func(allowed bool, msg string, warnings []string) string{
+		admission.FailClosed: func(allowed bool, msg string, _ []string) string {
 			if allowed || !strings.Contains(msg, "could not evaluate") || !strings.Contains(msg, "to_number") {
 				return "want a denial naming the evaluation error"
 			}
 			return ""
 		},
-		FailOpenWithWarning: func(allowed bool, _ string, warnings []string) string {
+		admission.FailOpenWithWarning: func(allowed bool, _ string, warnings []string) string {
 			if !allowed || len(warnings) != 1 || !strings.Contains(warnings[0], "admitted this object unchecked") {
 				return "want admission with an explicit warning"
 			}

@@ -16,8 +16,9 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/test/loadgen/fixture"
 )
@@ -70,8 +71,8 @@ func benchHandlers(b *testing.B, nodes int) (*Handlers, []fixture.Case) {
 	return &Handlers{
 		Engine:           policy.NewEngine(set),
 		ExemptNamespaces: []string{"daemonguard-system", "kube-system"},
-		FailureMode:      FailClosed,
-		Facts:            Facts{NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(nodes))},
+		FailureMode:      admission.FailClosed,
+		Lookups:          admission.Lookups{NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(nodes))},
 		Log:              log.WithName("admission"),
 	}, cases
 }
@@ -122,7 +123,7 @@ func processCPU(b *testing.B) time.Duration {
 func BenchmarkEndpoints(b *testing.B) {
 	h, cases := benchHandlers(b, 5)
 	big, _ := benchHandlers(b, 500)
-	null := &admission.Webhook{Handler: admission.HandlerFunc(func(context.Context, admission.Request) admission.Response { return admission.Allowed("") })}
+	null := &cradmission.Webhook{Handler: cradmission.HandlerFunc(func(context.Context, cradmission.Request) cradmission.Response { return cradmission.Allowed("") })}
 	for i := range cases {
 		c := &cases[i]
 		b.Run("daemonguard/"+c.Name, func(b *testing.B) { benchServeHTTP(b, h.Endpoints()[c.Path], c, c.WantPatch) })
@@ -142,8 +143,8 @@ func BenchmarkPolicies(b *testing.B) {
 			b.Fatal(err)
 		}
 		// Validate gathers the most: the namespace's labels and the nodes.
-		r := h.admission().Validate(b.Context(), h.Engine.Set(), reviewOf(admission.Request{AdmissionRequest: *review.Request}))
-		if r.ended() {
+		r := h.reviewer().Validate(b.Context(), h.Engine.Set(), reviewOf(cradmission.Request{AdmissionRequest: *review.Request}))
+		if r.Skip != "" || r.Err() != nil {
 			b.Fatalf("%s: ended early: %+v", name, r)
 		}
 		set := h.Engine.Set()

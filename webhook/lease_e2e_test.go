@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/leadership"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/test/harness"
@@ -78,7 +79,7 @@ func TestReplicaThatLosesTheAuditLeaseKeepsAdmitting(t *testing.T) {
 		done <- webhookserver.Run(runCtx, webhookserver.Options{
 			RESTConfig: cluster.RESTConfig, Namespace: ns.Name,
 			Host: "127.0.0.1", Port: port, CertDir: certDir, MetricsAddr: "0", HealthAddr: "127.0.0.1:" + strconv.Itoa(healthPort),
-			FailureMode: webhook.FailClosed, LeaderElection: true, AuditInterval: 2 * time.Second,
+			FailureMode: admission.FailClosed, LeaderElection: true, AuditInterval: 2 * time.Second,
 			Log: funcr.New(logs.add, funcr.Options{}),
 		})
 	}()

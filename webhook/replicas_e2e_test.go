@@ -16,9 +16,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/test/harness"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // Every replica serves admission, so every replica must follow the policy ConfigMaps, not only the
@@ -31,7 +31,7 @@ func TestReplicaThatIsNotLeaderIsReadyWithPolicyConfigMapsLoaded(t *testing.T) {
 
 	cms := cluster.Client.CoreV1().ConfigMaps(webhookNamespace)
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "second-replica", Labels: map[string]string{webhook.PolicyConfigMapLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "second-replica", Labels: map[string]string{admission.PolicyConfigMapLabel: "true"}},
 		Data: map[string]string{"second_replica.rego": `package daemonguard.policies.second_replica
 
 violation contains {"field": "metadata.name", "msg": "second-replica-probe is not allowed"} if {
@@ -55,7 +55,7 @@ violation contains {"field": "metadata.name", "msg": "second-replica-probe is no
 			RESTConfig: cluster.RESTConfig, Namespace: webhookNamespace,
 			Host: "127.0.0.1", Port: port, CertDir: certDir,
 			MetricsAddr: "127.0.0.1:" + strconv.Itoa(metricsPort), HealthAddr: "127.0.0.1:" + strconv.Itoa(healthPort),
-			FailureMode: webhook.FailClosed, LeaderElection: true, Log: logr.Discard(),
+			FailureMode: admission.FailClosed, LeaderElection: true, Log: logr.Discard(),
 		})
 	}()
 	t.Cleanup(func() {

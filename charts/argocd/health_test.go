@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/daemonguard/daemonguard/webhook"
+	"github.com/daemonguard/daemonguard/internal/admission"
 	lua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -340,7 +340,7 @@ func TestScriptUsesBaseFunctionsOnly(t *testing.T) {
 // TestConfigMapHealthReadsTheWebhooksNames: configmap_health.lua spells the label that selects
 // policy ConfigMaps and the annotation the webhook writes exactly as the webhook does.
 func TestConfigMapHealthReadsTheWebhooksNames(t *testing.T) {
-	for _, name := range []string{webhook.PolicyConfigMapLabel, webhook.PolicyErrorAnnotation} {
+	for _, name := range []string{admission.PolicyConfigMapLabel, admission.PolicyErrorAnnotation} {
 		if !strings.Contains(ConfigMapHealthLua, `"`+name+`"`) {
 			t.Errorf("configmap_health.lua does not read %q", name)
 		}

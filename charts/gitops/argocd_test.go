@@ -19,9 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 var cluster *localcluster.Cluster
@@ -473,10 +473,10 @@ func (g *gitops) testPolicyCommits(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		rejected = cm.Annotations[webhook.PolicyErrorAnnotation]
+		rejected = cm.Annotations[admission.PolicyErrorAnnotation]
 		return rejectedRego.MatchString(rejected), fmt.Sprintf("annotation %q", rejected)
 	})
-	t.Logf("ConfigMap %s/team-policies: %s: %s", g.releaseNS, webhook.PolicyErrorAnnotation, rejected)
+	t.Logf("ConfigMap %s/team-policies: %s: %s", g.releaseNS, admission.PolicyErrorAnnotation, rejected)
 	drifted := 0 // polls in which Argo CD called anything OutOfSync
 	noDrift := func(a *application) {
 		if sync, _ := a.resource("ConfigMap", g.releaseNS, "team-policies"); a.Status.Sync.Status != "Synced" || sync != "Synced" {
@@ -537,8 +537,8 @@ func (g *gitops) testPolicyCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := cm.Annotations[webhook.PolicyErrorAnnotation]; ok {
-		t.Errorf("the fixed ConfigMap still carries %s: %q", webhook.PolicyErrorAnnotation, v)
+	if v, ok := cm.Annotations[admission.PolicyErrorAnnotation]; ok {
+		t.Errorf("the fixed ConfigMap still carries %s: %q", admission.PolicyErrorAnnotation, v)
 	}
 	out, err = dryRunCreate(ctx, agentsNS, "no-team")
 	if err == nil || !strings.Contains(out, "require_team_label") {

@@ -23,11 +23,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // tenant is a ServiceAccount bound to the built-in admin ClusterRole in its own namespace only,
@@ -103,7 +103,7 @@ func (tn *tenant) kubectl(stdin string, args ...string) (string, error) {
 // the rolling_update_budget policy denies.
 func wideAgent(name string) *appsv1.DaemonSet {
 	ds := agentDaemonSet(name)
-	ds.Labels = map[string]string{webhook.IgnoreLabel: "true"}
+	ds.Labels = map[string]string{admission.IgnoreLabel: "true"}
 	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType,
 		RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromString("100%"))}}
 	return ds
@@ -113,7 +113,7 @@ func wideAgent(name string) *appsv1.DaemonSet {
 // tells that the webhook serves a set with it.
 func probePolicy(namespace, name, pkg string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{webhook.PolicyConfigMapLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{admission.PolicyConfigMapLabel: "true"}},
 		Data: map[string]string{pkg + ".rego": "package daemonguard.policies." + pkg + "\n\nenforcement := \"warn\"\n\n" +
 			"violation contains {\"field\": \"metadata.name\", \"msg\": \"" + pkg + " is in force\"}\n"},
 	}
@@ -182,7 +182,7 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 	})
 
 	t.Run("it cannot mark its own namespace", func(t *testing.T) {
-		for _, label := range []string{webhook.NodeAgentsLabel + "=true", "daemonguard.io/class=system"} {
+		for _, label := range []string{admission.NodeAgentsLabel + "=true", "daemonguard.io/class=system"} {
 			out, err := tn.kubectl("", "label", "namespace", tn.namespace, label)
 			if err == nil || !strings.Contains(out, "nodeAgents.labelGuard") {
 				t.Errorf("kubectl label namespace %s %s as the tenant: err %v, want the label guard's refusal:\n%s", tn.namespace, label, err, out)
@@ -193,7 +193,7 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k := range ns.Labels {
-			if strings.HasPrefix(k, webhook.GuardedLabelPrefix) {
+			if strings.HasPrefix(k, admission.GuardedLabelPrefix) {
 				t.Errorf("the tenant's namespace carries %s=%s", k, ns.Labels[k])
 			}
 		}
@@ -205,7 +205,7 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 
 	t.Run("a policy ConfigMap in its own namespace changes nothing", func(t *testing.T) {
 		disarm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: "relaxed", Labels: map[string]string{webhook.PolicyConfigMapLabel: "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: "relaxed", Labels: map[string]string{admission.PolicyConfigMapLabel: "true"}},
 			Data:       map[string]string{"rolling_update_budget.rego": "package daemonguard.policies.rolling_update_budget\n"},
 		}
 		if _, err := tn.client.CoreV1().ConfigMaps(tn.namespace).Create(ctx, disarm, metav1.CreateOptions{}); err != nil {
@@ -249,7 +249,7 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 		listener := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { received.Add(1) }))
 		defer listener.Close()
 		leak := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: "leak", Labels: map[string]string{webhook.PolicyConfigMapLabel: "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: "leak", Labels: map[string]string{admission.PolicyConfigMapLabel: "true"}},
 			Data: map[string]string{"leak.rego": "package daemonguard.policies.leak\n\n" +
 				"violation contains {\"field\": \"metadata.name\", \"msg\": \"sent\"} if {\n" +
 				"\thttp.send({\"method\": \"POST\", \"url\": \"" + listener.URL + "\", \"body\": input}).status_code == 200\n}\n"},
@@ -262,7 +262,7 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			msg := cm.Annotations[webhook.PolicyErrorAnnotation]
+			msg := cm.Annotations[admission.PolicyErrorAnnotation]
 			return strings.Contains(msg, "leak.rego:") && strings.Contains(msg, "http.send"), fmt.Sprintf("annotation %q", msg)
 		})
 		if !warned(tn, "admin_probe") {

@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // Finding is the audit result for one DaemonSet.
@@ -77,7 +77,7 @@ func Run(ctx context.Context, reader client.Reader, set *policy.Set, exempt []st
 		nodes[i] = &nodeList.Items[i]
 	}
 	// The facts are read once per pass, not once per DaemonSet.
-	core := &webhook.Admission{Exempt: exempt, Facts: webhook.Facts{
+	core := &admission.Reviewer{Exempt: exempt, Lookups: admission.Lookups{
 		NamespaceLabels: func(_ context.Context, name string) (map[string]string, error) { return nsLabels[name], nil },
 		Nodes:           func(context.Context) ([]*corev1.Node, error) { return nodes, nil },
 	}}
@@ -105,7 +105,7 @@ func describe(what string, err error) error {
 
 // evaluate runs the admission core over a stored DaemonSet; ok is false when admission leaves
 // it alone (an exempt namespace).
-func evaluate(ctx context.Context, core *webhook.Admission, set *policy.Set, ds *appsv1.DaemonSet) (Finding, bool) {
+func evaluate(ctx context.Context, core *admission.Reviewer, set *policy.Set, ds *appsv1.DaemonSet) (Finding, bool) {
 	f := Finding{Namespace: ds.Namespace, Name: ds.Name, UID: ds.UID, Violations: []policy.Violation{}}
 	obj := ds.DeepCopy()
 	obj.APIVersion, obj.Kind = "apps/v1", "DaemonSet"
@@ -116,15 +116,12 @@ func evaluate(ctx context.Context, core *webhook.Admission, set *policy.Set, ds 
 		f.Error = err.Error()
 		return f, true
 	}
-	r := core.Simulate(ctx, set, webhook.Review{Operation: policy.OpAudit, Namespace: ds.Namespace, Object: raw})
+	r := core.Simulate(ctx, set, admission.Review{Operation: policy.OpAudit, Namespace: ds.Namespace, Object: raw})
 	switch {
 	case r.Skip != "":
 		return f, false
-	case r.Malformed != nil:
-		f.Error = r.Malformed.Error()
-		return f, true
-	case r.Failed != nil:
-		f.Error = r.Failed.Error()
+	case r.Err() != nil:
+		f.Error = r.Err().Error()
 		return f, true
 	}
 	f.MissingInjection = len(r.Patch) > 0

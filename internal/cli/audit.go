@@ -14,9 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 func newAuditCommand() *cobra.Command {
@@ -50,7 +50,7 @@ audit would write with --open-reports, without writing them: one per namespace w
 			if err != nil {
 				return err
 			}
-			findings, err := audit.Run(cmd.Context(), c, set, webhook.ExemptNamespaces("", exempt))
+			findings, err := audit.Run(cmd.Context(), c, set, admission.ExemptNamespaces("", exempt))
 			if err != nil {
 				return err
 			}

@@ -56,9 +56,9 @@ objects among the manifests, and takes any other namespace as unmarked.
 					continue
 				}
 				r := simulate(cmd.Context(), set, d, namespaces)
-				err := simulationError(r)
+				err := r.Err()
 				rep := checkReport{Source: d.Source, Kind: d.Kind, Namespace: d.Namespace, Name: d.Name,
-					Allowed: err == nil && (r.Skip != "" || r.Verdict.Allowed), Mutated: len(r.Patch) > 0, Violations: r.Violations}
+					Allowed: r.Skip != "" || r.Verdict.Allowed, Mutated: len(r.Patch) > 0, Violations: r.Violations}
 				if rep.Violations == nil {
 					rep.Violations = []policy.Violation{}
 				}

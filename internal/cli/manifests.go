@@ -17,8 +17,8 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/webhook"
 	"sigs.k8s.io/yaml"
 )
 
@@ -167,7 +167,7 @@ func IsDaemonSet(d Document) bool {
 
 // NamespaceLabels are the labels of the Namespace documents among docs, by name: what offline
 // admission knows of namespaces. A namespace the manifests do not hold has no labels, so it is
-// not marked for node agents (webhook.NodeAgentsLabel) and nothing is injected there.
+// not marked for node agents (admission.NodeAgentsLabel) and nothing is injected there.
 func NamespaceLabels(docs []Document) map[string]map[string]string {
 	out := map[string]map[string]string{}
 	for _, d := range docs {
@@ -179,23 +179,16 @@ func NamespaceLabels(docs []Document) map[string]map[string]string {
 }
 
 // simulate evaluates one DaemonSet document offline as admission would: the inject policy's
-// patch applied, the validation policies judging the result. Of the cluster it knows only the
-// labels of the Namespace documents in the manifests (NamespaceLabels).
-func simulate(ctx context.Context, set *policy.Set, d Document, namespaces map[string]map[string]string) webhook.Result {
+// patch applied, the validation policies judging the result, a failed evaluation judged as the
+// webhooks' default failure mode (FailClosed) judges it. Of the cluster it knows only the labels
+// of the Namespace documents in the manifests (NamespaceLabels).
+func simulate(ctx context.Context, set *policy.Set, d Document, namespaces map[string]map[string]string) admission.Outcome {
 	ns := d.Namespace
 	if ns == "" {
 		ns = "default"
 	}
-	a := &webhook.Admission{Facts: webhook.Facts{
+	a := &admission.Reviewer{FailureMode: admission.FailClosed, Lookups: admission.Lookups{
 		NamespaceLabels: func(_ context.Context, name string) (map[string]string, error) { return namespaces[name], nil },
 	}}
-	return a.Simulate(ctx, set, webhook.Review{Operation: policy.OpCheck, Namespace: ns, Object: d.Raw})
-}
-
-// simulationError is the error of a simulation that ended without a verdict.
-func simulationError(r webhook.Result) error {
-	if r.Malformed != nil {
-		return r.Malformed
-	}
-	return r.Failed
+	return a.Simulate(ctx, set, admission.Review{Operation: policy.OpCheck, Namespace: ns, Object: d.Raw})
 }

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 func builtinSet(t *testing.T) *policy.Set {
@@ -48,7 +48,7 @@ func TestFixtures(t *testing.T) {
 					t.Fatalf("read: %v (%d docs)", err, len(docs))
 				}
 				r := simulate(context.Background(), set, docs[0], markedDefault)
-				if err := simulationError(r); err != nil {
+				if err := r.Err(); err != nil {
 					t.Fatal(err)
 				}
 				if dir == "allowed" {
@@ -112,7 +112,7 @@ func TestReadRejectsBrokenYAML(t *testing.T) {
 
 // markedDefault is what check knows when the manifests hold the Namespace default marked for node
 // agents.
-var markedDefault = map[string]map[string]string{"default": {webhook.NodeAgentsLabel: "true"}}
+var markedDefault = map[string]map[string]string{"default": {admission.NodeAgentsLabel: "true"}}
 
 func TestSeedIsMutatedAndAllowed(t *testing.T) {
 	docs, err := Read([]string{filepath.Join("..", "..", "testdata", "demo", "nginx-ds.yaml")}, nil)
@@ -120,7 +120,7 @@ func TestSeedIsMutatedAndAllowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := simulate(context.Background(), builtinSet(t), docs[0], markedDefault)
-	if err := simulationError(r); err != nil || !r.Verdict.Allowed {
+	if err := r.Err(); err != nil || !r.Verdict.Allowed {
 		t.Fatalf("seed not allowed: %v %v", err, r.Violations)
 	}
 	if len(r.Patch) == 0 || !strings.Contains(string(r.Mutated), `"priorityClassName":"system-node-critical"`) ||
@@ -175,7 +175,7 @@ func TestInjectionOnlyInMarkedNamespaces(t *testing.T) {
 			}
 			ds := docs[len(docs)-1]
 			r := simulate(context.Background(), builtinSet(t), ds, NamespaceLabels(docs))
-			if err := simulationError(r); err != nil {
+			if err := r.Err(); err != nil {
 				t.Fatal(err)
 			}
 			if got := len(r.Patch) > 0; got != tc.wantInject {

@@ -28,7 +28,7 @@ func newMutateCommand() *cobra.Command {
 				mutated := d.Raw
 				if IsDaemonSet(d) {
 					r := simulate(cmd.Context(), set, d, namespaces)
-					if err := simulationError(r); err != nil {
+					if err := r.Err(); err != nil {
 						return fmt.Errorf("%s: %w", d.Ref(), err)
 					}
 					if r.Skip == "" {

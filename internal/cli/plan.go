@@ -25,9 +25,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/preflight"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // The exit codes of `rollout plan`, apart so CI can tell them: a denial is worse than a pod that
@@ -285,11 +285,11 @@ func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Inter
 	}
 	var sources []policy.Source
 	if policyNS != "" {
-		cms, err := client.CoreV1().ConfigMaps(policyNS).List(ctx, metav1.ListOptions{LabelSelector: webhook.PolicyConfigMapLabel + "=true"})
+		cms, err := client.CoreV1().ConfigMaps(policyNS).List(ctx, metav1.ListOptions{LabelSelector: admission.PolicyConfigMapLabel + "=true"})
 		if err != nil {
 			return fmt.Errorf("list policy ConfigMaps in %s: %w", policyNS, err)
 		}
-		sources = webhook.PolicySources(cms.Items)
+		sources = admission.PolicySources(cms.Items)
 		v.policySource = fmt.Sprintf("built-in policies and %d policy ConfigMaps of namespace %s", len(cms.Items), policyNS)
 	} else {
 		v.policySource = "built-in policies only: daemonguard's webhook is registered by URL, so its namespace is unknown; pass --daemonguard-namespace to include its policy ConfigMaps"
@@ -344,7 +344,7 @@ func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterVi
 		// see the object whole.
 		live.TypeMeta = metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "DaemonSet"}
 	}
-	review := webhook.Review{Operation: policy.OpCreate, Namespace: ns, Object: raw}
+	review := admission.Review{Operation: policy.OpCreate, Namespace: ns, Object: raw}
 	before := raw
 	if live != nil {
 		current, err := json.Marshal(live)
@@ -356,7 +356,7 @@ func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterVi
 			rep.Error = err.Error()
 			return rep, nil
 		}
-		review = webhook.Review{Operation: policy.OpUpdate, Namespace: ns, Object: merged, OldObject: current}
+		review = admission.Review{Operation: policy.OpUpdate, Namespace: ns, Object: merged, OldObject: current}
 		before = current
 	}
 	nsLabels, err := v.namespaceLabels(ctx, client, ns)
@@ -429,7 +429,7 @@ func applyMerge(live *appsv1.DaemonSet, current, manifest []byte) ([]byte, error
 
 // admit runs daemonguard's admission on the review as the API server would call it, and returns
 // the object as it would be stored.
-func (v *clusterView) admit(ctx context.Context, rep *AdmissionReport, rv webhook.Review, nsLabels map[string]string) ([]byte, error) {
+func (v *clusterView) admit(ctx context.Context, rep *AdmissionReport, rv admission.Review, nsLabels map[string]string) ([]byte, error) {
 	obj, err := objectLabels(rv.Object)
 	if err != nil {
 		return nil, err
@@ -463,7 +463,7 @@ func (v *clusterView) admit(ctx context.Context, rep *AdmissionReport, rv webhoo
 	if !mutate && !validate {
 		return rv.Object, nil
 	}
-	a := webhook.Admission{Facts: webhook.Facts{
+	a := admission.Reviewer{Lookups: admission.Lookups{
 		NamespaceLabels: func(context.Context, string) (map[string]string, error) { return nsLabels, nil },
 		Nodes:           func(context.Context) ([]*corev1.Node, error) { return v.nodes, nil },
 	}}

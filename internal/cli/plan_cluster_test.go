@@ -32,11 +32,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/preflight"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // The priority classes of the other pods and of one DaemonSet change. The daemon pods otherwise
@@ -351,7 +351,7 @@ func startPlanCluster(t *testing.T) *planCluster {
 	}
 	t.Cleanup(w.Stop)
 	policy := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "plan-budget", Namespace: harness.WebhookNamespace, Labels: map[string]string{webhook.PolicyConfigMapLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "plan-budget", Namespace: harness.WebhookNamespace, Labels: map[string]string{admission.PolicyConfigMapLabel: "true"}},
 		Data:       map[string]string{"parameters.yaml": "policies:\n  rolling_update_budget:\n    default: {maxUnavailablePercent: 100}\n"},
 	}
 	if _, err := lc.Client.CoreV1().ConfigMaps(harness.WebhookNamespace).Create(ctx, policy, metav1.CreateOptions{}); err != nil {
@@ -393,7 +393,7 @@ func (c *planCluster) freshNamespace(t *testing.T, ns string, tenant bool) {
 		t.Fatal(err)
 	}
 	if tenant {
-		c.kubectl(t, "", "label", "namespace", ns, webhook.NodeAgentsLabel+"-")
+		c.kubectl(t, "", "label", "namespace", ns, admission.NodeAgentsLabel+"-")
 	}
 	t.Cleanup(func() {
 		c.cluster.WaitFor(t, 2*time.Minute, "namespace "+ns+" deleted", func(ctx context.Context) (bool, string) {

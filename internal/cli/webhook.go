@@ -11,10 +11,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 func newWebhookCommand() *cobra.Command {
@@ -27,9 +27,9 @@ func newWebhookCommand() *cobra.Command {
 		Short: "Serve the mutating and validating admission webhooks",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch webhook.FailureMode(failureMode) {
-			case webhook.FailClosed, webhook.FailOpenWithWarning:
-				opts.FailureMode = webhook.FailureMode(failureMode)
+			switch admission.FailureMode(failureMode) {
+			case admission.FailClosed, admission.FailOpenWithWarning:
+				opts.FailureMode = admission.FailureMode(failureMode)
 			default:
 				return fmt.Errorf("--failure-mode %q is not one of deny, warn", failureMode)
 			}
@@ -72,7 +72,7 @@ func newWebhookCommand() *cobra.Command {
 	f.BoolVar(&opts.OpenReports, "open-reports", false, "the audit also writes OpenReports Reports (openreports.io/v1alpha1) per namespace; needs the CRD and RBAC on reports.openreports.io")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to run the audit (admission is served by every replica)")
 	f.DurationVar(&opts.PolicyLoadTimeout, "policy-load-timeout", policy.DefaultLimits.Timeout, "deadline of each policy set load (compile, enforcement rules, trial evaluation); a set that exceeds it is rejected and the last good set keeps serving")
-	f.StringVar(&failureMode, "failure-mode", string(webhook.FailClosed), "when policies cannot be evaluated: deny (reject the request) or warn (admit with a warning); never silent")
+	f.StringVar(&failureMode, "failure-mode", string(admission.FailClosed), "when policies cannot be evaluated: deny (reject the request) or warn (admit with a warning); never silent")
 	f.StringVar(&tlsMode, "tls-mode", tlsModeFiles, `"files": serve tls.crt/tls.key from --cert-dir (a mounted Secret, e.g. from cert-manager); "self-managed": keep a CA and serving certificate in --tls-secret, write the CA bundle into --webhook-configuration and rotate both`)
 	f.StringVar(&tlsOpts.SecretName, "tls-secret", "", "self-managed: Secret in --namespace holding the CA and the serving certificate")
 	f.StringVar(&tlsOpts.WebhookConfigurationName, "webhook-configuration", "", "self-managed: name of the Mutating- and ValidatingWebhookConfiguration to write the CA bundle into")

@@ -25,12 +25,12 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/inprocess"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 var cluster *localcluster.Cluster
@@ -76,7 +76,7 @@ inject:
 var testNamespaces = map[string]map[string]string{
 	"dg-default":  localcluster.NodeAgentLabels,
 	"dg-critical": localcluster.NodeAgentLabels,
-	"dg-agents":   {"daemonguard-test/tier": "agents", webhook.NodeAgentsLabel: "true"},
+	"dg-agents":   {"daemonguard-test/tier": "agents", admission.NodeAgentsLabel: "true"},
 	"dg-disabled": localcluster.NodeAgentLabels,
 	"dg-excluded": localcluster.NodeAgentLabels,
 	// Not marked for node agents: neither the webhook nor the policy injects.
@@ -120,7 +120,7 @@ func TestDifferentialWebhookVersusPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "inprocess-test", Namespace: harness.WebhookNamespace, Labels: map[string]string{webhook.PolicyConfigMapLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "inprocess-test", Namespace: harness.WebhookNamespace, Labels: map[string]string{admission.PolicyConfigMapLabel: "true"}},
 		Data:       map[string]string{"parameters.yaml": testParameters},
 	}
 	if _, err := cluster.Client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
@@ -402,26 +402,26 @@ func manifests(t *testing.T) []manifest {
 	})
 	variant("a priority class of its own", func(ds *appsv1.DaemonSet) { spec(ds).PriorityClassName = "system-cluster-critical" })
 	variant("the opt-out annotation", func(ds *appsv1.DaemonSet) {
-		ds.Annotations = map[string]string{webhook.OptOutAnnotation: "false"}
+		ds.Annotations = map[string]string{admission.OptOutAnnotation: "false"}
 	})
 	variant("the opt-out annotation set to true (not an opt-out)", func(ds *appsv1.DaemonSet) {
-		ds.Annotations = map[string]string{webhook.OptOutAnnotation: "true"}
+		ds.Annotations = map[string]string{admission.OptOutAnnotation: "true"}
 	})
 	variant("the ignore label", func(ds *appsv1.DaemonSet) { ds.Labels["daemonguard.io/ignore"] = "true" })
 	variant("the agents class's excluded label", func(ds *appsv1.DaemonSet) { ds.Labels["daemonguard-test/skip"] = "yes" })
 	return out
 }
 
-// admission is what a dry-run create would store.
-type admission struct {
+// admitted is what a dry-run create would store.
+type admitted struct {
 	template string // spec.template as JSON
 	injected bool   // differs from the manifest's
 }
 
 // admitAll dry-run creates every manifest in every test namespace.
-func admitAll(t *testing.T, ctx context.Context, cases []manifest) map[string]admission {
+func admitAll(t *testing.T, ctx context.Context, cases []manifest) map[string]admitted {
 	t.Helper()
-	out := map[string]admission{}
+	out := map[string]admitted{}
 	for ns := range testNamespaces {
 		for _, c := range cases {
 			ds := c.ds.DeepCopy()
@@ -432,11 +432,11 @@ func admitAll(t *testing.T, ctx context.Context, cases []manifest) map[string]ad
 			if err != nil {
 				// Invalid for the API server itself (testdata/policies/denied has two): the
 				// same error is due either way.
-				out[key] = admission{template: "rejected: " + err.Error()}
+				out[key] = admitted{template: "rejected: " + err.Error()}
 				continue
 			}
 			after, _ := json.Marshal(got.Spec.Template)
-			out[key] = admission{template: string(after), injected: before != injectedFields(&got.Spec.Template.Spec)}
+			out[key] = admitted{template: string(after), injected: before != injectedFields(&got.Spec.Template.Spec)}
 		}
 	}
 	return out

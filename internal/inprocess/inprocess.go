@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/webhook"
 )
@@ -347,7 +348,7 @@ func freshName(params map[string]any) string {
 func withoutCovered(ts []corev1.Toleration) []corev1.Toleration {
 	var out []corev1.Toleration
 	for _, t := range ts {
-		if !slices.ContainsFunc(out, func(h corev1.Toleration) bool { return webhook.Covers(h, t) }) {
+		if !slices.ContainsFunc(out, func(h corev1.Toleration) bool { return admission.Covers(h, t) }) {
 			out = append(out, t)
 		}
 	}
@@ -411,10 +412,10 @@ func variables(c *classes) []admissionregistrationv1.Variable {
 		{Name: "labels", Expression: orEmpty("object.metadata.labels", "{}")},
 		{Name: "annotations", Expression: orEmpty("object.metadata.annotations", "{}")},
 		{Name: "oldAnnotations", Expression: `oldObject == null ? {} : ` + orEmpty("oldObject.metadata.annotations", "{}")},
-		{Name: "optedOut", Expression: q(webhook.OptOutAnnotation) + ` in variables.annotations && variables.annotations[` + q(webhook.OptOutAnnotation) + `] == "false"`},
+		{Name: "optedOut", Expression: q(admission.OptOutAnnotation) + ` in variables.annotations && variables.annotations[` + q(admission.OptOutAnnotation) + `] == "false"`},
 		// The rollout controller reporting progress: the webhook leaves such updates alone (no
 		// injection behind the user's back), by the same rule.
-		{Name: "statusOnly", Expression: webhook.StatusOnlyUpdateCEL},
+		{Name: "statusOnly", Expression: admission.StatusOnlyUpdateCEL},
 		// The template's tolerations as string maps (string() everywhere: the API server's CEL
 		// wants homogeneous literals and types the fields dyn): absent fields "", the operator "Equal" when
 		// left out (as the API server reads it), tolerationSeconds in decimal.
@@ -510,7 +511,7 @@ func classPatch(c class) string {
 	return fmt.Sprintf("(%s ? [] :\n%s)", strings.Join(excluded, " || "), patch)
 }
 
-// coveredCEL is webhook.Covers(h, t) in CEL over an entry h of variables.tolerations.
+// coveredCEL is admission.Covers(h, t) in CEL over an entry h of variables.tolerations.
 func coveredCEL(t corev1.Toleration) string {
 	exists := `h.operator == "Exists" && (h.key == "" || h.key == ` + q(t.Key) + `) && (h.effect == "" || h.effect == ` + q(string(t.Effect)) + `)`
 	if opOf(t) == corev1.TolerationOpExists {

@@ -20,11 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/kubetext"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
-// policyErrorFieldManager owns webhook.PolicyErrorAnnotation and nothing else, so GitOps tools that apply
+// policyErrorFieldManager owns admission.PolicyErrorAnnotation and nothing else, so GitOps tools that apply
 // the ConfigMap server-side (Argo CD with ServerSideApply=true) neither own nor diff it.
 const policyErrorFieldManager = "daemonguard-webhook"
 
@@ -32,7 +32,7 @@ const policyErrorFieldManager = "daemonguard-webhook"
 // boundary): a whole compile error list would bloat the object and Argo CD's status with it.
 const maxPolicyErrorLen = 512
 
-// policyErrorWrite is one change of webhook.PolicyErrorAnnotation on a ConfigMap.
+// policyErrorWrite is one change of admission.PolicyErrorAnnotation on a ConfigMap.
 type policyErrorWrite struct {
 	ConfigMap string
 	// ResourceVersion is the version whose data was evaluated: the write is refused (Conflict)
@@ -48,7 +48,7 @@ func blamesConfigMap(errText, name string) bool {
 	return strings.Contains(errText, "configmap/"+name+"/") || !strings.Contains(errText, "configmap/")
 }
 
-// planPolicyErrors decides which policy ConfigMaps need webhook.PolicyErrorAnnotation written or removed
+// planPolicyErrors decides which policy ConfigMaps need admission.PolicyErrorAnnotation written or removed
 // after a reload that ended in reloadErr (nil when the set loaded). ConfigMaps already carrying
 // the right value are left out, so replicas that reach the same decision do not write again and a
 // write of the annotation alone plans nothing new.
@@ -60,7 +60,7 @@ func planPolicyErrors(cms []corev1.ConfigMap, reloadErr error) []policyErrorWrit
 		if reloadErr != nil && blamesConfigMap(reloadErr.Error(), cm.Name) {
 			want = policyErrorValue(cm, reloadErr)
 		}
-		if cm.Annotations[webhook.PolicyErrorAnnotation] != want {
+		if cm.Annotations[admission.PolicyErrorAnnotation] != want {
 			writes = append(writes, policyErrorWrite{ConfigMap: cm.Name, ResourceVersion: cm.ResourceVersion, Value: want})
 		}
 	}
@@ -147,7 +147,7 @@ func (r *policyReloader) writePolicyErrors(ctx context.Context, writes []policyE
 		}
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 			"resourceVersion": w.ResourceVersion,
-			"annotations":     map[string]any{webhook.PolicyErrorAnnotation: value},
+			"annotations":     map[string]any{admission.PolicyErrorAnnotation: value},
 		}})
 		if err != nil {
 			r.log.Error(err, "Failed to encode the policy error annotation", "configMap", w.ConfigMap)
@@ -162,18 +162,18 @@ func (r *policyReloader) writePolicyErrors(ctx context.Context, writes []policyE
 			r.log.V(1).Info("Skipped the policy error annotation of a changed ConfigMap", "configMap", w.ConfigMap, "error", err.Error())
 		case err != nil:
 			r.log.Error(err, "Failed to write the policy error annotation; reloads go on, the Event and /policy-status still report the error (does the webhook's Role allow patch on configmaps?)",
-				"configMap", w.ConfigMap, "annotation", webhook.PolicyErrorAnnotation)
+				"configMap", w.ConfigMap, "annotation", admission.PolicyErrorAnnotation)
 		case w.Value == "":
 			r.log.Info("Removed the policy error annotation", "configMap", w.ConfigMap)
 		default:
-			r.log.Info("Recorded the policy error on the ConfigMap", "configMap", w.ConfigMap, "annotation", webhook.PolicyErrorAnnotation)
+			r.log.Info("Recorded the policy error on the ConfigMap", "configMap", w.ConfigMap, "annotation", admission.PolicyErrorAnnotation)
 		}
 	}
 }
 
 // policyContentChanged lets through the ConfigMap events that can change the policy set: every
 // create and delete, and updates of data, binaryData or labels. Updates of annotations alone
-// (webhook.PolicyErrorAnnotation written by this or another replica, Argo CD's tracking) reload nothing.
+// (admission.PolicyErrorAnnotation written by this or another replica, Argo CD's tracking) reload nothing.
 var policyContentChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		older, ok1 := e.ObjectOld.(*corev1.ConfigMap)

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 type configMapOption func(*corev1.ConfigMap)
@@ -23,13 +23,13 @@ func withFile(key, content string) configMapOption {
 }
 
 func withPolicyError(value string) configMapOption {
-	return func(cm *corev1.ConfigMap) { cm.Annotations[webhook.PolicyErrorAnnotation] = value }
+	return func(cm *corev1.ConfigMap) { cm.Annotations[admission.PolicyErrorAnnotation] = value }
 }
 
 func policyConfigMap(name string, opts ...configMapOption) corev1.ConfigMap {
 	cm := corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "daemonguard", ResourceVersion: "7",
-			Labels: map[string]string{webhook.PolicyConfigMapLabel: "true"}, Annotations: map[string]string{}},
+			Labels: map[string]string{admission.PolicyConfigMapLabel: "true"}, Annotations: map[string]string{}},
 		Data: map[string]string{},
 	}
 	for _, o := range opts {
@@ -205,9 +205,9 @@ func TestPlanPolicyErrors(t *testing.T) {
 				cm := &tc.cms[i]
 				if w, ok := got[cm.Name]; ok {
 					if w.Value == "" {
-						delete(cm.Annotations, webhook.PolicyErrorAnnotation)
+						delete(cm.Annotations, admission.PolicyErrorAnnotation)
 					} else {
-						cm.Annotations[webhook.PolicyErrorAnnotation] = w.Value
+						cm.Annotations[admission.PolicyErrorAnnotation] = w.Value
 					}
 					cm.ResourceVersion = "8"
 				}
@@ -252,7 +252,7 @@ func TestPolicyContentChanged(t *testing.T) {
 		change func(*corev1.ConfigMap)
 		want   bool
 	}{
-		"the policy error annotation alone changes": {func(cm *corev1.ConfigMap) { cm.Annotations[webhook.PolicyErrorAnnotation] = "e" }, false},
+		"the policy error annotation alone changes": {func(cm *corev1.ConfigMap) { cm.Annotations[admission.PolicyErrorAnnotation] = "e" }, false},
 		"another annotation and the resourceVersion change": {func(cm *corev1.ConfigMap) {
 			cm.Annotations["argocd.argoproj.io/tracking-id"] = "x"
 			cm.ResourceVersion = "8"

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // A replica is not ready until it has read the policy ConfigMaps once, whatever their set's fate.
@@ -39,7 +39,7 @@ func TestReadyOnlyOnceTheConfigMapsAreRead(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.client, r.namespace, r.log = builder.Build(), "daemonguard", logr.Discard()
-			r.selector = labels.SelectorFromSet(labels.Set{webhook.PolicyConfigMapLabel: "true"})
+			r.selector = labels.SelectorFromSet(labels.Set{admission.PolicyConfigMapLabel: "true"})
 			r.engine, r.recorder = policy.NewEngine(initial), events.NewFakeRecorder(10)
 
 			if err := r.ready(nil); err == nil {
@@ -70,7 +70,7 @@ func TestFreshReplicaServesTheConfigMapsTheErrorDoesNotBlame(t *testing.T) {
 	}
 	r.client = fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(&valid, &broken).Build()
 	r.namespace, r.log = "daemonguard", logr.Discard()
-	r.selector = labels.SelectorFromSet(labels.Set{webhook.PolicyConfigMapLabel: "true"})
+	r.selector = labels.SelectorFromSet(labels.Set{admission.PolicyConfigMapLabel: "true"})
 	r.engine, r.recorder = policy.NewEngine(initial), events.NewFakeRecorder(10)
 
 	if _, err := r.Reconcile(context.Background(), reconcile.Request{}); err != nil {

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // PolicyStatus is what /policy-status reports about the policy set in force.
@@ -151,7 +151,7 @@ func (r *policyReloader) serveWithoutBlamed(ctx context.Context, cms []corev1.Co
 // compile puts the ConfigMaps' policies over the built-ins and compiles the set; errors name
 // the ConfigMap and key (configmap/NAME/KEY).
 func (r *policyReloader) compile(ctx context.Context, cms []corev1.ConfigMap) ([]policy.Module, map[string]any, *policy.Set, error) {
-	return r.compileOverlay(ctx, r.builtin, r.builtinParams, webhook.PolicySources(cms))
+	return r.compileOverlay(ctx, r.builtin, r.builtinParams, admission.PolicySources(cms))
 }
 
 // ready is the readiness check: a replica is ready once it has read the policy ConfigMaps, whether

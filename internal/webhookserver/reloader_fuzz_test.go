@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/policies"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // fuzzEvalTimeout bounds one compile and one evaluation of a fuzzed policy set: Rego can loop
@@ -80,9 +80,9 @@ func FuzzPolicyConfigMap(f *testing.F) {
 	}
 	// Admission as in a cluster of a tainted control-plane node and a worker, both namespaces
 	// marked for node agents, so that the inject policy is asked and its patch applied.
-	adm := &webhook.Admission{Facts: webhook.Facts{
+	adm := &admission.Reviewer{Lookups: admission.Lookups{
 		NamespaceLabels: func(context.Context, string) (map[string]string, error) {
-			return map[string]string{webhook.NodeAgentsLabel: "true"}, nil
+			return map[string]string{admission.NodeAgentsLabel: "true"}, nil
 		},
 		Nodes: func(context.Context) ([]*corev1.Node, error) {
 			return []*corev1.Node{
@@ -100,7 +100,7 @@ func FuzzPolicyConfigMap(f *testing.F) {
 	}
 	patched, denied := false, false
 	for _, raw := range fixtures {
-		res := adm.Simulate(context.Background(), builtinSet, webhook.Review{Operation: policy.OpCreate, Namespace: "apps", Object: raw})
+		res := adm.Simulate(context.Background(), builtinSet, admission.Review{Operation: policy.OpCreate, Namespace: "apps", Object: raw})
 		patched = patched || len(res.Patch) > 0
 		denied = denied || len(res.Verdict.Denials) > 0
 	}
@@ -138,7 +138,7 @@ func FuzzPolicyConfigMap(f *testing.F) {
 		}
 		for name, raw := range fixtures {
 			for _, ns := range []string{"apps", "kube-system"} {
-				res := adm.Simulate(ctx, set, webhook.Review{Operation: policy.OpCreate, Namespace: ns, Object: raw})
+				res := adm.Simulate(ctx, set, admission.Review{Operation: policy.OpCreate, Namespace: ns, Object: raw})
 				if ctx.Err() != nil {
 					return
 				}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/webhook"
 )
@@ -44,7 +45,7 @@ func TestAdmissionDoesNotWaitForAReload(t *testing.T) {
 	team := policyConfigMap("team", withFile("no_latest.rego", goodRego))
 	r.client = fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(&team).Build()
 	r.namespace, r.log = "daemonguard", logr.Discard()
-	r.selector = labels.SelectorFromSet(labels.Set{webhook.PolicyConfigMapLabel: "true"})
+	r.selector = labels.SelectorFromSet(labels.Set{admission.PolicyConfigMapLabel: "true"})
 	r.engine, r.recorder = policy.NewEngine(initial), events.NewFakeRecorder(10)
 
 	loading, release := make(chan struct{}), make(chan struct{})
@@ -61,7 +62,7 @@ func TestAdmissionDoesNotWaitForAReload(t *testing.T) {
 	}()
 	<-loading
 
-	handlers := &webhook.Handlers{Engine: r.engine, FailureMode: webhook.FailClosed, Log: logr.Discard()}
+	handlers := &webhook.Handlers{Engine: r.engine, FailureMode: admission.FailClosed, Log: logr.Discard()}
 	answered := make(chan *admissionv1.AdmissionResponse, 1)
 	go func() {
 		req := httptest.NewRequest(http.MethodPost, webhook.ValidateDaemonSetPath, strings.NewReader(zeroBudgetReview))

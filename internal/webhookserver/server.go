@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/kubeevents"
 	"github.com/daemonguard/daemonguard/internal/leadership"
@@ -61,7 +62,7 @@ type Options struct {
 	HealthAddr string
 	// Serving says how the webhook and metrics servers serve (HTTP/2, timeouts).
 	Serving     serving.Options
-	FailureMode webhook.FailureMode
+	FailureMode admission.FailureMode
 	// AuditInterval is how often stored DaemonSets are audited; 0 turns the audit off.
 	AuditInterval time.Duration
 	// OpenReports makes the audit also write OpenReports Reports (needs the CRD and RBAC; without
@@ -85,7 +86,7 @@ type Options struct {
 
 // Run serves the admission webhooks until ctx ends. The policy set starts as the built-ins and
 // follows the labelled ConfigMaps: a set that fails to compile is reported (an Event and
-// webhook.PolicyErrorAnnotation on the ConfigMaps at fault) and the last good set keeps serving.
+// admission.PolicyErrorAnnotation on the ConfigMaps at fault) and the last good set keeps serving.
 func Run(ctx context.Context, opts Options) error {
 	log := opts.Log
 	builtin, builtinParams, err := policy.Builtin()
@@ -102,7 +103,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	engine := policy.NewEngine(initial)
 
-	policySelector := labels.SelectorFromSet(labels.Set{webhook.PolicyConfigMapLabel: "true"})
+	policySelector := labels.SelectorFromSet(labels.Set{admission.PolicyConfigMapLabel: "true"})
 	byObject := map[client.Object]cache.ByObject{
 		// Only the policy ConfigMaps of our own namespace: no cluster-wide ConfigMap access.
 		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}, Label: policySelector},
@@ -137,13 +138,13 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	reader := mgr.GetCache()
-	exempt := webhook.ExemptNamespaces(opts.Namespace, opts.ExemptNamespaces)
+	exempt := admission.ExemptNamespaces(opts.Namespace, opts.ExemptNamespaces)
 	handlers := &webhook.Handlers{
 		Engine:           engine,
 		ExemptNamespaces: exempt,
 		FailureMode:      opts.FailureMode,
 		Log:              log.WithName("admission"),
-		Facts:            webhook.ReaderFacts(reader),
+		Lookups:          admission.ReaderLookups(reader),
 	}
 	server := mgr.GetWebhookServer()
 	for path, endpoint := range handlers.Endpoints() {

@@ -21,11 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 	"github.com/daemonguard/daemonguard/test/nodeimages"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // Options configure a demo run.
@@ -70,8 +70,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// Injection is for node agents an administrator named: the demo's DaemonSets run in default,
 	// so the demo marks it, as a cluster admin does a monitoring or CNI namespace.
-	fmt.Fprintf(out, "\nInjection applies only in namespaces an administrator marks for node agents (%s=true):", webhook.NodeAgentsLabel)
-	if _, err := kubectl(ctx, c, out, "label", "namespace", "default", webhook.NodeAgentsLabel+"=true"); err != nil {
+	fmt.Fprintf(out, "\nInjection applies only in namespaces an administrator marks for node agents (%s=true):", admission.NodeAgentsLabel)
+	if _, err := kubectl(ctx, c, out, "label", "namespace", "default", admission.NodeAgentsLabel+"=true"); err != nil {
 		return err
 	}
 	if _, err := applyManifest(ctx, c, out, "testdata/demo/nginx-ds.yaml", seed); err != nil {

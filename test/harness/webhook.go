@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 	"github.com/daemonguard/daemonguard/test/webhookreg"
@@ -114,7 +115,7 @@ func StartWebhook(ctx context.Context, c *localcluster.Cluster, opts Options) (*
 		w.done <- webhookserver.Run(runCtx, webhookserver.Options{
 			RESTConfig: c.RESTConfig, Namespace: WebhookNamespace,
 			Host: "127.0.0.1", Port: port, CertDir: certDir,
-			MetricsAddr: "0", HealthAddr: "0", FailureMode: webhook.FailClosed,
+			MetricsAddr: "0", HealthAddr: "0", FailureMode: admission.FailClosed,
 			AuditInterval: opts.AuditInterval, OpenReports: opts.OpenReports, LeaderElection: true,
 			Log: log,
 		})

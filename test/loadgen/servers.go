@@ -19,8 +19,9 @@ import (
 
 	"github.com/go-logr/logr"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/test/loadgen/fixture"
@@ -121,8 +122,8 @@ func DaemonguardHandlers(ctx context.Context, opts ServerOptions, log logr.Logge
 	return &webhook.Handlers{
 		Engine:           policy.NewEngine(set),
 		ExemptNamespaces: []string{"daemonguard-system", "kube-system"},
-		FailureMode:      webhook.FailClosed,
-		Facts: webhook.Facts{
+		FailureMode:      admission.FailClosed,
+		Lookups: admission.Lookups{
 			NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(opts.Nodes)),
 		},
 		Log: log.WithName("admission"),
@@ -130,8 +131,8 @@ func DaemonguardHandlers(ctx context.Context, opts ServerOptions, log logr.Logge
 }
 
 // NullHandler allows everything; it reads nothing beyond what its server decoded.
-var NullHandler = admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
-	return admission.Allowed("")
+var NullHandler = cradmission.HandlerFunc(func(context.Context, cradmission.Request) cradmission.Response {
+	return cradmission.Allowed("")
 })
 
 // StartServers starts, in this process on 127.0.0.1, a controller-runtime webhook server serving
@@ -176,7 +177,7 @@ func (s *Servers) set(t *Target) {
 func targetHooks(ctx context.Context, name string, opts ServerOptions, log logr.Logger) (map[string]http.Handler, error) {
 	switch name {
 	case Null:
-		null := &admission.Webhook{Handler: NullHandler}
+		null := &cradmission.Webhook{Handler: NullHandler}
 		return map[string]http.Handler{webhook.MutateDaemonSetPath: null, webhook.ValidateDaemonSetPath: null, webhook.MutatePodPath: null}, nil
 	case Daemonguard:
 		handlers, err := DaemonguardHandlers(ctx, opts, log)

@@ -509,7 +509,7 @@ func (c *Cluster) waitServiceAccount(ctx context.Context, namespace string) erro
 	return nil
 }
 
-// NodeAgentLabels mark a namespace for node agents (webhook.NodeAgentsLabel, written out here so
+// NodeAgentLabels mark a namespace for node agents (admission.NodeAgentsLabel, written out here so
 // that the demo's program does not link the policy engine; TestNodeAgentLabels holds the two
 // together): the namespaces the tests and benchmarks create hold node agents, as an
 // administrator's would, unless a test plays a tenant (NewTenantNamespace).

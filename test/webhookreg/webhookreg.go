@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -174,7 +175,7 @@ const ProbeNamespace = "daemonguard-probe"
 
 // EnsureProbeNamespace creates ProbeNamespace unless it exists.
 func EnsureProbeNamespace(ctx context.Context, client kubernetes.Interface) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ProbeNamespace, Labels: map[string]string{webhook.NodeAgentsLabel: "true"}}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ProbeNamespace, Labels: map[string]string{admission.NodeAgentsLabel: "true"}}}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create the probe namespace %s: %w", ProbeNamespace, err)
 	}

@@ -361,7 +361,7 @@ namespaceSelector:
 {{/*
 The namespaceSelector of the DaemonSet mutating webhook and of the in-process injection policy's
 binding: the namespaceSelector above, narrowed to the namespaces an administrator marked for node
-agents (daemonguard.io/node-agents: "true"; webhook.InjectionScope).
+agents (daemonguard.io/node-agents: "true"; admission.InjectionScope).
 */}}
 {{- define "daemonguard.webhook.injectNamespaceSelector" -}}
 namespaceSelector:
@@ -466,7 +466,7 @@ The subjects of the controller's role bindings.
 {{/*
 The matchCondition of the two DaemonSet webhooks that lets the rollout controller's progress reports
 (updates that change only status.daemonguard.io/ annotations) skip them, so a rollout in flight
-keeps reporting while the webhook is down: !(webhook.StatusOnlyUpdateCEL), held to it by
+keeps reporting while the webhook is down: !(admission.StatusOnlyUpdateCEL), held to it by
 TestWebhookConfigurationsMatchCode.
 */}}
 {{- define "daemonguard.webhook.rolloutStatusOnly" -}}

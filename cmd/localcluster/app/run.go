@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/daemonguard/daemonguard/controller/rollout"
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
@@ -112,7 +113,7 @@ token of it.`,
 				go func() {
 					errs <- webhookserver.Run(runCtx, webhookserver.Options{
 						RESTConfig: cfg, Namespace: namespace, Host: "127.0.0.1", Port: port, CertDir: certDir,
-						MetricsAddr: "127.0.0.1:8080", HealthAddr: "0", FailureMode: webhook.FailClosed,
+						MetricsAddr: "127.0.0.1:8080", HealthAddr: "0", FailureMode: admission.FailClosed,
 						AuditInterval: time.Minute, LeaderElection: true, Log: log.WithName("webhook"),
 						SelfManagedTLS: &selftls.Options{
 							Namespace: namespace, SecretName: runName + "-tls", WebhookConfigurationName: runName, CertDir: certDir,

@@ -1,4 +1,4 @@
-package webhook
+package admission
 
 import (
 	"encoding/json"
@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"testing"
 
-	jsonpatchapply "github.com/evanphx/json-patch/v5"
 	"github.com/go-logr/logr"
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -219,19 +218,6 @@ func TestDaemonSetPatchIsIdempotentAndKeepsUserTolerations(t *testing.T) {
 			}
 		}
 	}
-}
-
-func applyRawPatch(t *testing.T, raw, patch []byte) []byte {
-	t.Helper()
-	p, err := jsonpatchapply.DecodePatch(patch)
-	if err != nil {
-		t.Fatalf("decode patch %s: %v", patch, err)
-	}
-	out, err := p.Apply(raw)
-	if err != nil {
-		t.Fatalf("apply %s: %v", patch, err)
-	}
-	return out
 }
 
 // diffPatch is the reference DaemonSetPatch is held to, simple enough to be obviously right:

@@ -1,9 +1,4 @@
-// Package webhook is daemonguard's admission: the core that decodes a DaemonSet write, gathers
-// the facts the policies read, evaluates the policy set and decides (review.go), the patches it
-// computes from the raw object so that fields unknown to this build survive (mutate.go, pin.go),
-// the thin controller-runtime handlers that adapt it to AdmissionReviews (endpoints.go) and the
-// webhook configurations that register them (configurations.go).
-package webhook
+package admission
 
 import (
 	"bytes"
@@ -27,16 +22,16 @@ import (
 	"github.com/go-logr/logr"
 )
 
-// Facts supplies what admission knows of the live cluster. Nil functions mean "unknown".
-type Facts struct {
+// Lookups read what admission knows of the live cluster. Nil functions mean "unknown".
+type Lookups struct {
 	NamespaceLabels func(ctx context.Context, name string) (map[string]string, error)
 	Nodes           func(ctx context.Context) ([]*corev1.Node, error)
 }
 
-// ReaderFacts reads the facts from a controller-runtime reader, normally the manager's cache.
+// ReaderLookups read the cluster through a controller-runtime reader, normally the manager's cache.
 // Admission only reads these objects, so the cache's own copies serve (no deep copy per review).
-func ReaderFacts(reader client.Reader) Facts {
-	return Facts{
+func ReaderLookups(reader client.Reader) Lookups {
+	return Lookups{
 		NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
 			var ns corev1.Namespace
 			if err := reader.Get(ctx, types.NamespacedName{Name: name}, &ns, client.UnsafeDisableDeepCopy); err != nil {
@@ -67,24 +62,26 @@ type Review struct {
 	OldObject []byte // UPDATE only
 }
 
-// Admission is daemonguard's admission core, the one pipeline behind the webhooks, `daemonguard
-// check` and `mutate`, the audit and the in-process policy's generator: decode the review, gather
-// the facts the policies read, evaluate the policy set, decide. Each step runs once per review.
-type Admission struct {
+// Reviewer is daemonguard's admission core, the one pipeline behind the webhooks, `daemonguard
+// check` and `mutate`, the audit and `rollout plan`: decode the review, gather the facts the
+// policies read, evaluate the policy set, decide. Each step runs once per review.
+type Reviewer struct {
 	// Exempt namespaces are never acted on (ExemptNamespaces).
 	Exempt []string
-	Facts  Facts
-	Log    logr.Logger
+	// FailureMode decides a review whose policies cannot be evaluated (FailClosed when empty).
+	FailureMode FailureMode
+	Lookups     Lookups
+	Log         logr.Logger
 }
 
-// Result is what admission decided about one review. Exactly one of Skip, Malformed and Failed is
-// set when admission ends early.
-type Result struct {
+// Outcome is what admission decided about one review. Exactly one of Skip, Malformed and Failed
+// is set when admission ends early.
+type Outcome struct {
 	// Skip says why admission leaves the write alone (an exempt namespace, a status-only update).
 	Skip string
 	// Malformed is the reason the review cannot be evaluated (answered as a bad request).
 	Malformed error
-	// Failed is the policy engine's error; the failure mode decides.
+	// Failed is the policy engine's error; Verdict is then the failure mode's (FailureMode.Verdict).
 	Failed error
 	// Inject is the inject policy's decision (outside InjectionScope: not to inject, and why) and
 	// Patch the JSON patch that applies it.
@@ -92,32 +89,40 @@ type Result struct {
 	Patch  []jsonpatch.Operation
 	// Mutated is the object with Patch applied (Simulate only).
 	Mutated []byte
-	// Violations and Verdict are the validation policies' (Validate and Simulate).
+	// Violations and Verdict are the validation policies' (Validate and Simulate), or Verdict the
+	// failure mode's when Failed is set.
 	Violations []policy.Violation
 	Verdict    Verdict
 	// Input is what the policies were given.
 	Input *policy.Input
 }
 
-func (r Result) ended() bool { return r.Skip != "" || r.Malformed != nil || r.Failed != nil }
+func (r Outcome) ended() bool { return r.Skip != "" || r.Malformed != nil || r.Failed != nil }
+
+// Err is the error that ended the review early, Malformed before Failed; nil when it was skipped
+// or decided by the policies.
+func (r Outcome) Err() error {
+	if r.Malformed != nil {
+		return r.Malformed
+	}
+	return r.Failed
+}
 
 // Mutate decides what the inject policy adds to the DaemonSet (the mutating webhook).
-func (a *Admission) Mutate(ctx context.Context, set *policy.Set, rv Review) Result {
-	r := a.decode(rv)
-	if r.ended() {
-		return r
+func (a *Reviewer) Mutate(ctx context.Context, set *policy.Set, rv Review) Outcome {
+	r, _ := a.begin(ctx, rv, false)
+	if !r.ended() {
+		a.inject(ctx, set, &r)
 	}
-	labels, _ := a.gather(ctx, rv.Namespace, false)
-	r.Input.Namespace.Labels = labels
-	a.inject(ctx, set, &r)
 	return r
 }
 
 // InjectionScope says why the inject policy is not asked about a DaemonSet, or "" when it is:
 // injection is for node agents an administrator named, the DaemonSets of namespaces labelled
 // NodeAgentsLabel=true, and a DaemonSet labelled IgnoreLabel=true opts out. The mutating
-// webhook's selectors (Configurations) say the same to the API server, so that it does not even
-// call the webhook; this is the rule for every caller of the core, which reads the labels itself.
+// webhook's selectors (webhook.Configurations) say the same to the API server, so that it does
+// not even call the webhook; this is the rule for every caller of the core, which reads the
+// labels itself.
 // Namespace labels that cannot be read count as unmarked: nothing is injected on a guess.
 func InjectionScope(namespace string, namespaceLabels map[string]string, obj map[string]any) string {
 	if namespaceLabels[NodeAgentsLabel] != "true" {
@@ -130,27 +135,22 @@ func InjectionScope(namespace string, namespaceLabels map[string]string, obj map
 }
 
 // Validate judges the DaemonSet by the validation policies (the validating webhook).
-func (a *Admission) Validate(ctx context.Context, set *policy.Set, rv Review) Result {
-	r := a.decode(rv)
-	if r.ended() {
-		return r
+func (a *Reviewer) Validate(ctx context.Context, set *policy.Set, rv Review) Outcome {
+	r, nodeList := a.begin(ctx, rv, true)
+	if !r.ended() {
+		r.Input.Cluster = templateFacts(r.Input.Object, nodeList)
+		a.validate(ctx, set, &r)
 	}
-	labels, nodeList := a.gather(ctx, rv.Namespace, true)
-	r.Input.Namespace.Labels = labels
-	r.Input.Cluster = templateFacts(r.Input.Object, nodeList)
-	a.validate(ctx, set, &r)
 	return r
 }
 
 // Simulate is both webhooks in the API server's order, for the CLI and the audit: the inject
 // policy's patch is applied, and the validation policies judge the object as it would be stored.
-func (a *Admission) Simulate(ctx context.Context, set *policy.Set, rv Review) Result {
-	r := a.decode(rv)
+func (a *Reviewer) Simulate(ctx context.Context, set *policy.Set, rv Review) Outcome {
+	r, nodeList := a.begin(ctx, rv, true)
 	if r.ended() {
 		return r
 	}
-	labels, nodeList := a.gather(ctx, rv.Namespace, true)
-	r.Input.Namespace.Labels = labels
 	r.Mutated = rv.Object
 	if a.inject(ctx, set, &r); r.ended() {
 		return r
@@ -172,38 +172,50 @@ func (a *Admission) Simulate(ctx context.Context, set *policy.Set, rv Review) Re
 	return r
 }
 
+// begin decodes the review and, unless that ends it, gathers the namespace's labels into the
+// policies' input and, with needNodes, the nodes.
+func (a *Reviewer) begin(ctx context.Context, rv Review, needNodes bool) (Outcome, []*corev1.Node) {
+	r := a.decode(rv)
+	if r.ended() {
+		return r, nil
+	}
+	var nodeList []*corev1.Node
+	r.Input.Namespace.Labels, nodeList = a.gather(ctx, rv.Namespace, needNodes)
+	return r, nodeList
+}
+
 // decode reads the review into the policies' input, or ends it: exempt namespace, malformed
 // object, or the rollout controller's status-only update.
-func (a *Admission) decode(rv Review) Result {
+func (a *Reviewer) decode(rv Review) Outcome {
 	if len(rv.Object) == 0 {
-		return Result{Malformed: fmt.Errorf("request has no object")}
+		return Outcome{Malformed: fmt.Errorf("request has no object")}
 	}
 	if slices.Contains(a.Exempt, rv.Namespace) {
-		return Result{Skip: "namespace " + rv.Namespace + " is exempt"}
+		return Outcome{Skip: "namespace " + rv.Namespace + " is exempt"}
 	}
 	obj, err := decodeObject(rv.Object)
 	if err != nil {
-		return Result{Malformed: err}
+		return Outcome{Malformed: err}
 	}
 	in := &policy.Input{Operation: rv.Operation, Object: obj, Namespace: policy.Namespace{Name: rv.Namespace, Labels: map[string]string{}}}
 	if len(rv.OldObject) > 0 {
 		if in.OldObject, err = decodeObject(rv.OldObject); err != nil {
-			return Result{Malformed: fmt.Errorf("old object: %w", err)}
+			return Outcome{Malformed: fmt.Errorf("old object: %w", err)}
 		}
 		if rv.Operation == policy.OpUpdate && statusOnlyUpdate(in.OldObject, obj) {
-			return Result{Skip: "only daemonguard status annotations changed"}
+			return Outcome{Skip: "only daemonguard status annotations changed"}
 		}
 	}
-	return Result{Input: in}
+	return Outcome{Input: in}
 }
 
 // gather reads the namespace's labels and, with needNodes (the inject policy never reads nodes),
 // the nodes. Facts that cannot be read are left out rather than guessed, which turns off the
 // checks that need them.
-func (a *Admission) gather(ctx context.Context, namespace string, needNodes bool) (map[string]string, []*corev1.Node) {
+func (a *Reviewer) gather(ctx context.Context, namespace string, needNodes bool) (map[string]string, []*corev1.Node) {
 	labels := map[string]string{}
-	if a.Facts.NamespaceLabels != nil {
-		l, err := a.Facts.NamespaceLabels(ctx, namespace)
+	if a.Lookups.NamespaceLabels != nil {
+		l, err := a.Lookups.NamespaceLabels(ctx, namespace)
 		if err != nil {
 			a.Log.V(1).Info("Namespace labels unavailable", "namespace", namespace, "err", err)
 		} else if l != nil {
@@ -211,9 +223,9 @@ func (a *Admission) gather(ctx context.Context, namespace string, needNodes bool
 		}
 	}
 	var nodeList []*corev1.Node
-	if needNodes && a.Facts.Nodes != nil {
+	if needNodes && a.Lookups.Nodes != nil {
 		var err error
-		if nodeList, err = a.Facts.Nodes(ctx); err != nil {
+		if nodeList, err = a.Lookups.Nodes(ctx); err != nil {
 			a.Log.V(1).Info("Nodes unavailable; node-relative checks skipped", "err", err)
 		}
 	}
@@ -222,18 +234,17 @@ func (a *Admission) gather(ctx context.Context, namespace string, needNodes bool
 
 // inject asks the inject policy and patches, for DaemonSets in InjectionScope only; the others
 // get a decision not to inject that says why.
-func (a *Admission) inject(ctx context.Context, set *policy.Set, r *Result) {
+func (a *Reviewer) inject(ctx context.Context, set *policy.Set, r *Outcome) {
 	if reason := InjectionScope(r.Input.Namespace.Name, r.Input.Namespace.Labels, r.Input.Object); reason != "" {
 		r.Inject = policy.InjectDecision{Reason: reason}
 		return
 	}
-	if err := expired(ctx); err != nil {
-		r.Failed = err
-		return
+	err := expired(ctx)
+	if err == nil {
+		r.Inject, err = set.Inject(ctx, r.Input)
 	}
-	var err error
-	if r.Inject, err = set.Inject(ctx, r.Input); err != nil {
-		r.Failed = err
+	if err != nil {
+		a.fail(r, err)
 		return
 	}
 	if r.Patch, err = daemonSetPatch(r.Input.Object, r.Inject); err != nil {
@@ -241,17 +252,21 @@ func (a *Admission) inject(ctx context.Context, set *policy.Set, r *Result) {
 	}
 }
 
-func (a *Admission) validate(ctx context.Context, set *policy.Set, r *Result) {
-	if err := expired(ctx); err != nil {
-		r.Failed = err
+func (a *Reviewer) validate(ctx context.Context, set *policy.Set, r *Outcome) {
+	err := expired(ctx)
+	if err == nil {
+		r.Violations, err = set.Validate(ctx, r.Input)
+	}
+	if err != nil {
+		a.fail(r, err)
 		return
 	}
-	var err error
-	if r.Violations, err = set.Validate(ctx, r.Input); err != nil {
-		r.Failed = err
-		return
-	}
-	r.Verdict = Decide(r.Violations)
+	r.Verdict = VerdictOf(r.Violations)
+}
+
+// fail ends a review whose policies could not be evaluated with the failure mode's verdict.
+func (a *Reviewer) fail(r *Outcome, err error) {
+	r.Failed, r.Verdict = err, a.FailureMode.Verdict(err)
 }
 
 // expired fails a review whose deadline has passed before its evaluation starts. OPA notices a
@@ -350,7 +365,7 @@ func templatePodSpec(obj map[string]any) (*corev1.PodSpec, bool) {
 // Such a write needs neither an injection (which would start a revision behind the user's back)
 // nor a policy verdict. The webhook configurations skip it with !(StatusOnlyUpdateCEL) as a
 // matchCondition, so a rollout keeps reporting while the webhook is down; the in-process
-// injection policy uses it as a variable; the handlers answer it with statusOnlyUpdate, the same
+// injection policy uses it as a variable; the core answers it with statusOnlyUpdate, the same
 // rule over decoded objects (TestStatusOnlyUpdateMatchesCEL holds the two together).
 const StatusOnlyUpdateCEL = `request.operation == 'UPDATE' && object.spec == oldObject.spec` +
 	` && (has(object.metadata.labels) ? object.metadata.labels : {}) == (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})` +
@@ -404,17 +419,21 @@ func metaMap(obj map[string]any, key string) map[string]any {
 	return m
 }
 
-// Verdict is the admission outcome of a set of violations.
+// Verdict is the admission outcome of a review: of its violations, or of the failure mode when
+// its policies could not be evaluated.
 type Verdict struct {
 	Allowed  bool
 	Denials  []policy.Violation // enforcement deny: the request is rejected with all of them
 	Warnings []policy.Violation // enforcement warn: admitted, messages returned to the client
 	DryRuns  []policy.Violation // enforcement dryrun: admitted silently, only recorded
+	// Unevaluated is the policy engine's error when the policies could not be evaluated; the
+	// failure mode set Allowed and the messages name it.
+	Unevaluated error
 }
 
-// Decide sorts violations by their enforcement action. Denials and warnings are kept apart so a
-// rejected request still tells the user about every warning too.
-func Decide(violations []policy.Violation) Verdict {
+// VerdictOf sorts violations by their enforcement action. Denials and warnings are kept apart so
+// a rejected request still tells the user about every warning too.
+func VerdictOf(violations []policy.Violation) Verdict {
 	v := Verdict{}
 	for _, x := range violations {
 		switch x.Action {
@@ -430,8 +449,32 @@ func Decide(violations []policy.Violation) Verdict {
 	return v
 }
 
+// FailureMode says what a review whose policies cannot be evaluated comes to (Outcome.Verdict).
+// Neither mode admits silently. The webhooks take it from --failure-mode; `daemonguard check`
+// judges as FailClosed, the webhooks' default; `mutate`, the audit and the plan also report the
+// error itself, since they show what would be stored or found.
+type FailureMode string
+
+// Failure modes.
+const (
+	// FailClosed rejects the request, naming the evaluation error.
+	FailClosed FailureMode = "deny"
+	// FailOpenWithWarning admits the request with an admission warning (the webhook adds a log
+	// line and a metric).
+	FailOpenWithWarning FailureMode = "warn"
+)
+
+// Verdict is the failure mode's verdict on a review whose policies failed with err:
+// FailOpenWithWarning admits it with a warning, any other mode denies it.
+func (m FailureMode) Verdict(err error) Verdict {
+	return Verdict{Allowed: m == FailOpenWithWarning, Unevaluated: err}
+}
+
 // DenialMessage joins the denials into the one message the API server shows the user.
 func (v Verdict) DenialMessage() string {
+	if v.Unevaluated != nil {
+		return "daemonguard could not evaluate its policies (failure mode deny): " + v.Unevaluated.Error()
+	}
 	msgs := make([]string, len(v.Denials))
 	for i, d := range v.Denials {
 		msgs[i] = d.String()
@@ -439,8 +482,12 @@ func (v Verdict) DenialMessage() string {
 	return "denied by daemonguard: " + strings.Join(msgs, "; ")
 }
 
-// WarningMessages are the admission warnings, one per violation.
+// WarningMessages are the admission warnings, one per violation, or the one that says a request
+// was admitted unchecked.
 func (v Verdict) WarningMessages() []string {
+	if v.Unevaluated != nil && v.Allowed {
+		return []string{"daemonguard could not evaluate its policies and admitted this object unchecked: " + v.Unevaluated.Error()}
+	}
 	out := make([]string, len(v.Warnings))
 	for i, w := range v.Warnings {
 		out[i] = "daemonguard " + w.String()

@@ -1,4 +1,4 @@
-package webhook
+package admission
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -34,7 +34,7 @@ const (
 	// PolicyErrorAnnotation is set by the webhook on a policy ConfigMap whose Rego or parameters made
 	// the policy set fail to load, and removed once the set loads again (or the error no longer
 	// names the ConfigMap). Its value is one line: the first error in this ConfigMap with its file
-	// and line, how many more there are, the digest of the rejected data (see dataDigest) and that
+	// and line, how many more there are, the digest of the rejected data (see internal/webhookserver) and that
 	// the last good set keeps serving. Argo CD shows the ConfigMap Degraded with this text when its
 	// argocd-cm carries daemonguard's ConfigMap health check (charts/argocd).
 	PolicyErrorAnnotation = "status.daemonguard.io/policy-error"
@@ -42,7 +42,8 @@ const (
 
 // ExemptNamespaces are the namespaces admission never acts on: daemonguard's own (own, when
 // known), kube-system and the extra ones configured. The webhook configurations' namespace
-// selector, the handlers, the in-process policy's binding and the audit all take this list.
+// selector, the core (Reviewer.Exempt), the pod pin handler, the in-process policy's binding and
+// the audit all take this list.
 func ExemptNamespaces(own string, extra []string) []string {
 	var out []string
 	if own != "" {

@@ -1,4 +1,4 @@
-package webhook
+package admission
 
 import (
 	"encoding/json"
@@ -10,6 +10,9 @@ import (
 	"github.com/google/cel-go/cel"
 	appsv1 "k8s.io/api/apps/v1"
 )
+
+// seedObject is a DaemonSet as a user writes it.
+const seedObject = `{"apiVersion":"apps/v1","kind":"DaemonSet","metadata":{"name":"nginx-ds","namespace":"default"},"spec":{"selector":{"matchLabels":{"app":"nginx-ds"}},"updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":1}},"template":{"metadata":{"labels":{"app":"nginx-ds"}},"spec":{"tolerations":[{"key":"node-role.kubernetes.io/master","effect":"NoSchedule"}],"containers":[{"name":"nginx-ds","image":"nginx:1.7.9","ports":[{"containerPort":80}]}]}}}}`
 
 func TestStatusOnlyUpdate(t *testing.T) {
 	base := `{"metadata":{"name":"d","resourceVersion":"1","annotations":{"a":"1"%s}},"spec":{"x":%s}}`
@@ -119,7 +122,7 @@ func statusOnlyCEL(t testing.TB) cel.Program {
 }
 
 // FuzzStatusOnlyUpdate runs the same check on DaemonSet updates the fuzzer finds (go test -fuzz
-// FuzzStatusOnlyUpdate ./webhook/): statusOnlyUpdate, which tells the handlers to skip
+// FuzzStatusOnlyUpdate ./internal/admission/): statusOnlyUpdate, which tells the core to skip
 // admission, answers as StatusOnlyUpdateCEL, which tells the API server to skip the webhooks.
 // Both objects are first read into a DaemonSet and written back, as the API server does before
 // admission, so that both rules see what they would see in a cluster.
@@ -151,9 +154,9 @@ func FuzzStatusOnlyUpdate(f *testing.F) {
 }
 
 // asStored reads raw into a DaemonSet and writes it back, as the API server stores and sends
-// it, and returns it decoded as the handlers decode it and as CEL sees it; false when raw is no
+// it, and returns it decoded as the core decodes it and as CEL sees it; false when raw is no
 // DaemonSet.
-func asStored(raw string) (handlers, celObject map[string]any, ok bool) {
+func asStored(raw string) (core, celObject map[string]any, ok bool) {
 	var ds appsv1.DaemonSet
 	if json.Unmarshal([]byte(raw), &ds) != nil {
 		return nil, nil, false
@@ -162,9 +165,9 @@ func asStored(raw string) (handlers, celObject map[string]any, ok bool) {
 	if err != nil {
 		return nil, nil, false
 	}
-	handlers, err = decodeObject(stored)
+	core, err = decodeObject(stored)
 	if err != nil || json.Unmarshal(stored, &celObject) != nil {
 		return nil, nil, false
 	}
-	return handlers, celObject, true
+	return core, celObject, true
 }
