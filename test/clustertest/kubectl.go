@@ -22,7 +22,8 @@ func Kubectl(t testing.TB, c *localcluster.Cluster, stdin string, args ...string
 	return out
 }
 
-// RepoFile returns the path of a file of this checkout, given as path elements from its root.
+// RepoFile returns the path of a file of this checkout, given as path elements from its root;
+// with none, the root.
 func RepoFile(t testing.TB, parts ...string) string {
 	t.Helper()
 	root, err := toolbin.RepoRoot()
