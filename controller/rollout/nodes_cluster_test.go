@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -45,21 +46,7 @@ func extraNodes(t *testing.T, names ...string) {
 
 func resume(t *testing.T, ns string) {
 	t.Helper()
-	kubectl(t, "", "annotate", "--overwrite", "-n", ns, "ds/nginx-ds", rolloutapi.AnnotationResume+"=1")
-}
-
-// checkBudget fails the test if the sampler saw more than budget reachable nodes without an
-// available pod at once, or saw no rollout at all.
-func checkBudget(t *testing.T, s *sampler, budget int) {
-	t.Helper()
-	maxUnavailable, _, samples := s.result()
-	t.Logf("max unavailable %d over %d samples", maxUnavailable, samples)
-	if maxUnavailable > budget {
-		t.Errorf("%d reachable nodes were without an available pod at once, budget %d", maxUnavailable, budget)
-	}
-	if maxUnavailable == 0 || samples < nodeCount {
-		t.Errorf("sampler saw no rollout (max unavailable %d, %d samples)", maxUnavailable, samples)
-	}
+	clustertest.Kubectl(t, cluster, "", "annotate", "--overwrite", "-n", ns, "ds/nginx-ds", rolloutapi.AnnotationResume+"=1")
 }
 
 // podsOn returns the nginx-ds pods bound to node.
@@ -88,7 +75,7 @@ func TestNodeAddedMidRolloutGetsNewRevisionAndRolloutCompletes(t *testing.T) {
 	if got, want := ds.Annotations[rolloutapi.StatusUpdated], fmt.Sprintf("%d/%d", nodeCount+1, nodeCount+1); got != want {
 		t.Errorf("status %s = %q, want %q", rolloutapi.StatusUpdated, got, want)
 	}
-	if images := s.imagesSeenOn(added); !slices.Equal(images, []string{"nginx:1.24.0"}) {
+	if images := s.ImagesSeenOn(added); !slices.Equal(images, []string{"nginx:1.24.0"}) {
 		t.Errorf("the added node ran %v, want only the new revision's nginx:1.24.0", images)
 	}
 	checkBudget(t, s, 2)
@@ -114,7 +101,7 @@ func TestNodeDeletedMidRolloutDoesNotStickTheRollout(t *testing.T) {
 	if got, want := ds.Annotations[rolloutapi.StatusUpdated], fmt.Sprintf("%d/%d", nodeCount, nodeCount); got != want {
 		t.Errorf("status %s = %q, want %q", rolloutapi.StatusUpdated, got, want)
 	}
-	if images := s.imagesSeenOn(gone); slices.Contains(images, "nginx:1.24.0") {
+	if images := s.ImagesSeenOn(gone); slices.Contains(images, "nginx:1.24.0") {
 		t.Errorf("the deleted node ran %v; it was deleted before its turn", images)
 	}
 	checkBudget(t, s, 2)
@@ -153,7 +140,7 @@ func TestUnreachableNodesAndStuckPodsDoNotBlockTheRollout(t *testing.T) {
 	}
 	stuckPod := stuckPods[0].Name
 	const finalizer = "daemonguard.io/test-never-done"
-	kubectl(t, "", "patch", "-n", ns, "pod/"+stuckPod, "--type=merge", "-p", `{"metadata":{"finalizers":["`+finalizer+`"]}}`)
+	clustertest.Kubectl(t, cluster, "", "patch", "-n", ns, "pod/"+stuckPod, "--type=merge", "-p", `{"metadata":{"finalizers":["`+finalizer+`"]}}`)
 	t.Cleanup(func() {
 		_, _, _ = cluster.Kubectl(context.Background(), "", "patch", "-n", ns, "pod/"+stuckPod, "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
 	})

@@ -4,19 +4,18 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sort"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -56,12 +55,33 @@ func managedDS(image string, annotations map[string]string) string {
 	return b.String()
 }
 
-func kubectl(t *testing.T, stdin string, args ...string) {
+// deployManaged applies managedDS running nginx:1.7.9 with settings and waits until it runs on
+// nodes nodes and its rollout is Complete.
+func deployManaged(t *testing.T, ns string, nodes int, settings map[string]string) {
 	t.Helper()
-	out, errOut, err := cluster.Kubectl(context.Background(), stdin, args...)
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
-	}
+	clustertest.Kubectl(t, cluster, managedDS("nginx:1.7.9", settings), "apply", "-n", ns, "-f", "-")
+	waitSettled(t, ns, "nginx:1.7.9", nodes)
+	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
+}
+
+// setImage changes the image of nginx-ds: the rollout starts.
+func setImage(t *testing.T, ns, image string) {
+	t.Helper()
+	clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds="+image)
+}
+
+// sampleBudget starts sampling the namespace's pods on every reachable node.
+func sampleBudget(t *testing.T, ns string) *clustertest.BudgetSampler {
+	t.Helper()
+	return clustertest.NewBudgetSampler(t, cluster, ns, clustertest.SamplerOptions{})
+}
+
+// checkBudget fails the test if the sampler saw more than budget reachable nodes without an
+// available pod at once, or saw no rollout at all.
+func checkBudget(t *testing.T, s *clustertest.BudgetSampler, budget int) {
+	t.Helper()
+	s.CheckBudget(t, budget)
+	s.CheckSawRollout(t, nodeCount)
 }
 
 func startController(t *testing.T) *harness.Controller {
@@ -107,6 +127,18 @@ func waitPhaseOf(t *testing.T, ns, name string, phase rolloutapi.Phase, timeout 
 	return ds
 }
 
+// waitEvent waits until an Event of the namespace matches.
+func waitEvent(t *testing.T, ns, what string, match func(eventsv1.Event) bool) {
+	t.Helper()
+	cluster.WaitFor(t, time.Minute, what, func(ctx context.Context) (bool, string) {
+		evs, err := cluster.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return slices.ContainsFunc(evs.Items, match), fmt.Sprintf("%d events, none matching", len(evs.Items))
+	})
+}
+
 // waitSettled waits until each of want reachable nodes runs exactly one pod of nginx-ds, Ready and
 // with image (terminating pods count, so none may be left). Nodes that are unreachable or gone are
 // not counted, nor their pods: a kubelet that stopped acting never finishes a deletion.
@@ -127,12 +159,12 @@ func waitSettled(t *testing.T, ns string, image string, want int) {
 		}
 		reachable, settled := 0, 0
 		for i := range nodes.Items {
-			if !nodeReachable(&nodes.Items[i]) {
+			if !clustertest.NodeReachable(&nodes.Items[i]) {
 				continue
 			}
 			reachable++
 			ps := perNode[nodes.Items[i].Name]
-			if len(ps) == 1 && ps[0].DeletionTimestamp == nil && ps[0].Spec.Containers[0].Image == image && podReady(ps[0]) {
+			if len(ps) == 1 && ps[0].DeletionTimestamp == nil && ps[0].Spec.Containers[0].Image == image && clustertest.PodReady(ps[0]) {
 				settled++
 			}
 		}
@@ -140,164 +172,14 @@ func waitSettled(t *testing.T, ns string, image string, want int) {
 	})
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}
-
-// nodeReachable is a Ready node without the node lifecycle controller's not-ready or unreachable
-// taints: one the rollout counts.
-func nodeReachable(n *corev1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady {
-			return false
-		}
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// sampler watches the nodes and the namespace's pods and records, after every event, how many
-// reachable nodes lack an available pod, how many pods run a given image and which images each
-// node ran: a continuous sample, not an end state.
-type sampler struct {
-	mu             sync.Mutex
-	nodes          map[string]*corev1.Node
-	pods           map[string]*corev1.Pod
-	maxUnavailable int
-	maxWithImage   int
-	image          string
-	imagesOn       map[string]map[string]bool // node -> images of its non-terminating pods, ever
-	samples        int
-	synced         bool // both initial lists are in; before that the maps are partial
-	stop           chan struct{}
-	stopOnce       sync.Once
-}
-
-// stopWatching stops the sampler's informers; its samples so far stay readable.
-func (s *sampler) stopWatching() { s.stopOnce.Do(func() { close(s.stop) }) }
-
-func startSampler(t *testing.T, ns, image string) *sampler {
-	t.Helper()
-	s := &sampler{nodes: map[string]*corev1.Node{}, pods: map[string]*corev1.Pod{}, imagesOn: map[string]map[string]bool{}, image: image, stop: make(chan struct{})}
-	pods := informers.NewSharedInformerFactoryWithOptions(cluster.Client, 0, informers.WithNamespace(ns)).Core().V1().Pods().Informer()
-	nodes := informers.NewSharedInformerFactory(cluster.Client, 0).Core().V1().Nodes().Informer()
-	record := func(obj any, deleted bool) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		switch o := obj.(type) {
-		case *corev1.Pod:
-			if deleted {
-				delete(s.pods, o.Name)
-			} else {
-				s.pods[o.Name] = o
-			}
-		case *corev1.Node:
-			if deleted {
-				delete(s.nodes, o.Name)
-			} else {
-				s.nodes[o.Name] = o
-			}
-		default:
-			return
-		}
-		if s.synced {
-			s.sample()
-		}
-	}
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { record(o, false) },
-		UpdateFunc: func(_, o any) { record(o, false) },
-		DeleteFunc: func(o any) { record(o, true) },
-	}
-	for _, inf := range []cache.SharedIndexInformer{pods, nodes} {
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			t.Fatal(err)
-		}
-		go inf.Run(s.stop)
-	}
-	if !cache.WaitForCacheSync(s.stop, pods.HasSynced, nodes.HasSynced) {
-		t.Fatal("informers did not sync")
-	}
-	s.mu.Lock()
-	s.synced = true
-	s.sample()
-	s.mu.Unlock()
-	t.Cleanup(s.stopWatching)
-	return s
-}
-
-// sample records one observation; s.mu is held.
-func (s *sampler) sample() {
-	availableOn := map[string]bool{}
-	withImage := 0
-	for _, p := range s.pods {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		if podReady(p) {
-			availableOn[p.Spec.NodeName] = true
-		}
-		if p.Spec.Containers[0].Image == s.image {
-			withImage++
-		}
-		if p.Spec.NodeName != "" {
-			if s.imagesOn[p.Spec.NodeName] == nil {
-				s.imagesOn[p.Spec.NodeName] = map[string]bool{}
-			}
-			s.imagesOn[p.Spec.NodeName][p.Spec.Containers[0].Image] = true
-		}
-	}
-	unavailable := 0
-	for name, n := range s.nodes {
-		if nodeReachable(n) && !availableOn[name] {
-			unavailable++
-		}
-	}
-	s.maxUnavailable = max(s.maxUnavailable, unavailable)
-	s.maxWithImage = max(s.maxWithImage, withImage)
-	s.samples++
-}
-
-func (s *sampler) result() (maxUnavailable, maxWithImage, samples int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.maxUnavailable, s.maxWithImage, s.samples
-}
-
-// imagesSeenOn lists the images the node's pods ran while the sampler watched.
-func (s *sampler) imagesSeenOn(node string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for image := range s.imagesOn[node] {
-		out = append(out, image)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // startPausedRollout deploys nginx:1.7.9 on nodes nodes with the given settings, whose first
 // step updates canary nodes and the second pauses, rolls out nginx:1.24.0 and returns once the
 // rollout is paused after its canary step, with a sampler watching.
-func startPausedRollout(t *testing.T, ns string, nodes int, settings map[string]string, canary int) *sampler {
+func startPausedRollout(t *testing.T, ns string, nodes int, settings map[string]string, canary int) *clustertest.BudgetSampler {
 	t.Helper()
-	kubectl(t, managedDS("nginx:1.7.9", settings), "apply", "-n", ns, "-f", "-")
-	waitSettled(t, ns, "nginx:1.7.9", nodes)
-	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
-	s := startSampler(t, ns, "nginx:1.24.0")
-	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
+	deployManaged(t, ns, nodes, settings)
+	s := sampleBudget(t, ns)
+	setImage(t, ns, "nginx:1.24.0")
 	ds := waitPhase(t, ns, rolloutapi.PhasePaused, time.Minute)
 	if got := ds.Annotations[rolloutapi.StatusStep]; !strings.HasPrefix(got, "2/3") {
 		t.Fatalf("paused at step %q, want 2/3", got)
@@ -313,23 +195,14 @@ func TestManagedRolloutStaysWithinBudgetAtEveryInstant(t *testing.T) {
 	ctl := startController(t)
 	defer ctl.Stop()
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, managedDS("nginx:1.7.9", map[string]string{rolloutapi.AnnotationMaxUnavailable: "2"}), "apply", "-n", ns, "-f", "-")
-	waitSettled(t, ns, "nginx:1.7.9", nodeCount)
-	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
+	deployManaged(t, ns, nodeCount, map[string]string{rolloutapi.AnnotationMaxUnavailable: "2"})
 
-	s := startSampler(t, ns, "nginx:1.24.0")
-	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
+	s := sampleBudget(t, ns)
+	setImage(t, ns, "nginx:1.24.0")
 	waitSettled(t, ns, "nginx:1.24.0", nodeCount)
 	ds := waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
 
-	maxUnavailable, _, samples := s.result()
-	t.Logf("max unavailable %d over %d samples", maxUnavailable, samples)
-	if maxUnavailable > 2 {
-		t.Errorf("%d nodes were unavailable at once, budget 2", maxUnavailable)
-	}
-	if maxUnavailable == 0 || samples < nodeCount {
-		t.Errorf("sampler saw no rollout (max unavailable %d, %d samples)", maxUnavailable, samples)
-	}
+	checkBudget(t, s, 2)
 	if got := ds.Annotations[rolloutapi.StatusUpdated]; got != "20/20" {
 		t.Errorf("status %s = %q, want 20/20", rolloutapi.StatusUpdated, got)
 	}
@@ -340,35 +213,24 @@ func TestFailingImageHaltsAfterFirstStepAndRollForwardCompletes(t *testing.T) {
 	ctl := startController(t)
 	defer ctl.Stop()
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, managedDS("nginx:1.7.9", nil), "apply", "-n", ns, "-f", "-")
-	waitSettled(t, ns, "nginx:1.7.9", nodeCount)
-	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
+	deployManaged(t, ns, nodeCount, nil)
 
-	s := startSampler(t, ns, "nginx:1.91")
-	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.91")
+	s := sampleBudget(t, ns)
+	setImage(t, ns, "nginx:1.91")
 	ds := waitPhase(t, ns, rolloutapi.PhaseFailed, 2*time.Minute)
 	failed := condition(ds, rolloutapi.PhaseFailed)
 	if failed.Reason != "PodFailure" || !strings.Contains(failed.Message, "ImagePullBackOff") {
 		t.Errorf("Failed condition %s: %s, want PodFailure naming ImagePullBackOff", failed.Reason, failed.Message)
 	}
-	cluster.WaitFor(t, time.Minute, "a RolloutFailed event naming the node", func(ctx context.Context) (bool, string) {
-		evs, err := cluster.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "RolloutFailed" && strings.Contains(e.Note, "worker-0: ImagePullBackOff") {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%d events", len(evs.Items))
+	waitEvent(t, ns, "a RolloutFailed event naming the node", func(e eventsv1.Event) bool {
+		return e.Reason == "RolloutFailed" && strings.Contains(e.Note, "worker-0: ImagePullBackOff")
 	})
 
 	// Roll forward with a good image: the failure belongs to the old revision.
-	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.25.5")
+	setImage(t, ns, "nginx:1.25.5")
 	waitSettled(t, ns, "nginx:1.25.5", nodeCount)
 	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
-	_, touched, _ := s.result()
+	touched := s.MaxRunning("nginx:1.91")
 	if touched > 1 {
 		t.Errorf("%d nodes ran the broken image at once; the budget is 1", touched)
 	}
@@ -386,11 +248,9 @@ func TestNeverReadyPodsHaltOnTheProgressDeadlineAndSaySo(t *testing.T) {
 	ctl := startController(t)
 	defer ctl.Stop()
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, managedDS("nginx:1.7.9", map[string]string{rolloutapi.AnnotationMaxUnavailable: "2", rolloutapi.AnnotationProgressDeadline: "5s"}), "apply", "-n", ns, "-f", "-")
-	waitSettled(t, ns, "nginx:1.7.9", nodeCount)
-	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
+	deployManaged(t, ns, nodeCount, map[string]string{rolloutapi.AnnotationMaxUnavailable: "2", rolloutapi.AnnotationProgressDeadline: "5s"})
 
-	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:never-ready")
+	setImage(t, ns, "nginx:never-ready")
 	ds := waitPhase(t, ns, rolloutapi.PhaseFailed, 2*time.Minute)
 	failed := condition(ds, rolloutapi.PhaseFailed)
 	for _, want := range []string{
@@ -402,17 +262,9 @@ func TestNeverReadyPodsHaltOnTheProgressDeadlineAndSaySo(t *testing.T) {
 			t.Errorf("Failed condition %s: %q, want %s naming %q", failed.Reason, failed.Message, rolloutapi.ReasonProgressDeadline, want)
 		}
 	}
-	cluster.WaitFor(t, time.Minute, "a RolloutFailed event saying what the condition says", func(ctx context.Context) (bool, string) {
-		evs, err := cluster.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "RolloutFailed" && e.Type == corev1.EventTypeWarning && e.Note == failed.Reason+": "+failed.Message {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%d events, none with note %q", len(evs.Items), failed.Reason+": "+failed.Message)
+	note := failed.Reason + ": " + failed.Message
+	waitEvent(t, ns, fmt.Sprintf("a RolloutFailed event with the note %q", note), func(e eventsv1.Event) bool {
+		return e.Reason == "RolloutFailed" && e.Type == corev1.EventTypeWarning && e.Note == note
 	})
 	ds, err := getDS(context.Background(), ns)
 	if err != nil {
@@ -438,8 +290,7 @@ func TestRestartMidRolloutResumesWithoutOvershoot(t *testing.T) {
 	defer ctl.Stop()
 	waitSettled(t, ns, "nginx:1.24.0", nodeCount)
 	waitPhase(t, ns, rolloutapi.PhaseComplete, time.Minute)
-	maxUnavailable, _, _ := s.result()
-	if maxUnavailable > 3 || maxUnavailable == 0 {
+	if maxUnavailable := s.MaxUnavailable(); maxUnavailable > 3 || maxUnavailable == 0 {
 		t.Errorf("max unavailable %d across the restart, want 1..3", maxUnavailable)
 	}
 }
