@@ -147,7 +147,7 @@ func TestBuiltinRollingUpdateWaitsSilentlyWhereManagedRolloutFails(t *testing.T)
 		})
 	}
 	managedFailed := waitPhaseOf(t, ns, "managed", rolloutapi.PhaseFailed, time.Minute)
-	if c := condition(managedFailed, rolloutapi.PhaseFailed); c.Reason != "PodFailure" || !strings.Contains(c.Message, "worker-0: ImagePullBackOff") {
+	if c := clustertest.RolloutCondition(managedFailed, rolloutapi.PhaseFailed); c.Reason != "PodFailure" || !strings.Contains(c.Message, "worker-0: ImagePullBackOff") {
 		t.Errorf("managed Failed condition %s: %q, want PodFailure naming worker-0: ImagePullBackOff", c.Reason, c.Message)
 	}
 

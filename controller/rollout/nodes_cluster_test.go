@@ -168,7 +168,7 @@ func TestUnreachableNodesAndStuckPodsDoNotBlockTheRollout(t *testing.T) {
 	if err != nil || len(pods) != 1 || pods[0].Name != stuckPod || pods[0].DeletionTimestamp == nil {
 		t.Fatalf("pods on %s: %d, %v; want only %s, terminating", stuck, len(pods), err, stuckPod)
 	}
-	if ds, _ := getDS(ctx, ns); condition(ds, rolloutapi.PhaseProgressing) == nil {
+	if ds, _ := getDS(ctx, ns); clustertest.RolloutCondition(ds, rolloutapi.PhaseProgressing) == nil {
 		t.Errorf("while a pod is stuck terminating the rollout is not Progressing: %+v", ds.Status.Conditions)
 	}
 
@@ -183,7 +183,7 @@ func TestUnreachableNodesAndStuckPodsDoNotBlockTheRollout(t *testing.T) {
 	if got, want := ds.Annotations[rolloutapi.StatusUpdated], fmt.Sprintf("%d/%d", nodeCount, nodeCount); got != want {
 		t.Errorf("status %s = %q, want %q", rolloutapi.StatusUpdated, got, want)
 	}
-	msg := condition(ds, rolloutapi.PhaseComplete).Message
+	msg := clustertest.RolloutCondition(ds, rolloutapi.PhaseComplete).Message
 	for _, want := range []string{"2 nodes left out", stuck + ": node not ready or unreachable", lost + ": node not ready or unreachable"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("Complete condition %q does not say %q", msg, want)

@@ -97,15 +97,6 @@ func getDS(ctx context.Context, ns string) (*appsv1.DaemonSet, error) {
 	return cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, "nginx-ds", metav1.GetOptions{})
 }
 
-func condition(ds *appsv1.DaemonSet, t rolloutapi.Phase) *appsv1.DaemonSetCondition {
-	for i := range ds.Status.Conditions {
-		if string(ds.Status.Conditions[i].Type) == string(t) && ds.Status.Conditions[i].Status == corev1.ConditionTrue {
-			return &ds.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 // waitPhase waits until the given rollout condition of nginx-ds is True.
 func waitPhase(t *testing.T, ns string, phase rolloutapi.Phase, timeout time.Duration) *appsv1.DaemonSet {
 	t.Helper()
@@ -122,7 +113,7 @@ func waitPhaseOf(t *testing.T, ns, name string, phase rolloutapi.Phase, timeout 
 			return false, err.Error()
 		}
 		ds = got
-		return condition(got, phase) != nil, fmt.Sprintf("conditions %+v annotations %v", got.Status.Conditions, got.Annotations)
+		return clustertest.RolloutCondition(got, phase) != nil, fmt.Sprintf("conditions %+v annotations %v", got.Status.Conditions, got.Annotations)
 	})
 	return ds
 }
@@ -218,7 +209,7 @@ func TestFailingImageHaltsAfterFirstStepAndRollForwardCompletes(t *testing.T) {
 	s := sampleBudget(t, ns)
 	setImage(t, ns, "nginx:1.91")
 	ds := waitPhase(t, ns, rolloutapi.PhaseFailed, 2*time.Minute)
-	failed := condition(ds, rolloutapi.PhaseFailed)
+	failed := clustertest.RolloutCondition(ds, rolloutapi.PhaseFailed)
 	if failed.Reason != "PodFailure" || !strings.Contains(failed.Message, "ImagePullBackOff") {
 		t.Errorf("Failed condition %s: %s, want PodFailure naming ImagePullBackOff", failed.Reason, failed.Message)
 	}
@@ -252,7 +243,7 @@ func TestNeverReadyPodsHaltOnTheProgressDeadlineAndSaySo(t *testing.T) {
 
 	setImage(t, ns, "nginx:never-ready")
 	ds := waitPhase(t, ns, rolloutapi.PhaseFailed, 2*time.Minute)
-	failed := condition(ds, rolloutapi.PhaseFailed)
+	failed := clustertest.RolloutCondition(ds, rolloutapi.PhaseFailed)
 	for _, want := range []string{
 		"step 1/1 (100%): new pods not Ready within the progress deadline of 5s",
 		"new pods not available on 2 of 20 nodes: worker-0: not Ready since ", ", worker-1: not Ready since ",
@@ -270,7 +261,7 @@ func TestNeverReadyPodsHaltOnTheProgressDeadlineAndSaySo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again := condition(ds, rolloutapi.PhaseFailed); again == nil || again.Reason != failed.Reason || again.Message != failed.Message {
+	if again := clustertest.RolloutCondition(ds, rolloutapi.PhaseFailed); again == nil || again.Reason != failed.Reason || again.Message != failed.Message {
 		t.Errorf("after later reconciles the Failed condition is %+v, want it unchanged: %s: %s", again, failed.Reason, failed.Message)
 	}
 }

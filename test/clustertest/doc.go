@@ -7,6 +7,7 @@
 //   - budget.go: BudgetSampler watches a DaemonSet's pods and the nodes and records, after every
 //     event, how many nodes lack an available pod, with the assertions the rollout tests make on
 //     it; PodReady and NodeReachable are its notions of available and counted.
+//   - rollout.go: RolloutCondition reads the condition daemonguard's rollout controller writes.
 //
 // Tests of the product import it, and so may the demo; the product itself never does (test/
 // layout_test.go checks the shipped binaries). A test file that uses it, or the cluster its
