@@ -17,6 +17,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/rolloutcli"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -132,10 +133,10 @@ func TestRecordStatusSequences(t *testing.T) {
 	t.Run("progressive", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
 		r := record(t, ns, "agent")
-		kubectl(t, sequenceDS("agent", "OnDelete", "nginx:1.7.9", map[string]string{
+		clustertest.Kubectl(t, cluster, sequenceDS("agent", "OnDelete", "nginx:1.7.9", map[string]string{
 			rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationSteps: "1,pause:3s,50%,pause,100%"}), "apply", "-n", ns, "-f", "-")
 		complete(ns, "agent")
-		kubectl(t, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
+		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
 		waitCondition(t, ns, "agent", rolloutapi.ConditionPaused, "PausedAtStep")
 		mustRun(t, "resume", "ds/agent", "-n", ns)
 		complete(ns, "agent")
@@ -143,11 +144,11 @@ func TestRecordStatusSequences(t *testing.T) {
 	})
 	t.Run("paused-by-annotation", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
-		kubectl(t, sequenceDS("agent", "OnDelete", "nginx:1.7.9", map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged}), "apply", "-n", ns, "-f", "-")
+		clustertest.Kubectl(t, cluster, sequenceDS("agent", "OnDelete", "nginx:1.7.9", map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged}), "apply", "-n", ns, "-f", "-")
 		complete(ns, "agent")
 		r := record(t, ns, "agent")
 		mustRun(t, "pause", "ds/agent", "-n", ns)
-		kubectl(t, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
+		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
 		waitCondition(t, ns, "agent", rolloutapi.ConditionPaused, "PausedByAnnotation")
 		mustRun(t, "resume", "ds/agent", "-n", ns)
 		complete(ns, "agent")
@@ -155,11 +156,11 @@ func TestRecordStatusSequences(t *testing.T) {
 	})
 	t.Run("never-ready", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
-		kubectl(t, sequenceDS("agent", "OnDelete", "nginx:1.7.9", map[string]string{
+		clustertest.Kubectl(t, cluster, sequenceDS("agent", "OnDelete", "nginx:1.7.9", map[string]string{
 			rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationProgressDeadline: "5s", rolloutapi.AnnotationMaxUnavailable: "2"}), "apply", "-n", ns, "-f", "-")
 		complete(ns, "agent")
 		r := record(t, ns, "agent")
-		kubectl(t, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:never-ready")
+		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:never-ready")
 		waitCondition(t, ns, "agent", rolloutapi.ConditionFailed, rolloutapi.ReasonProgressDeadline)
 		mustRun(t, "undo", "ds/agent", "-n", ns)
 		complete(ns, "agent")
@@ -168,12 +169,12 @@ func TestRecordStatusSequences(t *testing.T) {
 	t.Run("unmanaged-on-delete", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
 		r := record(t, ns, "agent")
-		kubectl(t, sequenceDS("agent", "OnDelete", "nginx:1.7.9", nil), "apply", "-n", ns, "-f", "-")
+		clustertest.Kubectl(t, cluster, sequenceDS("agent", "OnDelete", "nginx:1.7.9", nil), "apply", "-n", ns, "-f", "-")
 		cluster.WaitFor(t, time.Minute, "pods available", func(context.Context) (bool, string) {
 			s := getDS(t, ns, "agent").Status
 			return s.DesiredNumberScheduled > 0 && s.NumberAvailable == s.DesiredNumberScheduled, fmt.Sprintf("%+v", s)
 		})
-		kubectl(t, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
+		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
 		cluster.WaitFor(t, time.Minute, "new template observed", func(context.Context) (bool, string) {
 			ds := getDS(t, ns, "agent")
 			return ds.Status.ObservedGeneration == ds.Generation, fmt.Sprintf("%+v", ds.Status)
@@ -183,9 +184,9 @@ func TestRecordStatusSequences(t *testing.T) {
 	t.Run("rolling-update", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
 		r := record(t, ns, "agent")
-		kubectl(t, sequenceDS("agent", "RollingUpdate", "nginx:1.7.9", nil), "apply", "-n", ns, "-f", "-")
+		clustertest.Kubectl(t, cluster, sequenceDS("agent", "RollingUpdate", "nginx:1.7.9", nil), "apply", "-n", ns, "-f", "-")
 		mustRun(t, "status", "ds/agent", "-n", ns, "--timeout=2m")
-		kubectl(t, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
+		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
 		mustRun(t, "status", "ds/agent", "-n", ns, "--timeout=2m")
 		r.finish(t, "rolling-update")
 	})
