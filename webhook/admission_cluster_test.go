@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -25,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/daemonguard/daemonguard/internal/serving"
-	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 	"github.com/daemonguard/daemonguard/test/webhookreg"
@@ -92,15 +91,6 @@ func startReplica(t *testing.T, name string, s serving.Options) (url string, caB
 	return "https://" + addr, caBundle
 }
 
-func repoFile(t *testing.T, parts ...string) string {
-	t.Helper()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(append([]string{root}, parts...)...)
-}
-
 func seedDaemonSet(t *testing.T) *appsv1.DaemonSet {
 	t.Helper()
 	return &appsv1.DaemonSet{
@@ -115,6 +105,7 @@ func seedDaemonSet(t *testing.T) *appsv1.DaemonSet {
 	}
 }
 
+// kubectlResult is what kubectl did, for the tests that expect it to fail or warn.
 type kubectlResult struct {
 	stdout, stderr string
 	err            error
@@ -125,19 +116,10 @@ func runKubectl(stdin string, args ...string) kubectlResult {
 	return kubectlResult{out, errOut, err}
 }
 
-func kubectl(t *testing.T, args ...string) string {
-	t.Helper()
-	r := runKubectl("", args...)
-	if r.err != nil {
-		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), r.err, r.stdout, r.stderr)
-	}
-	return r.stdout
-}
-
 func TestSeedRunsOnEveryNodeWithSystemNodeCriticalPriority(t *testing.T) {
 	startWebhook(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, "apply", "-n", ns, "-f", repoFile(t, "testdata", "demo", "nginx-ds.yaml"))
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", clustertest.SeedManifest(t))
 
 	ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(context.Background(), "nginx-ds", metav1.GetOptions{})
 	if err != nil {
@@ -193,10 +175,10 @@ func hasToleration(ts []corev1.Toleration, key string) bool {
 func TestReapplyIsIdempotentAndServerSideDiffIsClean(t *testing.T) {
 	startWebhook(t)
 	ns := cluster.NewTestNamespace(t)
-	manifest := repoFile(t, "testdata", "demo", "nginx-ds.yaml")
-	kubectl(t, "apply", "-n", ns, "-f", manifest)
-	kubectl(t, "apply", "-n", ns, "-f", manifest)
-	kubectl(t, "apply", "--server-side", "--force-conflicts", "-n", ns, "-f", manifest)
+	manifest := clustertest.SeedManifest(t)
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", manifest)
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", manifest)
+	clustertest.Kubectl(t, cluster, "", "apply", "--server-side", "--force-conflicts", "-n", ns, "-f", manifest)
 
 	diff := runKubectl("", "diff", "--server-side", "--force-conflicts", "-n", ns, "-f", manifest)
 	if diff.err != nil {
@@ -288,7 +270,7 @@ func TestUnmarkedNamespaceGetsValidationButNoInjection(t *testing.T) {
 	startWebhook(t)
 	ctx := context.Background()
 	tenant := cluster.NewTenantNamespace(t)
-	kubectl(t, "apply", "-n", tenant, "-f", repoFile(t, "testdata", "demo", "nginx-ds.yaml"))
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", tenant, "-f", clustertest.SeedManifest(t))
 	ds, err := cluster.Client.AppsV1().DaemonSets(tenant).Get(ctx, "nginx-ds", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

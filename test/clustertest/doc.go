@@ -2,8 +2,9 @@
 //
 //   - kubectl.go: Kubectl runs the real kubectl against the cluster and fails the test when it
 //     fails; RepoFile finds a file of this checkout.
-//   - seed.go: the seed DaemonSet (testdata/demo/nginx-ds.yaml) as a path, SeedManifest, or
-//     changed through the one DaemonSet codec, EditDaemonSet, which the demo shares.
+//   - seed.go: the seed DaemonSet (testdata/demo/nginx-ds.yaml) as a path (SeedManifest), an
+//     object (SeedObject) or a changed manifest (SeedYAML), through the one DaemonSet codec
+//     (DecodeDaemonSet, EditDaemonSet) that the demo shares.
 //   - budget.go: BudgetSampler watches a DaemonSet's pods and the nodes and records, after every
 //     event, how many nodes lack an available pod, with the assertions the rollout tests make on
 //     it; PodReady and NodeReachable are its notions of available and counted.

@@ -16,23 +16,47 @@ func SeedManifest(t testing.TB) string {
 	return RepoFile(t, "testdata", "demo", "nginx-ds.yaml")
 }
 
-// SeedDaemonSet returns the seed DaemonSet's manifest with change applied, for kubectl's stdin.
-func SeedDaemonSet(t testing.TB, change func(*appsv1.DaemonSet)) string {
+// SeedObject returns the seed DaemonSet, decoded.
+func SeedObject(t testing.TB) *appsv1.DaemonSet {
 	t.Helper()
 	data, err := os.ReadFile(SeedManifest(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	edited, err := EditDaemonSet(data, change)
+	ds, err := DecodeDaemonSet(data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(edited)
+	return ds
 }
 
-// EditDaemonSet decodes a DaemonSet manifest strictly (an unknown field is an error, not a field
-// silently dropped), applies change and encodes it again.
+// SeedYAML returns the seed DaemonSet's manifest with change applied, for kubectl's stdin.
+func SeedYAML(t testing.TB, change func(*appsv1.DaemonSet)) string {
+	t.Helper()
+	ds := SeedObject(t)
+	change(ds)
+	data, err := yaml.Marshal(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// EditDaemonSet decodes a DaemonSet manifest (DecodeDaemonSet), applies change and encodes it
+// again.
 func EditDaemonSet(data []byte, change func(*appsv1.DaemonSet)) ([]byte, error) {
+	ds, err := DecodeDaemonSet(data)
+	if err != nil {
+		return nil, err
+	}
+	change(ds)
+	return yaml.Marshal(ds)
+}
+
+// DecodeDaemonSet decodes a DaemonSet manifest strictly: an unknown field is an error, not a
+// field silently dropped. A DaemonSet without a container is refused too: every change made
+// here edits the first.
+func DecodeDaemonSet(data []byte) (*appsv1.DaemonSet, error) {
 	var ds appsv1.DaemonSet
 	if err := yaml.UnmarshalStrict(data, &ds); err != nil {
 		return nil, fmt.Errorf("parse DaemonSet: %w", err)
@@ -40,6 +64,5 @@ func EditDaemonSet(data []byte, change func(*appsv1.DaemonSet)) ([]byte, error) 
 	if len(ds.Spec.Template.Spec.Containers) == 0 {
 		return nil, fmt.Errorf("DaemonSet %s has no container", ds.Name)
 	}
-	change(&ds)
-	return yaml.Marshal(&ds)
+	return &ds, nil
 }

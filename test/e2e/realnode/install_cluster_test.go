@@ -200,7 +200,7 @@ func waitCABundle(t *testing.T, want func(ctx context.Context) ([]byte, error)) 
 // the node agent built here.
 func seedDaemonSet(t *testing.T, image string) string {
 	t.Helper()
-	return clustertest.SeedDaemonSet(t, func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = image })
+	return clustertest.SeedYAML(t, func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = image })
 }
 
 // checkSeed applies the seed DaemonSet in ns and shows what the README's demo shows, with a real
