@@ -105,6 +105,18 @@ func seedDaemonSet(t *testing.T) *appsv1.DaemonSet {
 	}
 }
 
+// createDryRun sends ds through admission in ns and returns what the API server would store;
+// nothing is stored.
+func createDryRun(ctx context.Context, ns string, ds *appsv1.DaemonSet) (*appsv1.DaemonSet, error) {
+	return cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+}
+
+// injected reports whether ds's template carries a priority class or a toleration.
+func injected(ds *appsv1.DaemonSet) bool {
+	spec := ds.Spec.Template.Spec
+	return spec.PriorityClassName != "" || len(spec.Tolerations) != 0
+}
+
 // kubectlResult is what kubectl did, for the tests that expect it to fail or warn.
 type kubectlResult struct {
 	stdout, stderr string
@@ -292,16 +304,16 @@ func TestUnmarkedNamespaceGetsValidationButNoInjection(t *testing.T) {
 		wide.Labels[webhook.IgnoreLabel] = "true"
 		wide.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType,
 			RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromString("100%"))}}
-		_, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, wide, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := createDryRun(ctx, ns, wide)
 		if err == nil || !strings.Contains(err.Error(), "rolling_update_budget") {
 			t.Errorf("an ignore-labelled DaemonSet with maxUnavailable 100%% in %s: err = %v, want a rolling_update_budget denial", ns, err)
 		}
 		wide.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable = ptr.To(intstr.FromInt32(1))
-		got, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, wide, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		got, err := createDryRun(ctx, ns, wide)
 		if err != nil {
 			t.Fatalf("an ignore-labelled DaemonSet with maxUnavailable 1 in %s: %v", ns, err)
 		}
-		if got.Spec.Template.Spec.PriorityClassName != "" || len(got.Spec.Template.Spec.Tolerations) != 0 {
+		if injected(got) {
 			t.Errorf("an ignore-labelled DaemonSet in %s was injected: %+v", ns, got.Spec.Template.Spec)
 		}
 	}
@@ -311,11 +323,11 @@ func TestExemptNamespaceIsNeverMutated(t *testing.T) {
 	startWebhook(t)
 	ctx := context.Background()
 	for _, ns := range []string{webhookNamespace, metav1.NamespaceSystem} {
-		got, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, seedDaemonSet(t), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		got, err := createDryRun(ctx, ns, seedDaemonSet(t))
 		if err != nil {
 			t.Fatalf("create in %s: %v", ns, err)
 		}
-		if got.Spec.Template.Spec.PriorityClassName != "" || len(got.Spec.Template.Spec.Tolerations) != 0 {
+		if injected(got) {
 			t.Errorf("DaemonSet in exempt namespace %s was mutated: %+v", ns, got.Spec.Template.Spec)
 		}
 	}
