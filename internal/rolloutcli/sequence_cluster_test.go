@@ -108,6 +108,18 @@ metadata:
 `, name, a, strategy, name, name, image)
 }
 
+// applyAgent applies the DaemonSet agent, running nginx:1.7.9, in ns.
+func applyAgent(t *testing.T, ns, strategy string, annotations map[string]string) {
+	t.Helper()
+	clustertest.Kubectl(t, cluster, sequenceDS("agent", strategy, "nginx:1.7.9", annotations), "apply", "-n", ns, "-f", "-")
+}
+
+// setAgentImage changes the image of agent: a new revision to roll out.
+func setAgentImage(t *testing.T, ns, image string) {
+	t.Helper()
+	clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app="+image)
+}
+
 func waitCondition(t *testing.T, ns, name string, ct appsv1.DaemonSetConditionType, reason string) {
 	t.Helper()
 	cluster.WaitFor(t, 2*time.Minute, fmt.Sprintf("%s condition %s %s", name, ct, reason), func(context.Context) (bool, string) {
@@ -133,10 +145,10 @@ func TestRecordStatusSequences(t *testing.T) {
 	t.Run("progressive", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
 		r := record(t, ns, "agent")
-		clustertest.Kubectl(t, cluster, sequenceDS("agent", "OnDelete", "nginx:1.7.9", map[string]string{
-			rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationSteps: "1,pause:3s,50%,pause,100%"}), "apply", "-n", ns, "-f", "-")
+		applyAgent(t, ns, "OnDelete", map[string]string{
+			rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationSteps: "1,pause:3s,50%,pause,100%"})
 		complete(ns, "agent")
-		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
+		setAgentImage(t, ns, "nginx:1.25.5")
 		waitCondition(t, ns, "agent", rolloutapi.ConditionPaused, "PausedAtStep")
 		mustRun(t, "resume", "ds/agent", "-n", ns)
 		complete(ns, "agent")
@@ -144,11 +156,11 @@ func TestRecordStatusSequences(t *testing.T) {
 	})
 	t.Run("paused-by-annotation", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
-		clustertest.Kubectl(t, cluster, sequenceDS("agent", "OnDelete", "nginx:1.7.9", map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged}), "apply", "-n", ns, "-f", "-")
+		applyAgent(t, ns, "OnDelete", map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged})
 		complete(ns, "agent")
 		r := record(t, ns, "agent")
 		mustRun(t, "pause", "ds/agent", "-n", ns)
-		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
+		setAgentImage(t, ns, "nginx:1.25.5")
 		waitCondition(t, ns, "agent", rolloutapi.ConditionPaused, "PausedByAnnotation")
 		mustRun(t, "resume", "ds/agent", "-n", ns)
 		complete(ns, "agent")
@@ -156,11 +168,11 @@ func TestRecordStatusSequences(t *testing.T) {
 	})
 	t.Run("never-ready", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
-		clustertest.Kubectl(t, cluster, sequenceDS("agent", "OnDelete", "nginx:1.7.9", map[string]string{
-			rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationProgressDeadline: "5s", rolloutapi.AnnotationMaxUnavailable: "2"}), "apply", "-n", ns, "-f", "-")
+		applyAgent(t, ns, "OnDelete", map[string]string{
+			rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationProgressDeadline: "5s", rolloutapi.AnnotationMaxUnavailable: "2"})
 		complete(ns, "agent")
 		r := record(t, ns, "agent")
-		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:never-ready")
+		setAgentImage(t, ns, "nginx:never-ready")
 		waitCondition(t, ns, "agent", rolloutapi.ConditionFailed, rolloutapi.ReasonProgressDeadline)
 		mustRun(t, "undo", "ds/agent", "-n", ns)
 		complete(ns, "agent")
@@ -169,12 +181,12 @@ func TestRecordStatusSequences(t *testing.T) {
 	t.Run("unmanaged-on-delete", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
 		r := record(t, ns, "agent")
-		clustertest.Kubectl(t, cluster, sequenceDS("agent", "OnDelete", "nginx:1.7.9", nil), "apply", "-n", ns, "-f", "-")
+		applyAgent(t, ns, "OnDelete", nil)
 		cluster.WaitFor(t, time.Minute, "pods available", func(context.Context) (bool, string) {
 			s := getDS(t, ns, "agent").Status
 			return s.DesiredNumberScheduled > 0 && s.NumberAvailable == s.DesiredNumberScheduled, fmt.Sprintf("%+v", s)
 		})
-		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
+		setAgentImage(t, ns, "nginx:1.25.5")
 		cluster.WaitFor(t, time.Minute, "new template observed", func(context.Context) (bool, string) {
 			ds := getDS(t, ns, "agent")
 			return ds.Status.ObservedGeneration == ds.Generation, fmt.Sprintf("%+v", ds.Status)
@@ -184,9 +196,9 @@ func TestRecordStatusSequences(t *testing.T) {
 	t.Run("rolling-update", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
 		r := record(t, ns, "agent")
-		clustertest.Kubectl(t, cluster, sequenceDS("agent", "RollingUpdate", "nginx:1.7.9", nil), "apply", "-n", ns, "-f", "-")
+		applyAgent(t, ns, "RollingUpdate", nil)
 		mustRun(t, "status", "ds/agent", "-n", ns, "--timeout=2m")
-		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
+		setAgentImage(t, ns, "nginx:1.25.5")
 		mustRun(t, "status", "ds/agent", "-n", ns, "--timeout=2m")
 		r.finish(t, "rolling-update")
 	})
