@@ -111,10 +111,17 @@ func createDryRun(ctx context.Context, ns string, ds *appsv1.DaemonSet) (*appsv1
 	return cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 }
 
-// injected reports whether ds's template carries a priority class or a toleration.
-func injected(ds *appsv1.DaemonSet) bool {
-	spec := ds.Spec.Template.Spec
-	return spec.PriorityClassName != "" || len(spec.Tolerations) != 0
+// checkNotInjected creates ds in ns as a dry run and fails the test when admission refuses it or
+// gives its template a priority class or a toleration.
+func checkNotInjected(t *testing.T, ns string, ds *appsv1.DaemonSet, what string) {
+	t.Helper()
+	got, err := createDryRun(context.Background(), ns, ds)
+	if err != nil {
+		t.Fatalf("%s in %s: %v", what, ns, err)
+	}
+	if spec := got.Spec.Template.Spec; spec.PriorityClassName != "" || len(spec.Tolerations) != 0 {
+		t.Errorf("%s in %s was injected: %+v", what, ns, spec)
+	}
 }
 
 // kubectlResult is what kubectl did, for the tests that expect it to fail or warn.
@@ -309,27 +316,14 @@ func TestUnmarkedNamespaceGetsValidationButNoInjection(t *testing.T) {
 			t.Errorf("an ignore-labelled DaemonSet with maxUnavailable 100%% in %s: err = %v, want a rolling_update_budget denial", ns, err)
 		}
 		wide.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable = ptr.To(intstr.FromInt32(1))
-		got, err := createDryRun(ctx, ns, wide)
-		if err != nil {
-			t.Fatalf("an ignore-labelled DaemonSet with maxUnavailable 1 in %s: %v", ns, err)
-		}
-		if injected(got) {
-			t.Errorf("an ignore-labelled DaemonSet in %s was injected: %+v", ns, got.Spec.Template.Spec)
-		}
+		checkNotInjected(t, ns, wide, "an ignore-labelled DaemonSet with maxUnavailable 1")
 	}
 }
 
 func TestExemptNamespaceIsNeverMutated(t *testing.T) {
 	startWebhook(t)
-	ctx := context.Background()
 	for _, ns := range []string{webhookNamespace, metav1.NamespaceSystem} {
-		got, err := createDryRun(ctx, ns, seedDaemonSet(t))
-		if err != nil {
-			t.Fatalf("create in %s: %v", ns, err)
-		}
-		if injected(got) {
-			t.Errorf("DaemonSet in exempt namespace %s was mutated: %+v", ns, got.Spec.Template.Spec)
-		}
+		checkNotInjected(t, ns, seedDaemonSet(t), "a DaemonSet in an exempt namespace")
 	}
 }
 
