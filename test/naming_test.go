@@ -10,9 +10,9 @@ import (
 	"testing"
 )
 
-// clusterFuncs are the functions of package localcluster that start a cluster or say that a test
-// needs one; its type Cluster counts too.
-var clusterFuncs = map[string]bool{"RunTests": true, "Start": true, "NeedCluster": true, "NeedRealNode": true}
+// localclusterNames are the names of package localcluster that only a test on the control plane
+// uses: the functions that start a cluster or say that a test needs one, and the cluster's type.
+var localclusterNames = map[string]bool{"RunTests": true, "Start": true, "NeedCluster": true, "NeedRealNode": true, "Cluster": true}
 
 // TestClusterTestsAreNamedSo holds the naming rule of the tests: a test file that needs the local
 // control plane is named *_cluster_test.go, and no other file is, so that a reader tells the slow
@@ -171,7 +171,7 @@ func (p *testPackage) use(n ast.Node, needs map[string]bool) string {
 		}
 		switch n := n.(type) {
 		case *ast.SelectorExpr:
-			if isIdent(n.X, "localcluster") && (clusterFuncs[n.Sel.Name] || n.Sel.Name == "Cluster") {
+			if isIdent(n.X, "localcluster") && localclusterNames[n.Sel.Name] {
 				why = "localcluster." + n.Sel.Name
 			} else {
 				why = p.use(n.X, needs) // a selector's Sel (c.cluster, x.Start) names no package thing
@@ -199,8 +199,7 @@ func declaresSharedCluster(f *ast.File) bool {
 		}
 		for _, spec := range gen.Specs {
 			v := spec.(*ast.ValueSpec)
-			star, ok := v.Type.(*ast.StarExpr)
-			if !ok || !isSelector(star.X, "localcluster", "Cluster") {
+			if !isClusterPointer(v.Type) {
 				continue
 			}
 			for _, name := range v.Names {
@@ -218,11 +217,12 @@ func isIdent(e ast.Expr, name string) bool {
 	return ok && id.Name == name
 }
 
-func isSelector(e ast.Expr, pkg, name string) bool {
-	sel, ok := e.(*ast.SelectorExpr)
+// isClusterPointer reports whether e is the type *localcluster.Cluster.
+func isClusterPointer(e ast.Expr) bool {
+	star, ok := e.(*ast.StarExpr)
 	if !ok {
 		return false
 	}
-	id, ok := sel.X.(*ast.Ident)
-	return ok && id.Name == pkg && sel.Sel.Name == name
+	sel, ok := star.X.(*ast.SelectorExpr)
+	return ok && isIdent(sel.X, "localcluster") && sel.Sel.Name == "Cluster"
 }
