@@ -156,11 +156,7 @@ func TestSeedRunsOnEveryNodeWithSystemNodeCriticalPriority(t *testing.T) {
 		t.Errorf("control-plane toleration not injected: %+v", tpl.Tolerations)
 	}
 
-	cluster.WaitFor(t, 2*time.Minute, "nginx-ds on 5 of 5 nodes", func(ctx context.Context) (bool, string) {
-		ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, "nginx-ds", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
+	clustertest.WaitDaemonSet(t, cluster, ns, "nginx-ds", 2*time.Minute, "nginx-ds on 5 of 5 nodes", func(ds *appsv1.DaemonSet) (bool, string) {
 		s := ds.Status
 		return s.DesiredNumberScheduled == 5 && s.NumberAvailable == 5 && s.UpdatedNumberScheduled == 5, fmt.Sprintf("%+v", s)
 	})
@@ -297,11 +293,7 @@ func TestUnmarkedNamespaceGetsValidationButNoInjection(t *testing.T) {
 	if tpl := ds.Spec.Template.Spec; tpl.PriorityClassName != "" || hasToleration(tpl.Tolerations, "node-role.kubernetes.io/control-plane") {
 		t.Errorf("DaemonSet in unmarked namespace %s was injected: priorityClassName %q, tolerations %+v", tenant, tpl.PriorityClassName, tpl.Tolerations)
 	}
-	cluster.WaitFor(t, 2*time.Minute, "nginx-ds on the 4 worker nodes only", func(ctx context.Context) (bool, string) {
-		ds, err := cluster.Client.AppsV1().DaemonSets(tenant).Get(ctx, "nginx-ds", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
+	clustertest.WaitDaemonSet(t, cluster, tenant, "nginx-ds", 2*time.Minute, "nginx-ds on the 4 worker nodes only", func(ds *appsv1.DaemonSet) (bool, string) {
 		s := ds.Status
 		return s.ObservedGeneration == ds.Generation && s.DesiredNumberScheduled == 4 && s.NumberAvailable == 4, fmt.Sprintf("%+v", s)
 	})

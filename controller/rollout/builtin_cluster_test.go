@@ -120,11 +120,7 @@ func TestBuiltinRollingUpdateWaitsSilentlyWhereManagedRolloutFails(t *testing.T)
 	clustertest.Kubectl(t, cluster, fiveNodeDS("builtin", "nginx:1.7.9", false), "apply", "-n", ns, "-f", "-")
 	clustertest.Kubectl(t, cluster, fiveNodeDS("managed", "nginx:1.7.9", true), "apply", "-n", ns, "-f", "-")
 	for _, name := range []string{"builtin", "managed"} {
-		cluster.WaitFor(t, 2*time.Minute, name+" on 5 nodes", func(ctx context.Context) (bool, string) {
-			ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
+		clustertest.WaitDaemonSet(t, cluster, ns, name, 2*time.Minute, name+" on 5 nodes", func(ds *appsv1.DaemonSet) (bool, string) {
 			s := ds.Status
 			return s.ObservedGeneration == ds.Generation && s.DesiredNumberScheduled == 5 && s.NumberAvailable == 5 && s.UpdatedNumberScheduled == 5, fmt.Sprintf("%+v", s)
 		})

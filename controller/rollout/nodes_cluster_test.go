@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -156,11 +157,7 @@ func TestUnreachableNodesAndStuckPodsDoNotBlockTheRollout(t *testing.T) {
 	// Every reachable node but the stuck one gets updated: the stuck pod holds one unit of the
 	// budget, the other unit keeps the rest moving.
 	want := fmt.Sprintf("%d/%d", nodeCount, nodeCount+1)
-	cluster.WaitFor(t, 2*time.Minute, "every other node updated while a pod is stuck terminating", func(ctx context.Context) (bool, string) {
-		ds, err := getDS(ctx, ns)
-		if err != nil {
-			return false, err.Error()
-		}
+	clustertest.WaitDaemonSet(t, cluster, ns, "nginx-ds", 2*time.Minute, "every other node updated while a pod is stuck terminating", func(ds *appsv1.DaemonSet) (bool, string) {
 		got := ds.Annotations[rolloutapi.StatusUpdated]
 		return got == want, fmt.Sprintf("%s = %q, want %q", rolloutapi.StatusUpdated, got, want)
 	})

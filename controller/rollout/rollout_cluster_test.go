@@ -106,16 +106,9 @@ func waitPhase(t *testing.T, ns string, phase rolloutapi.Phase, timeout time.Dur
 // waitPhaseOf waits until the given rollout condition of the named DaemonSet is True.
 func waitPhaseOf(t *testing.T, ns, name string, phase rolloutapi.Phase, timeout time.Duration) *appsv1.DaemonSet {
 	t.Helper()
-	var ds *appsv1.DaemonSet
-	cluster.WaitFor(t, timeout, name+" rollout condition "+string(phase), func(ctx context.Context) (bool, string) {
-		got, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		ds = got
-		return clustertest.RolloutCondition(got, phase) != nil, fmt.Sprintf("conditions %+v annotations %v", got.Status.Conditions, got.Annotations)
+	return clustertest.WaitDaemonSet(t, cluster, ns, name, timeout, name+" rollout condition "+string(phase), func(ds *appsv1.DaemonSet) (bool, string) {
+		return clustertest.RolloutCondition(ds, phase) != nil, fmt.Sprintf("conditions %+v annotations %v", ds.Status.Conditions, ds.Annotations)
 	})
-	return ds
 }
 
 // waitEvent waits until an Event of the namespace matches.

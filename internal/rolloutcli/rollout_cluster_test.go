@@ -363,8 +363,7 @@ func TestPauseResumeManaged(t *testing.T) {
 	// Without daemonguard's controller in this cluster nothing reports on the rollout: status
 	// says what it waits for, and times out. First let the DaemonSet controller observe the
 	// spec, so the message is about the rollout controller, not about that.
-	cluster.WaitFor(t, time.Minute, "the DaemonSet controller to observe the spec", func(ctx context.Context) (bool, string) {
-		ds := getDS(t, ns, "agent")
+	clustertest.WaitDaemonSet(t, cluster, ns, "agent", time.Minute, "the DaemonSet controller to observe the spec", func(ds *appsv1.DaemonSet) (bool, string) {
 		return ds.Status.ObservedGeneration >= ds.Generation, fmt.Sprintf("observed %d of %d", ds.Status.ObservedGeneration, ds.Generation)
 	})
 	out, _ = mustRun(t, "status", "ds/agent", "-n", ns, "--watch=false")
@@ -501,8 +500,8 @@ func TestStatusFollowsTheRolloutController(t *testing.T) {
 	ns := cluster.NewTestNamespace(t)
 	clustertest.Kubectl(t, cluster, managedDS, "apply", "-n", ns, "-f", "-")
 	hash := currentHash(t, ns, "agent", 1)
-	cluster.WaitFor(t, time.Minute, "pods of the managed DaemonSet available", func(context.Context) (bool, string) {
-		s := getDS(t, ns, "agent").Status
+	clustertest.WaitDaemonSet(t, cluster, ns, "agent", time.Minute, "pods of the managed DaemonSet available", func(ds *appsv1.DaemonSet) (bool, string) {
+		s := ds.Status
 		return s.ObservedGeneration > 0 && s.DesiredNumberScheduled == 4 && s.NumberAvailable == 4 && s.UpdatedNumberScheduled == 4, fmt.Sprintf("%+v", s)
 	})
 

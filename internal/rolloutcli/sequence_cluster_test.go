@@ -122,8 +122,7 @@ func setAgentImage(t *testing.T, ns, image string) {
 
 func waitCondition(t *testing.T, ns, name string, ct appsv1.DaemonSetConditionType, reason string) {
 	t.Helper()
-	cluster.WaitFor(t, 2*time.Minute, fmt.Sprintf("%s condition %s %s", name, ct, reason), func(context.Context) (bool, string) {
-		ds := getDS(t, ns, name)
+	clustertest.WaitDaemonSet(t, cluster, ns, name, 2*time.Minute, fmt.Sprintf("%s condition %s %s", name, ct, reason), func(ds *appsv1.DaemonSet) (bool, string) {
 		for _, c := range ds.Status.Conditions {
 			if c.Type == ct && c.Status == "True" && (reason == "" || c.Reason == reason) {
 				return true, ""
@@ -182,13 +181,12 @@ func TestRecordStatusSequences(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
 		r := record(t, ns, "agent")
 		applyAgent(t, ns, "OnDelete", nil)
-		cluster.WaitFor(t, time.Minute, "pods available", func(context.Context) (bool, string) {
-			s := getDS(t, ns, "agent").Status
+		clustertest.WaitDaemonSet(t, cluster, ns, "agent", time.Minute, "pods available", func(ds *appsv1.DaemonSet) (bool, string) {
+			s := ds.Status
 			return s.DesiredNumberScheduled > 0 && s.NumberAvailable == s.DesiredNumberScheduled, fmt.Sprintf("%+v", s)
 		})
 		setAgentImage(t, ns, "nginx:1.25.5")
-		cluster.WaitFor(t, time.Minute, "new template observed", func(context.Context) (bool, string) {
-			ds := getDS(t, ns, "agent")
+		clustertest.WaitDaemonSet(t, cluster, ns, "agent", time.Minute, "new template observed", func(ds *appsv1.DaemonSet) (bool, string) {
 			return ds.Status.ObservedGeneration == ds.Generation, fmt.Sprintf("%+v", ds.Status)
 		})
 		r.finish(t, "unmanaged-on-delete")

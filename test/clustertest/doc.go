@@ -8,9 +8,10 @@
 //   - budget.go: BudgetSampler watches a DaemonSet's pods and the nodes and records, after every
 //     event, how many nodes lack an available pod, with the assertions the rollout tests make on
 //     it; PodReady and NodeReachable are its notions of available and counted.
-//   - rollout.go: RolloutCondition reads the condition daemonguard's rollout controller writes.
+//   - daemonset.go: WaitDaemonSet polls a DaemonSet until it is as a test wants it;
+//     RolloutCondition reads the conditions daemonguard's rollout controller writes.
 //
 // Tests of the product import it, and so may the demo; the product itself never does (test/
-// layout_test.go checks the shipped binaries). A test file that uses it, or the cluster its
-// package's TestMain starts, is named *_cluster_test.go (test/naming_test.go).
+// layout_test.go checks the shipped binaries). A test file that needs the local control plane is
+// named *_cluster_test.go (test/naming_test.go).
 package clustertest

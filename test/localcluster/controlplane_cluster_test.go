@@ -30,20 +30,13 @@ func TestMain(m *testing.M) {
 // and available, and returns it.
 func waitRolledOut(t *testing.T, ns, name string, desired int32) *appsv1.DaemonSet {
 	t.Helper()
-	var ds *appsv1.DaemonSet
-	cluster.WaitFor(t, 2*time.Minute, "DaemonSet "+name+" rolled out", func(ctx context.Context) (bool, string) {
-		got, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		ds = got
-		s := got.Status
-		return s.ObservedGeneration == got.Generation && s.DesiredNumberScheduled == desired &&
+	return clustertest.WaitDaemonSet(t, cluster, ns, name, 2*time.Minute, "DaemonSet "+name+" rolled out", func(ds *appsv1.DaemonSet) (bool, string) {
+		s := ds.Status
+		return s.ObservedGeneration == ds.Generation && s.DesiredNumberScheduled == desired &&
 				s.CurrentNumberScheduled == desired && s.NumberReady == desired &&
 				s.UpdatedNumberScheduled == desired && s.NumberAvailable == desired && s.NumberMisscheduled == 0,
 			fmt.Sprintf("%+v", s)
 	})
-	return ds
 }
 
 func podsOf(t *testing.T, ns string, selector string) []corev1.Pod {

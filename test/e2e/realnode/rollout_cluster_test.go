@@ -226,21 +226,14 @@ func waitRollout(t *testing.T, ns string, phase rolloutapi.Phase, timeout time.D
 
 func waitRolloutAny(t *testing.T, ns string, timeout time.Duration, phases ...rolloutapi.Phase) *appsv1.DaemonSet {
 	t.Helper()
-	var ds *appsv1.DaemonSet
-	cluster.WaitFor(t, timeout, agentName+" rollout "+fmt.Sprint(phases), func(ctx context.Context) (bool, string) {
-		got, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, agentName, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		ds = got
+	return clustertest.WaitDaemonSet(t, cluster, ns, agentName, timeout, agentName+" rollout "+fmt.Sprint(phases), func(ds *appsv1.DaemonSet) (bool, string) {
 		for _, p := range phases {
-			if clustertest.RolloutCondition(got, p) != nil && got.Status.ObservedGeneration == got.Generation {
+			if clustertest.RolloutCondition(ds, p) != nil && ds.Status.ObservedGeneration == ds.Generation {
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("conditions %+v", got.Status.Conditions)
+		return false, fmt.Sprintf("conditions %+v", ds.Status.Conditions)
 	})
-	return ds
 }
 
 const controllerLease = "daemonguard-rollout-controller"
