@@ -1,9 +1,11 @@
 // Package test holds daemonguard's test bench apart from the product: the local control plane
-// (localcluster), the harness that runs daemonguard's components against it, the webhook
+// (localcluster), the harness that runs daemonguard's components against it, the helpers every
+// test on it shares (clustertest: kubectl, the seed DaemonSet, the budget sampler), the webhook
 // registration and readiness probes they share (webhookreg), the demo, the admission load
 // generator (loadgen), the API server benchmark (apibench), the 1,000-node rollout benchmark
-// (rolloutbench) and the benchmark of `rollout plan` (planbench). This file checks that the
-// shipped binaries link none of it.
+// (rolloutbench) and the benchmark of `rollout plan` (planbench). layout_test.go checks that the
+// shipped binaries link none of it; naming_test.go that every test file needing the local
+// control plane, and only those, is named *_cluster_test.go.
 package test
 
 import (

@@ -17,6 +17,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/rolloutcli"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -107,10 +108,21 @@ metadata:
 `, name, a, strategy, name, name, image)
 }
 
+// applyAgent applies the DaemonSet agent, running nginx:1.7.9, in ns.
+func applyAgent(t *testing.T, ns, strategy string, annotations map[string]string) {
+	t.Helper()
+	clustertest.Kubectl(t, cluster, sequenceDS("agent", strategy, "nginx:1.7.9", annotations), "apply", "-n", ns, "-f", "-")
+}
+
+// setAgentImage changes the image of agent: a new revision to roll out.
+func setAgentImage(t *testing.T, ns, image string) {
+	t.Helper()
+	clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app="+image)
+}
+
 func waitCondition(t *testing.T, ns, name string, ct appsv1.DaemonSetConditionType, reason string) {
 	t.Helper()
-	cluster.WaitFor(t, 2*time.Minute, fmt.Sprintf("%s condition %s %s", name, ct, reason), func(context.Context) (bool, string) {
-		ds := getDS(t, ns, name)
+	clustertest.WaitDaemonSet(t, cluster, ns, name, 2*time.Minute, fmt.Sprintf("%s condition %s %s", name, ct, reason), func(ds *appsv1.DaemonSet) (bool, string) {
 		for _, c := range ds.Status.Conditions {
 			if c.Type == ct && c.Status == "True" && (reason == "" || c.Reason == reason) {
 				return true, ""
@@ -132,10 +144,10 @@ func TestRecordStatusSequences(t *testing.T) {
 	t.Run("progressive", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
 		r := record(t, ns, "agent")
-		kubectl(t, sequenceDS("agent", "OnDelete", "nginx:1.7.9", map[string]string{
-			rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationSteps: "1,pause:3s,50%,pause,100%"}), "apply", "-n", ns, "-f", "-")
+		applyAgent(t, ns, "OnDelete", map[string]string{
+			rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationSteps: "1,pause:3s,50%,pause,100%"})
 		complete(ns, "agent")
-		kubectl(t, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
+		setAgentImage(t, ns, "nginx:1.25.5")
 		waitCondition(t, ns, "agent", rolloutapi.ConditionPaused, "PausedAtStep")
 		mustRun(t, "resume", "ds/agent", "-n", ns)
 		complete(ns, "agent")
@@ -143,11 +155,11 @@ func TestRecordStatusSequences(t *testing.T) {
 	})
 	t.Run("paused-by-annotation", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
-		kubectl(t, sequenceDS("agent", "OnDelete", "nginx:1.7.9", map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged}), "apply", "-n", ns, "-f", "-")
+		applyAgent(t, ns, "OnDelete", map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged})
 		complete(ns, "agent")
 		r := record(t, ns, "agent")
 		mustRun(t, "pause", "ds/agent", "-n", ns)
-		kubectl(t, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
+		setAgentImage(t, ns, "nginx:1.25.5")
 		waitCondition(t, ns, "agent", rolloutapi.ConditionPaused, "PausedByAnnotation")
 		mustRun(t, "resume", "ds/agent", "-n", ns)
 		complete(ns, "agent")
@@ -155,11 +167,11 @@ func TestRecordStatusSequences(t *testing.T) {
 	})
 	t.Run("never-ready", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
-		kubectl(t, sequenceDS("agent", "OnDelete", "nginx:1.7.9", map[string]string{
-			rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationProgressDeadline: "5s", rolloutapi.AnnotationMaxUnavailable: "2"}), "apply", "-n", ns, "-f", "-")
+		applyAgent(t, ns, "OnDelete", map[string]string{
+			rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationProgressDeadline: "5s", rolloutapi.AnnotationMaxUnavailable: "2"})
 		complete(ns, "agent")
 		r := record(t, ns, "agent")
-		kubectl(t, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:never-ready")
+		setAgentImage(t, ns, "nginx:never-ready")
 		waitCondition(t, ns, "agent", rolloutapi.ConditionFailed, rolloutapi.ReasonProgressDeadline)
 		mustRun(t, "undo", "ds/agent", "-n", ns)
 		complete(ns, "agent")
@@ -168,14 +180,13 @@ func TestRecordStatusSequences(t *testing.T) {
 	t.Run("unmanaged-on-delete", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
 		r := record(t, ns, "agent")
-		kubectl(t, sequenceDS("agent", "OnDelete", "nginx:1.7.9", nil), "apply", "-n", ns, "-f", "-")
-		cluster.WaitFor(t, time.Minute, "pods available", func(context.Context) (bool, string) {
-			s := getDS(t, ns, "agent").Status
+		applyAgent(t, ns, "OnDelete", nil)
+		clustertest.WaitDaemonSet(t, cluster, ns, "agent", time.Minute, "pods available", func(ds *appsv1.DaemonSet) (bool, string) {
+			s := ds.Status
 			return s.DesiredNumberScheduled > 0 && s.NumberAvailable == s.DesiredNumberScheduled, fmt.Sprintf("%+v", s)
 		})
-		kubectl(t, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
-		cluster.WaitFor(t, time.Minute, "new template observed", func(context.Context) (bool, string) {
-			ds := getDS(t, ns, "agent")
+		setAgentImage(t, ns, "nginx:1.25.5")
+		clustertest.WaitDaemonSet(t, cluster, ns, "agent", time.Minute, "new template observed", func(ds *appsv1.DaemonSet) (bool, string) {
 			return ds.Status.ObservedGeneration == ds.Generation, fmt.Sprintf("%+v", ds.Status)
 		})
 		r.finish(t, "unmanaged-on-delete")
@@ -183,9 +194,9 @@ func TestRecordStatusSequences(t *testing.T) {
 	t.Run("rolling-update", func(t *testing.T) {
 		ns := cluster.NewTestNamespace(t)
 		r := record(t, ns, "agent")
-		kubectl(t, sequenceDS("agent", "RollingUpdate", "nginx:1.7.9", nil), "apply", "-n", ns, "-f", "-")
+		applyAgent(t, ns, "RollingUpdate", nil)
 		mustRun(t, "status", "ds/agent", "-n", ns, "--timeout=2m")
-		kubectl(t, "", "set", "image", "-n", ns, "ds/agent", "app=nginx:1.25.5")
+		setAgentImage(t, ns, "nginx:1.25.5")
 		mustRun(t, "status", "ds/agent", "-n", ns, "--timeout=2m")
 		r.finish(t, "rolling-update")
 	})

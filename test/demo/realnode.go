@@ -10,8 +10,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 	"github.com/daemonguard/daemonguard/test/nodeimages"
 )
@@ -48,19 +48,7 @@ func demoManifest(path string, realNode bool, forRealNode func(*appsv1.DaemonSet
 	if err != nil || !realNode {
 		return data, err
 	}
-	return rewriteDaemonSet(data, forRealNode)
-}
-
-func rewriteDaemonSet(data []byte, change func(*appsv1.DaemonSet)) ([]byte, error) {
-	var ds appsv1.DaemonSet
-	if err := yaml.UnmarshalStrict(data, &ds); err != nil {
-		return nil, fmt.Errorf("parse demo DaemonSet: %w", err)
-	}
-	if len(ds.Spec.Template.Spec.Containers) == 0 {
-		return nil, fmt.Errorf("demo DaemonSet %s has no container", ds.Name)
-	}
-	change(&ds)
-	return yaml.Marshal(&ds)
+	return clustertest.EditDaemonSet(data, forRealNode)
 }
 
 // applyManifest applies a manifest given as bytes, echoed as `kubectl apply -f name`.

@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/daemonguard/daemonguard/test/clustertest"
 )
 
 // podTimes is when the benchmark's informer first saw each step of one pod's life.
@@ -51,7 +53,7 @@ func startTimeline(c kubernetes.Interface, ns string) (*timeline, error) {
 		if pt.bound.IsZero() && p.Spec.NodeName != "" {
 			pt.bound, pt.node = now, p.Spec.NodeName
 		}
-		if pt.ready.IsZero() && ready(p) {
+		if pt.ready.IsZero() && clustertest.PodReady(p) {
 			pt.ready = now
 		}
 		if pt.deleting.IsZero() && p.DeletionTimestamp != nil {
@@ -82,15 +84,6 @@ func startTimeline(c kubernetes.Interface, ns string) (*timeline, error) {
 	}
 	tl.mu.Unlock()
 	return tl, nil
-}
-
-func ready(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 // phases is the replacement chain of one rollout, per node, as distributions.

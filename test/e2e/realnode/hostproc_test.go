@@ -8,9 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
-
-	"github.com/daemonguard/daemonguard/internal/toolbin"
 )
 
 // containerProc is a container's main process as the host's /proc shows it: what the kernel
@@ -103,13 +100,4 @@ func rootMountOptions(mountinfo string) (string, error) {
 		return "", fmt.Errorf("%s has no mount of /", mountinfo)
 	}
 	return options, nil
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
 }

@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -26,43 +26,17 @@ func TestMain(m *testing.M) {
 	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
 }
 
-// kubectl runs the real kubectl against the shared cluster and returns its stdout.
-func kubectl(t *testing.T, args ...string) string {
-	t.Helper()
-	out, errOut, err := cluster.Kubectl(context.Background(), "", args...)
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
-	}
-	return out
-}
-
-func seedManifest(t *testing.T) string {
-	t.Helper()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(root, "testdata", "demo", "nginx-ds.yaml")
-}
-
 // waitRolledOut waits until the DaemonSet has observed its spec and every desired pod is updated
 // and available, and returns it.
 func waitRolledOut(t *testing.T, ns, name string, desired int32) *appsv1.DaemonSet {
 	t.Helper()
-	var ds *appsv1.DaemonSet
-	cluster.WaitFor(t, 2*time.Minute, "DaemonSet "+name+" rolled out", func(ctx context.Context) (bool, string) {
-		got, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		ds = got
-		s := got.Status
-		return s.ObservedGeneration == got.Generation && s.DesiredNumberScheduled == desired &&
+	return clustertest.WaitDaemonSet(t, cluster, ns, name, 2*time.Minute, "DaemonSet "+name+" rolled out", func(ds *appsv1.DaemonSet) (bool, string) {
+		s := ds.Status
+		return s.ObservedGeneration == ds.Generation && s.DesiredNumberScheduled == desired &&
 				s.CurrentNumberScheduled == desired && s.NumberReady == desired &&
 				s.UpdatedNumberScheduled == desired && s.NumberAvailable == desired && s.NumberMisscheduled == 0,
 			fmt.Sprintf("%+v", s)
 	})
-	return ds
 }
 
 func podsOf(t *testing.T, ns string, selector string) []corev1.Pod {
@@ -86,7 +60,7 @@ func podReady(p *corev1.Pod) bool {
 func TestSeedDaemonSetRunsOnEveryUntaintedNode(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, "apply", "-n", ns, "-f", seedManifest(t))
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", clustertest.SeedManifest(t))
 	waitRolledOut(t, ns, "nginx-ds", 4)
 
 	pods := podsOf(t, ns, "app=nginx-ds")
@@ -109,7 +83,7 @@ func TestSeedDaemonSetRunsOnEveryUntaintedNode(t *testing.T) {
 	}
 
 	// What a person sees: every status column of `kubectl get ds` reads 4.
-	out := kubectl(t, "get", "ds", "nginx-ds", "-n", ns)
+	out := clustertest.Kubectl(t, cluster, "", "get", "ds", "nginx-ds", "-n", ns)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("unexpected kubectl get ds output:\n%s", out)
@@ -128,7 +102,7 @@ func TestSeedDaemonSetRunsOnEveryUntaintedNode(t *testing.T) {
 func TestNodeLifecycleAddsAndRemovesDaemonPods(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, "apply", "-n", ns, "-f", seedManifest(t))
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", clustertest.SeedManifest(t))
 	waitRolledOut(t, ns, "nginx-ds", 4)
 
 	ctx := context.Background()
@@ -167,12 +141,12 @@ func TestNodeLifecycleAddsAndRemovesDaemonPods(t *testing.T) {
 func TestRollingUpdateRollsThroughAndKeepsHistory(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, "apply", "-n", ns, "-f", seedManifest(t))
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", clustertest.SeedManifest(t))
 	waitRolledOut(t, ns, "nginx-ds", 4)
 
-	kubectl(t, "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
+	clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
 	// kubectl's own rollout watcher must see the update through, as a user would.
-	kubectl(t, "rollout", "status", "-n", ns, "ds/nginx-ds", "--timeout=2m")
+	clustertest.Kubectl(t, cluster, "", "rollout", "status", "-n", ns, "ds/nginx-ds", "--timeout=2m")
 	waitRolledOut(t, ns, "nginx-ds", 4)
 	for _, p := range podsOf(t, ns, "app=nginx-ds") {
 		if img := p.Spec.Containers[0].Image; img != "nginx:1.24.0" {
@@ -180,7 +154,7 @@ func TestRollingUpdateRollsThroughAndKeepsHistory(t *testing.T) {
 		}
 	}
 
-	history := kubectl(t, "rollout", "history", "-n", ns, "ds/nginx-ds")
+	history := clustertest.Kubectl(t, cluster, "", "rollout", "history", "-n", ns, "ds/nginx-ds")
 	var revisions []string
 	for _, line := range strings.Split(history, "\n") {
 		// Revision rows start with the number; the header and the object name line do not.
@@ -251,10 +225,7 @@ func TestKilledOwnerTakesComponentsDown(t *testing.T) {
 	localcluster.NeedCluster(t)
 	bin := filepath.Join(t.TempDir(), "localcluster")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/localcluster")
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := clustertest.RepoFile(t)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build localcluster: %v\n%s", err, out)

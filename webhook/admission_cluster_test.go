@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -26,8 +25,8 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/serving"
-	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 	"github.com/daemonguard/daemonguard/test/webhookreg"
@@ -92,15 +91,6 @@ func startReplica(t *testing.T, name string, s serving.Options) (url string, caB
 	return "https://" + addr, caBundle
 }
 
-func repoFile(t *testing.T, parts ...string) string {
-	t.Helper()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(append([]string{root}, parts...)...)
-}
-
 func seedDaemonSet(t *testing.T) *appsv1.DaemonSet {
 	t.Helper()
 	return &appsv1.DaemonSet{
@@ -115,6 +105,26 @@ func seedDaemonSet(t *testing.T) *appsv1.DaemonSet {
 	}
 }
 
+// createDryRun sends ds through admission in ns and returns what the API server would store;
+// nothing is stored.
+func createDryRun(ctx context.Context, ns string, ds *appsv1.DaemonSet) (*appsv1.DaemonSet, error) {
+	return cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+}
+
+// checkNotInjected creates ds in ns as a dry run and fails the test when admission refuses it or
+// gives its template a priority class or a toleration.
+func checkNotInjected(t *testing.T, ns string, ds *appsv1.DaemonSet, what string) {
+	t.Helper()
+	got, err := createDryRun(context.Background(), ns, ds)
+	if err != nil {
+		t.Fatalf("%s in %s: %v", what, ns, err)
+	}
+	if spec := got.Spec.Template.Spec; spec.PriorityClassName != "" || len(spec.Tolerations) != 0 {
+		t.Errorf("%s in %s was injected: %+v", what, ns, spec)
+	}
+}
+
+// kubectlResult is what kubectl did, for the tests that expect it to fail or warn.
 type kubectlResult struct {
 	stdout, stderr string
 	err            error
@@ -125,19 +135,10 @@ func runKubectl(stdin string, args ...string) kubectlResult {
 	return kubectlResult{out, errOut, err}
 }
 
-func kubectl(t *testing.T, args ...string) string {
-	t.Helper()
-	r := runKubectl("", args...)
-	if r.err != nil {
-		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), r.err, r.stdout, r.stderr)
-	}
-	return r.stdout
-}
-
 func TestSeedRunsOnEveryNodeWithSystemNodeCriticalPriority(t *testing.T) {
 	startWebhook(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, "apply", "-n", ns, "-f", repoFile(t, "testdata", "demo", "nginx-ds.yaml"))
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", clustertest.SeedManifest(t))
 
 	ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(context.Background(), "nginx-ds", metav1.GetOptions{})
 	if err != nil {
@@ -155,11 +156,7 @@ func TestSeedRunsOnEveryNodeWithSystemNodeCriticalPriority(t *testing.T) {
 		t.Errorf("control-plane toleration not injected: %+v", tpl.Tolerations)
 	}
 
-	cluster.WaitFor(t, 2*time.Minute, "nginx-ds on 5 of 5 nodes", func(ctx context.Context) (bool, string) {
-		ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, "nginx-ds", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
+	clustertest.WaitDaemonSet(t, cluster, ns, "nginx-ds", 2*time.Minute, "nginx-ds on 5 of 5 nodes", func(ds *appsv1.DaemonSet) (bool, string) {
 		s := ds.Status
 		return s.DesiredNumberScheduled == 5 && s.NumberAvailable == 5 && s.UpdatedNumberScheduled == 5, fmt.Sprintf("%+v", s)
 	})
@@ -193,10 +190,10 @@ func hasToleration(ts []corev1.Toleration, key string) bool {
 func TestReapplyIsIdempotentAndServerSideDiffIsClean(t *testing.T) {
 	startWebhook(t)
 	ns := cluster.NewTestNamespace(t)
-	manifest := repoFile(t, "testdata", "demo", "nginx-ds.yaml")
-	kubectl(t, "apply", "-n", ns, "-f", manifest)
-	kubectl(t, "apply", "-n", ns, "-f", manifest)
-	kubectl(t, "apply", "--server-side", "--force-conflicts", "-n", ns, "-f", manifest)
+	manifest := clustertest.SeedManifest(t)
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", manifest)
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", manifest)
+	clustertest.Kubectl(t, cluster, "", "apply", "--server-side", "--force-conflicts", "-n", ns, "-f", manifest)
 
 	diff := runKubectl("", "diff", "--server-side", "--force-conflicts", "-n", ns, "-f", manifest)
 	if diff.err != nil {
@@ -288,7 +285,7 @@ func TestUnmarkedNamespaceGetsValidationButNoInjection(t *testing.T) {
 	startWebhook(t)
 	ctx := context.Background()
 	tenant := cluster.NewTenantNamespace(t)
-	kubectl(t, "apply", "-n", tenant, "-f", repoFile(t, "testdata", "demo", "nginx-ds.yaml"))
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", tenant, "-f", clustertest.SeedManifest(t))
 	ds, err := cluster.Client.AppsV1().DaemonSets(tenant).Get(ctx, "nginx-ds", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -296,11 +293,7 @@ func TestUnmarkedNamespaceGetsValidationButNoInjection(t *testing.T) {
 	if tpl := ds.Spec.Template.Spec; tpl.PriorityClassName != "" || hasToleration(tpl.Tolerations, "node-role.kubernetes.io/control-plane") {
 		t.Errorf("DaemonSet in unmarked namespace %s was injected: priorityClassName %q, tolerations %+v", tenant, tpl.PriorityClassName, tpl.Tolerations)
 	}
-	cluster.WaitFor(t, 2*time.Minute, "nginx-ds on the 4 worker nodes only", func(ctx context.Context) (bool, string) {
-		ds, err := cluster.Client.AppsV1().DaemonSets(tenant).Get(ctx, "nginx-ds", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
+	clustertest.WaitDaemonSet(t, cluster, tenant, "nginx-ds", 2*time.Minute, "nginx-ds on the 4 worker nodes only", func(ds *appsv1.DaemonSet) (bool, string) {
 		s := ds.Status
 		return s.ObservedGeneration == ds.Generation && s.DesiredNumberScheduled == 4 && s.NumberAvailable == 4, fmt.Sprintf("%+v", s)
 	})
@@ -310,32 +303,19 @@ func TestUnmarkedNamespaceGetsValidationButNoInjection(t *testing.T) {
 		wide.Labels[admission.IgnoreLabel] = "true"
 		wide.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType,
 			RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromString("100%"))}}
-		_, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, wide, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := createDryRun(ctx, ns, wide)
 		if err == nil || !strings.Contains(err.Error(), "rolling_update_budget") {
 			t.Errorf("an ignore-labelled DaemonSet with maxUnavailable 100%% in %s: err = %v, want a rolling_update_budget denial", ns, err)
 		}
 		wide.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable = ptr.To(intstr.FromInt32(1))
-		got, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, wide, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			t.Fatalf("an ignore-labelled DaemonSet with maxUnavailable 1 in %s: %v", ns, err)
-		}
-		if got.Spec.Template.Spec.PriorityClassName != "" || len(got.Spec.Template.Spec.Tolerations) != 0 {
-			t.Errorf("an ignore-labelled DaemonSet in %s was injected: %+v", ns, got.Spec.Template.Spec)
-		}
+		checkNotInjected(t, ns, wide, "an ignore-labelled DaemonSet with maxUnavailable 1")
 	}
 }
 
 func TestExemptNamespaceIsNeverMutated(t *testing.T) {
 	startWebhook(t)
-	ctx := context.Background()
 	for _, ns := range []string{webhookNamespace, metav1.NamespaceSystem} {
-		got, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, seedDaemonSet(t), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			t.Fatalf("create in %s: %v", ns, err)
-		}
-		if got.Spec.Template.Spec.PriorityClassName != "" || len(got.Spec.Template.Spec.Tolerations) != 0 {
-			t.Errorf("DaemonSet in exempt namespace %s was mutated: %+v", ns, got.Spec.Template.Spec)
-		}
+		checkNotInjected(t, ns, seedDaemonSet(t), "a DaemonSet in an exempt namespace")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -77,7 +78,7 @@ func viewDS(ctx context.Context, ns, name string) (*dsView, error) {
 			v.terminating++
 		case p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] == v.newRevision:
 			v.newPods = append(v.newPods, p)
-		case podReady(p):
+		case clustertest.PodReady(p):
 			v.oldReady++
 		}
 	}
@@ -92,7 +93,7 @@ func (v *dsView) stuckOnOneBrokenPod() (bool, string) {
 	state := fmt.Sprintf("generation %d observed %d, updated %d, unavailable %d, %d new pods, %d old ready, %d terminating",
 		v.ds.Generation, s.ObservedGeneration, s.UpdatedNumberScheduled, s.NumberUnavailable, len(v.newPods), v.oldReady, v.terminating)
 	ok := s.ObservedGeneration == v.ds.Generation && s.UpdatedNumberScheduled == 1 && s.NumberUnavailable == 1 &&
-		len(v.newPods) == 1 && !podReady(v.newPods[0]) && waitingReason(v.newPods[0]) == "ImagePullBackOff" &&
+		len(v.newPods) == 1 && !clustertest.PodReady(v.newPods[0]) && waitingReason(v.newPods[0]) == "ImagePullBackOff" &&
 		v.oldReady == 4 && v.terminating == 0
 	return ok, state
 }
@@ -116,18 +117,14 @@ func TestBuiltinRollingUpdateWaitsSilentlyWhereManagedRolloutFails(t *testing.T)
 	defer ctl.Stop()
 	ns := cluster.NewTestNamespace(t)
 	ctx := context.Background()
-	kubectl(t, fiveNodeDS("builtin", "nginx:1.7.9", false), "apply", "-n", ns, "-f", "-")
-	kubectl(t, fiveNodeDS("managed", "nginx:1.7.9", true), "apply", "-n", ns, "-f", "-")
+	clustertest.Kubectl(t, cluster, fiveNodeDS("builtin", "nginx:1.7.9", false), "apply", "-n", ns, "-f", "-")
+	clustertest.Kubectl(t, cluster, fiveNodeDS("managed", "nginx:1.7.9", true), "apply", "-n", ns, "-f", "-")
 	for _, name := range []string{"builtin", "managed"} {
-		cluster.WaitFor(t, 2*time.Minute, name+" on 5 nodes", func(ctx context.Context) (bool, string) {
-			ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
+		clustertest.WaitDaemonSet(t, cluster, ns, name, 2*time.Minute, name+" on 5 nodes", func(ds *appsv1.DaemonSet) (bool, string) {
 			s := ds.Status
 			return s.ObservedGeneration == ds.Generation && s.DesiredNumberScheduled == 5 && s.NumberAvailable == 5 && s.UpdatedNumberScheduled == 5, fmt.Sprintf("%+v", s)
 		})
-		kubectl(t, "", "set", "image", "-n", ns, "ds/"+name, "nginx=nginx:1.91")
+		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/"+name, "nginx=nginx:1.91")
 	}
 
 	// Both reach the state: one broken pod, four old ones.
@@ -146,7 +143,7 @@ func TestBuiltinRollingUpdateWaitsSilentlyWhereManagedRolloutFails(t *testing.T)
 		})
 	}
 	managedFailed := waitPhaseOf(t, ns, "managed", rolloutapi.PhaseFailed, time.Minute)
-	if c := condition(managedFailed, rolloutapi.PhaseFailed); c.Reason != "PodFailure" || !strings.Contains(c.Message, "worker-0: ImagePullBackOff") {
+	if c := clustertest.RolloutCondition(managedFailed, rolloutapi.PhaseFailed); c.Reason != "PodFailure" || !strings.Contains(c.Message, "worker-0: ImagePullBackOff") {
 		t.Errorf("managed Failed condition %s: %q, want PodFailure naming worker-0: ImagePullBackOff", c.Reason, c.Message)
 	}
 
@@ -154,7 +151,7 @@ func TestBuiltinRollingUpdateWaitsSilentlyWhereManagedRolloutFails(t *testing.T)
 	// enqueues its DaemonSet), then observe both DaemonSets once a second until the pod has been
 	// in ImagePullBackOff for a whole window since. Every observation must show the same state,
 	// and the built-in DaemonSet no condition.
-	kubectl(t, "", "annotate", "-n", ns, "pod/"+broken.Name, "daemonguard.io/test-nudge=1")
+	clustertest.Kubectl(t, cluster, "", "annotate", "-n", ns, "pod/"+broken.Name, "daemonguard.io/test-nudge=1")
 	const window, minObservations = 15 * time.Second, 10
 	start := time.Now()
 	tick := time.NewTicker(time.Second)

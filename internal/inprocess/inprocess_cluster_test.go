@@ -23,12 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/inprocess"
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -187,7 +186,7 @@ func TestSeedLandsOnControlPlaneWithoutWebhook(t *testing.T) {
 	if hooks, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err != nil || len(hooks.Items) != 0 {
 		t.Fatalf("mutating webhook configurations registered: %v (err %v)", hooks, err)
 	}
-	out, stderr, err := cluster.Kubectl(ctx, "", "apply", "-n", "dg-seed", "-f", repoFile(t, "testdata", "demo", "nginx-ds.yaml"))
+	out, stderr, err := cluster.Kubectl(ctx, "", "apply", "-n", "dg-seed", "-f", clustertest.SeedManifest(t))
 	if err != nil {
 		t.Fatalf("kubectl apply: %v\n%s%s", err, out, stderr)
 	}
@@ -220,15 +219,6 @@ func TestSeedLandsOnControlPlaneWithoutWebhook(t *testing.T) {
 		t.Errorf("template priorityClassName %q, want system-node-critical", ds.Spec.Template.Spec.PriorityClassName)
 	}
 	t.Logf("seed pods on %v", nodes)
-}
-
-func repoFile(t *testing.T, parts ...string) string {
-	t.Helper()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(append([]string{root}, parts...)...)
 }
 
 // generate returns the policy and binding generated from the built-ins overlaid with sources, as
@@ -308,16 +298,9 @@ func waitPriorityClass(t *testing.T, ctx context.Context, ns, want string) {
 
 func seed(t *testing.T, name string) *appsv1.DaemonSet {
 	t.Helper()
-	raw, err := os.ReadFile(repoFile(t, "testdata", "demo", "nginx-ds.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ds appsv1.DaemonSet
-	if err := yaml.UnmarshalStrict(raw, &ds); err != nil {
-		t.Fatal(err)
-	}
+	ds := clustertest.SeedObject(t)
 	ds.Name, ds.Namespace = name, ""
-	return &ds
+	return ds
 }
 
 // manifest is one DaemonSet to admit, by a name saying where it comes from.
@@ -330,7 +313,7 @@ type manifest struct {
 func manifests(t *testing.T) []manifest {
 	t.Helper()
 	var out []manifest
-	root := repoFile(t, "testdata")
+	root := clustertest.RepoFile(t, "testdata")
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
 			return err

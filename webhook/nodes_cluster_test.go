@@ -8,7 +8,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -27,7 +26,7 @@ func TestIntegerBudgetFollowsTheNodeList(t *testing.T) {
 		Type: appsv1.RollingUpdateDaemonSetStrategyType, RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromInt32(3))},
 	}
 	dryRun := func(ctx context.Context) error {
-		_, err := cluster.Client.AppsV1().DaemonSets(ns).Create(ctx, ds.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := createDryRun(ctx, ns, ds.DeepCopy())
 		return err
 	}
 	// 5 nodes, all targeted once the control-plane toleration is injected: at most

@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/daemonguard/daemonguard/test/clustertest"
 )
 
 // releaseName and releaseNamespace are the README's.
@@ -118,7 +120,7 @@ func readyPods(ctx context.Context, selector, image string) ([]corev1.Pod, error
 		if p.Spec.NodeName != "" && p.Spec.NodeName != realNode {
 			return nil, fmt.Errorf("pod %s was scheduled to %s, not the real node %s", p.Name, p.Spec.NodeName, realNode)
 		}
-		if p.DeletionTimestamp == nil && podReady(&p) && p.Spec.Containers[0].Image == image {
+		if p.DeletionTimestamp == nil && clustertest.PodReady(&p) && p.Spec.Containers[0].Image == image {
 			ready = append(ready, p)
 		}
 	}
@@ -194,19 +196,11 @@ func waitCABundle(t *testing.T, want func(ctx context.Context) ([]byte, error)) 
 	})
 }
 
-// seedDaemonSet is testdata/demo/nginx-ds.yaml as written, but for its image: the real node
-// pulls nothing, so it runs the node agent built here.
+// seedDaemonSet is the seed DaemonSet but for its image: the real node pulls nothing, so it runs
+// the node agent built here.
 func seedDaemonSet(t *testing.T, image string) string {
 	t.Helper()
-	root := repoRoot(t)
-	data, err := os.ReadFile(filepath.Join(root, "testdata", "demo", "nginx-ds.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(data), "image: nginx:1.7.9") {
-		t.Fatal("testdata/demo/nginx-ds.yaml no longer runs nginx:1.7.9; update the test")
-	}
-	return strings.Replace(string(data), "image: nginx:1.7.9", "image: "+image, 1)
+	return clustertest.SeedYAML(t, func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = image })
 }
 
 // checkSeed applies the seed DaemonSet in ns and shows what the README's demo shows, with a real
@@ -215,7 +209,7 @@ func seedDaemonSet(t *testing.T, image string) string {
 func checkSeed(t *testing.T, ns, image string) {
 	t.Helper()
 	ctx := context.Background()
-	kubectl(t, seedDaemonSet(t, image), "apply", "-n", ns, "-f", "-")
+	clustertest.Kubectl(t, cluster, seedDaemonSet(t, image), "apply", "-n", ns, "-f", "-")
 	ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, "nginx-ds", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +231,7 @@ func checkSeed(t *testing.T, ns, image string) {
 		}
 		real = nil
 		for i := range pods {
-			if pods[i].Spec.NodeName == realNode && podReady(&pods[i]) {
+			if pods[i].Spec.NodeName == realNode && clustertest.PodReady(&pods[i]) {
 				real = &pods[i]
 			}
 		}
@@ -262,7 +256,7 @@ func checkSeed(t *testing.T, ns, image string) {
 // built-in policy forbids, and checks that the denial names the policy.
 func checkDenied(t *testing.T, ns string) {
 	t.Helper()
-	path := filepath.Join(repoRoot(t), "testdata", "demo-policy", "wide-budget.yaml")
+	path := clustertest.RepoFile(t, "testdata", "demo-policy", "wide-budget.yaml")
 	out, stderr, err := cluster.Kubectl(context.Background(), "", "apply", "-n", ns, "-f", path)
 	if err == nil {
 		t.Fatalf("kubectl apply wide-budget.yaml was admitted:\n%s", out)

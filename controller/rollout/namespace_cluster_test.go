@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -35,13 +36,13 @@ func TestWatchNamespaceRollsOnlyItsNamespace(t *testing.T) {
 	defer ctl.Stop()
 
 	for _, ns := range []string{watched, other} {
-		kubectl(t, managedDS("nginx:1.7.9", map[string]string{rolloutapi.AnnotationMaxUnavailable: "5"}), "apply", "-n", ns, "-f", "-")
+		clustertest.Kubectl(t, cluster, managedDS("nginx:1.7.9", map[string]string{rolloutapi.AnnotationMaxUnavailable: "5"}), "apply", "-n", ns, "-f", "-")
 		waitSettled(t, ns, "nginx:1.7.9", nodeCount)
 	}
 	waitPhase(t, watched, rolloutapi.PhaseComplete, time.Minute)
 
 	for _, ns := range []string{watched, other} {
-		kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.24.0")
+		setImage(t, ns, "nginx:1.24.0")
 	}
 	waitSettled(t, watched, "nginx:1.24.0", nodeCount)
 	waitPhase(t, watched, rolloutapi.PhaseComplete, time.Minute)

@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -45,21 +47,7 @@ func extraNodes(t *testing.T, names ...string) {
 
 func resume(t *testing.T, ns string) {
 	t.Helper()
-	kubectl(t, "", "annotate", "--overwrite", "-n", ns, "ds/nginx-ds", rolloutapi.AnnotationResume+"=1")
-}
-
-// checkBudget fails the test if the sampler saw more than budget reachable nodes without an
-// available pod at once, or saw no rollout at all.
-func checkBudget(t *testing.T, s *sampler, budget int) {
-	t.Helper()
-	maxUnavailable, _, samples := s.result()
-	t.Logf("max unavailable %d over %d samples", maxUnavailable, samples)
-	if maxUnavailable > budget {
-		t.Errorf("%d reachable nodes were without an available pod at once, budget %d", maxUnavailable, budget)
-	}
-	if maxUnavailable == 0 || samples < nodeCount {
-		t.Errorf("sampler saw no rollout (max unavailable %d, %d samples)", maxUnavailable, samples)
-	}
+	clustertest.Kubectl(t, cluster, "", "annotate", "--overwrite", "-n", ns, "ds/nginx-ds", rolloutapi.AnnotationResume+"=1")
 }
 
 // podsOn returns the nginx-ds pods bound to node.
@@ -88,7 +76,7 @@ func TestNodeAddedMidRolloutGetsNewRevisionAndRolloutCompletes(t *testing.T) {
 	if got, want := ds.Annotations[rolloutapi.StatusUpdated], fmt.Sprintf("%d/%d", nodeCount+1, nodeCount+1); got != want {
 		t.Errorf("status %s = %q, want %q", rolloutapi.StatusUpdated, got, want)
 	}
-	if images := s.imagesSeenOn(added); !slices.Equal(images, []string{"nginx:1.24.0"}) {
+	if images := s.ImagesSeenOn(added); !slices.Equal(images, []string{"nginx:1.24.0"}) {
 		t.Errorf("the added node ran %v, want only the new revision's nginx:1.24.0", images)
 	}
 	checkBudget(t, s, 2)
@@ -114,7 +102,7 @@ func TestNodeDeletedMidRolloutDoesNotStickTheRollout(t *testing.T) {
 	if got, want := ds.Annotations[rolloutapi.StatusUpdated], fmt.Sprintf("%d/%d", nodeCount, nodeCount); got != want {
 		t.Errorf("status %s = %q, want %q", rolloutapi.StatusUpdated, got, want)
 	}
-	if images := s.imagesSeenOn(gone); slices.Contains(images, "nginx:1.24.0") {
+	if images := s.ImagesSeenOn(gone); slices.Contains(images, "nginx:1.24.0") {
 		t.Errorf("the deleted node ran %v; it was deleted before its turn", images)
 	}
 	checkBudget(t, s, 2)
@@ -153,7 +141,7 @@ func TestUnreachableNodesAndStuckPodsDoNotBlockTheRollout(t *testing.T) {
 	}
 	stuckPod := stuckPods[0].Name
 	const finalizer = "daemonguard.io/test-never-done"
-	kubectl(t, "", "patch", "-n", ns, "pod/"+stuckPod, "--type=merge", "-p", `{"metadata":{"finalizers":["`+finalizer+`"]}}`)
+	clustertest.Kubectl(t, cluster, "", "patch", "-n", ns, "pod/"+stuckPod, "--type=merge", "-p", `{"metadata":{"finalizers":["`+finalizer+`"]}}`)
 	t.Cleanup(func() {
 		_, _, _ = cluster.Kubectl(context.Background(), "", "patch", "-n", ns, "pod/"+stuckPod, "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
 	})
@@ -169,11 +157,7 @@ func TestUnreachableNodesAndStuckPodsDoNotBlockTheRollout(t *testing.T) {
 	// Every reachable node but the stuck one gets updated: the stuck pod holds one unit of the
 	// budget, the other unit keeps the rest moving.
 	want := fmt.Sprintf("%d/%d", nodeCount, nodeCount+1)
-	cluster.WaitFor(t, 2*time.Minute, "every other node updated while a pod is stuck terminating", func(ctx context.Context) (bool, string) {
-		ds, err := getDS(ctx, ns)
-		if err != nil {
-			return false, err.Error()
-		}
+	clustertest.WaitDaemonSet(t, cluster, ns, "nginx-ds", 2*time.Minute, "every other node updated while a pod is stuck terminating", func(ds *appsv1.DaemonSet) (bool, string) {
 		got := ds.Annotations[rolloutapi.StatusUpdated]
 		return got == want, fmt.Sprintf("%s = %q, want %q", rolloutapi.StatusUpdated, got, want)
 	})
@@ -181,7 +165,7 @@ func TestUnreachableNodesAndStuckPodsDoNotBlockTheRollout(t *testing.T) {
 	if err != nil || len(pods) != 1 || pods[0].Name != stuckPod || pods[0].DeletionTimestamp == nil {
 		t.Fatalf("pods on %s: %d, %v; want only %s, terminating", stuck, len(pods), err, stuckPod)
 	}
-	if ds, _ := getDS(ctx, ns); condition(ds, rolloutapi.PhaseProgressing) == nil {
+	if ds, _ := getDS(ctx, ns); clustertest.RolloutCondition(ds, rolloutapi.PhaseProgressing) == nil {
 		t.Errorf("while a pod is stuck terminating the rollout is not Progressing: %+v", ds.Status.Conditions)
 	}
 
@@ -196,7 +180,7 @@ func TestUnreachableNodesAndStuckPodsDoNotBlockTheRollout(t *testing.T) {
 	if got, want := ds.Annotations[rolloutapi.StatusUpdated], fmt.Sprintf("%d/%d", nodeCount, nodeCount); got != want {
 		t.Errorf("status %s = %q, want %q", rolloutapi.StatusUpdated, got, want)
 	}
-	msg := condition(ds, rolloutapi.PhaseComplete).Message
+	msg := clustertest.RolloutCondition(ds, rolloutapi.PhaseComplete).Message
 	for _, want := range []string{"2 nodes left out", stuck + ": node not ready or unreachable", lost + ": node not ready or unreachable"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("Complete condition %q does not say %q", msg, want)

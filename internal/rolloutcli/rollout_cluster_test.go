@@ -29,7 +29,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/rolloutcli"
-	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -62,24 +62,6 @@ func mustRun(t *testing.T, args ...string) (stdout, stderr string) {
 		t.Fatalf("daemonguard rollout %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, errOut)
 	}
 	return out, errOut
-}
-
-func kubectl(t *testing.T, stdin string, args ...string) string {
-	t.Helper()
-	out, errOut, err := cluster.Kubectl(context.Background(), stdin, args...)
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
-	}
-	return out
-}
-
-func seedManifest(t *testing.T) string {
-	t.Helper()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(root, "testdata", "demo", "nginx-ds.yaml")
 }
 
 func getDS(t *testing.T, ns, name string) *appsv1.DaemonSet {
@@ -159,7 +141,7 @@ func assertRolledOut(t *testing.T, ds *appsv1.DaemonSet, desired int32) {
 func TestUnmanagedRollingUpdateDaemonSet(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, "", "apply", "-n", ns, "-f", seedManifest(t))
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", clustertest.SeedManifest(t))
 
 	// status follows the first rollout (4 untainted workers) to completion.
 	out, _ := mustRun(t, "status", "ds/nginx-ds", "-n", ns)
@@ -169,7 +151,7 @@ func TestUnmanagedRollingUpdateDaemonSet(t *testing.T) {
 	assertRolledOut(t, getDS(t, ns, "nginx-ds"), 4)
 
 	// An image change: status follows it until every pod runs the new template.
-	kubectl(t, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.9.1")
+	clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/nginx-ds", "nginx-ds=nginx:1.9.1")
 	out, _ = mustRun(t, "status", "daemonset/nginx-ds", "-n", ns, "--timeout=2m")
 	if !strings.Contains(out, "successfully rolled out") {
 		t.Errorf("status output:\n%s", out)
@@ -182,7 +164,7 @@ func TestUnmanagedRollingUpdateDaemonSet(t *testing.T) {
 	if got := historyRevisions(out); !slices.Equal(got, []string{"1", "2"}) || !strings.Contains(out, "<none>") {
 		t.Errorf("history lists %v, want 1 and 2:\n%s", got, out)
 	}
-	if kout := kubectl(t, "", "rollout", "history", "-n", ns, "ds/nginx-ds"); !slices.Equal(historyRevisions(kout), historyRevisions(out)) {
+	if kout := clustertest.Kubectl(t, cluster, "", "rollout", "history", "-n", ns, "ds/nginx-ds"); !slices.Equal(historyRevisions(kout), historyRevisions(out)) {
 		t.Errorf("kubectl lists other revisions:\n%s\nthan daemonguard:\n%s", kout, out)
 	}
 	out, _ = mustRun(t, "history", "nginx-ds", "-n", ns, "--revision", "1")
@@ -204,7 +186,7 @@ func TestUnmanagedRollingUpdateDaemonSet(t *testing.T) {
 
 	// The DaemonSet now carries Argo CD's tracking label (metadata only, no new revision): undo
 	// warns that the next sync reverts it.
-	kubectl(t, "", "label", "-n", ns, "ds/nginx-ds", "app.kubernetes.io/instance=demo")
+	clustertest.Kubectl(t, cluster, "", "label", "-n", ns, "ds/nginx-ds", "app.kubernetes.io/instance=demo")
 	out, errOut := mustRun(t, "undo", "ds/nginx-ds", "-n", ns)
 	if !strings.Contains(out, "daemonset.apps/nginx-ds rolled back to revision 1") {
 		t.Errorf("undo output:\n%s", out)
@@ -280,7 +262,7 @@ spec:
 func TestStatusTimesOut(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, slowDS, "apply", "-n", ns, "-f", "-")
+	clustertest.Kubectl(t, cluster, slowDS, "apply", "-n", ns, "-f", "-")
 
 	start := time.Now()
 	out, _, err := run(t, "status", "ds/slow", "-n", ns, "--timeout=1s")
@@ -314,7 +296,7 @@ spec:
 func TestStatusOfUnmanagedOnDelete(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, onDeleteDS, "apply", "-n", ns, "-f", "-")
+	clustertest.Kubectl(t, cluster, onDeleteDS, "apply", "-n", ns, "-f", "-")
 	out, _ := mustRun(t, "status", "ds/manual", "-n", ns)
 	if !strings.Contains(out, "nothing rolls its pods out") || !strings.Contains(out, `daemonguard.io/rollout: "managed"`) {
 		t.Errorf("status of an unmanaged OnDelete DaemonSet:\n%s", out)
@@ -344,7 +326,7 @@ spec:
 func TestPauseResumeManaged(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, managedDS, "apply", "-n", ns, "-f", "-")
+	clustertest.Kubectl(t, cluster, managedDS, "apply", "-n", ns, "-f", "-")
 
 	out, errOut := mustRun(t, "pause", "ds/agent", "-n", ns)
 	if out != "daemonset.apps/agent paused\n" || !strings.Contains(errOut, "commit daemonguard.io/paused: \"true\"") {
@@ -381,8 +363,7 @@ func TestPauseResumeManaged(t *testing.T) {
 	// Without daemonguard's controller in this cluster nothing reports on the rollout: status
 	// says what it waits for, and times out. First let the DaemonSet controller observe the
 	// spec, so the message is about the rollout controller, not about that.
-	cluster.WaitFor(t, time.Minute, "the DaemonSet controller to observe the spec", func(ctx context.Context) (bool, string) {
-		ds := getDS(t, ns, "agent")
+	clustertest.WaitDaemonSet(t, cluster, ns, "agent", time.Minute, "the DaemonSet controller to observe the spec", func(ds *appsv1.DaemonSet) (bool, string) {
 		return ds.Status.ObservedGeneration >= ds.Generation, fmt.Sprintf("observed %d of %d", ds.Status.ObservedGeneration, ds.Generation)
 	})
 	out, _ = mustRun(t, "status", "ds/agent", "-n", ns, "--watch=false")
@@ -398,7 +379,7 @@ func TestPauseResumeManaged(t *testing.T) {
 func TestNamespaceFromContext(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, onDeleteDS, "apply", "-n", ns, "-f", "-")
+	clustertest.Kubectl(t, cluster, onDeleteDS, "apply", "-n", ns, "-f", "-")
 	// The DaemonSet controller writes the first revision after the DaemonSet is stored; until then
 	// history has nothing to list.
 	cluster.WaitFor(t, time.Minute, "the DaemonSet's first ControllerRevision", func(ctx context.Context) (bool, string) {
@@ -517,10 +498,10 @@ func currentHash(t *testing.T, ns, name string, revision int64) string {
 func TestStatusFollowsTheRolloutController(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, managedDS, "apply", "-n", ns, "-f", "-")
+	clustertest.Kubectl(t, cluster, managedDS, "apply", "-n", ns, "-f", "-")
 	hash := currentHash(t, ns, "agent", 1)
-	cluster.WaitFor(t, time.Minute, "pods of the managed DaemonSet available", func(context.Context) (bool, string) {
-		s := getDS(t, ns, "agent").Status
+	clustertest.WaitDaemonSet(t, cluster, ns, "agent", time.Minute, "pods of the managed DaemonSet available", func(ds *appsv1.DaemonSet) (bool, string) {
+		s := ds.Status
 		return s.ObservedGeneration > 0 && s.DesiredNumberScheduled == 4 && s.NumberAvailable == 4 && s.UpdatedNumberScheduled == 4, fmt.Sprintf("%+v", s)
 	})
 
@@ -575,7 +556,7 @@ func TestStatusFollowsTheRolloutController(t *testing.T) {
 
 	// A new template: the Failed condition is about the previous revision until the controller
 	// reports on the new one, so status waits (here: times out) instead of failing.
-	kubectl(t, "", "set", "image", "-n", ns, "ds/agent", "agent=agent:2")
+	clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "agent=agent:2")
 	newHash := currentHash(t, ns, "agent", 2)
 	stdout, _, err := run(t, "status", "ds/agent", "-n", ns, "--timeout=2s")
 	var timeout *rolloutcli.TimeoutError
@@ -605,14 +586,14 @@ func TestWithTheRolloutController(t *testing.T) {
 	localcluster.NeedCluster(t)
 	startController(t)
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, controlledDS, "apply", "-n", ns, "-f", "-")
+	clustertest.Kubectl(t, cluster, controlledDS, "apply", "-n", ns, "-f", "-")
 	out, _ := mustRun(t, "status", "ds/web", "-n", ns, "--timeout=2m")
 	if !strings.Contains(out, `daemon set "web" successfully rolled out`) {
 		t.Fatalf("status of the first rollout:\n%s", out)
 	}
 
 	// A new image: the canary step updates one node, then the rollout pauses until resumed.
-	kubectl(t, "", "set", "image", "-n", ns, "ds/web", "web=nginx:1.25.5")
+	clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/web", "web=nginx:1.25.5")
 	buf := &syncBuffer{}
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -646,8 +627,8 @@ func TestWithTheRolloutController(t *testing.T) {
 	}
 
 	// A failing image: the canary pod cannot pull it, the controller reports Failed, status exits 1.
-	kubectl(t, "", "annotate", "-n", ns, "ds/web", "daemonguard.io/steps-")
-	kubectl(t, "", "set", "image", "-n", ns, "ds/web", "web=nginx:1.91")
+	clustertest.Kubectl(t, cluster, "", "annotate", "-n", ns, "ds/web", "daemonguard.io/steps-")
+	clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/web", "web=nginx:1.91")
 	_, _, err := run(t, "status", "ds/web", "-n", ns, "--timeout=2m")
 	var failed *rolloutcli.FailedError
 	if !errors.As(err, &failed) || !strings.Contains(err.Error(), "ImagePullBackOff") {

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/daemonguard/daemonguard/internal/cli"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -185,9 +186,7 @@ func seed(b *testing.B, c *localcluster.Cluster) {
 		}
 	}
 	for _, name := range []string{"rolling", "managed"} {
-		if _, errOut, err := c.Kubectl(ctx, daemonSet(name, "agent:1", name == "managed"), "apply", "-f", "-"); err != nil {
-			b.Fatalf("apply %s: %v %s", name, err, errOut)
-		}
+		clustertest.Kubectl(b, c, daemonSet(name, "agent:1", name == "managed"), "apply", "-f", "-")
 	}
 	for _, name := range []string{"rolling", "managed"} {
 		waitFor(b, "DaemonSet "+name+" running on every node", func(ctx context.Context) (bool, string) {

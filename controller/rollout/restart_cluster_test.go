@@ -57,7 +57,7 @@ func TestRolloutSurvivesControlPlaneRestarts(t *testing.T) {
 			// pods that replaced them, which no client can tell from pods really missing at once.
 			// So one sampler watches up to the stop and a new one from the restart on: the
 			// controller acts only on what it can see, and both see all of that.
-			s.stopWatching()
+			s.Stop()
 			stopped := time.Now()
 			if err := cluster.StopComponent(component); err != nil {
 				t.Fatal(err)
@@ -68,7 +68,7 @@ func TestRolloutSurvivesControlPlaneRestarts(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("%s stopped at %d of %d pods updated and served again after %s", component, updated, nodeCount, time.Since(stopped).Round(time.Millisecond))
-			after := startSampler(t, ns, "nginx:1.24.0")
+			after := sampleBudget(t, ns)
 
 			// The same webhook server still mutates DaemonSet writes.
 			cluster.WaitFor(t, 2*time.Minute, "the webhook mutates a DaemonSet after the restart", func(ctx context.Context) (bool, string) {
@@ -84,8 +84,8 @@ func TestRolloutSurvivesControlPlaneRestarts(t *testing.T) {
 			// The rollout may finish before the new sampler has listed (etcd's restart leaves the
 			// API server up, and the controller may finish within a second): the first sampler
 			// must have seen the canary step replace pods, the second sees what is left.
-			before, _, beforeSamples := s.result()
-			afterMax, _, afterSamples := after.result()
+			before, beforeSamples := s.MaxUnavailable(), s.Samples()
+			afterMax, afterSamples := after.MaxUnavailable(), after.Samples()
 			t.Logf("max unavailable %d over %d samples before the stop, %d over %d after the restart", before, beforeSamples, afterMax, afterSamples)
 			if m := max(before, afterMax); m > budget {
 				t.Errorf("%d reachable nodes were without an available pod at once, budget %d", m, budget)

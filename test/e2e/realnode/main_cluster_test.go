@@ -54,15 +54,6 @@ func needRealNode(t *testing.T) {
 	}
 }
 
-func kubectl(t *testing.T, stdin string, args ...string) string {
-	t.Helper()
-	out, stderr, err := cluster.Kubectl(context.Background(), stdin, args...)
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr)
-	}
-	return out
-}
-
 // daemonguardCLI runs the daemonguard binary built from this checkout, as a user runs it.
 func daemonguardCLI(t *testing.T, bin string, args ...string) string {
 	t.Helper()
@@ -73,15 +64,6 @@ func daemonguardCLI(t *testing.T, bin string, args ...string) string {
 		t.Fatalf("daemonguard %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func hasToleration(ts []corev1.Toleration, key string) bool {

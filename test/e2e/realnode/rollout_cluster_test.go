@@ -7,17 +7,15 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/nodeimages"
 )
 
@@ -69,15 +67,15 @@ var controlPlaneNodes = []string{realNode, "control-plane-1", "control-plane-2"}
 // `daemonguard rollout undo` brings v2 back.
 func testManagedRollout(t *testing.T, a *artifacts) {
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, controlPlaneAgent(nodeimages.AgentV1), "apply", "-n", ns, "-f", "-")
+	clustertest.Kubectl(t, cluster, controlPlaneAgent(nodeimages.AgentV1), "apply", "-n", ns, "-f", "-")
 	waitAgents(t, ns, map[string]string{realNode: nodeimages.AgentV1, "control-plane-1": nodeimages.AgentV1, "control-plane-2": nodeimages.AgentV1})
 	waitRollout(t, ns, rolloutapi.PhaseComplete, time.Minute)
 	checkAgentVersion(t, ns, "v1")
-	s := startBudgetSampler(t, ns)
+	s := clustertest.NewBudgetSampler(t, cluster, ns, clustertest.SamplerOptions{Selector: "app=" + agentName, Nodes: controlPlaneNodes})
 
 	t.Run("v1 to v2 with the canary on the real node then a pause", func(t *testing.T) {
 		start := time.Now()
-		kubectl(t, "", "set", "image", "-n", ns, "ds/"+agentName, "agent="+nodeimages.AgentV2)
+		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/"+agentName, "agent="+nodeimages.AgentV2)
 		ds := waitRollout(t, ns, rolloutapi.PhasePaused, 2*time.Minute)
 		t.Logf("canary updated and paused %s after kubectl set image", since(start))
 		if got := ds.Annotations[rolloutapi.StatusStep]; !strings.HasPrefix(got, "2/3") {
@@ -118,10 +116,10 @@ func testManagedRollout(t *testing.T, a *artifacts) {
 
 	t.Run("the crash-looping version halts on the real node CrashLoopBackOff", func(t *testing.T) {
 		start := time.Now()
-		kubectl(t, "", "set", "image", "-n", ns, "ds/"+agentName, "agent="+nodeimages.AgentCrash)
+		clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/"+agentName, "agent="+nodeimages.AgentCrash)
 		ds := waitRollout(t, ns, rolloutapi.PhaseFailed, 2*time.Minute)
 		t.Logf("rollout Failed %s after kubectl set image", since(start))
-		failed := rolloutCondition(ds, rolloutapi.PhaseFailed)
+		failed := clustertest.RolloutCondition(ds, rolloutapi.PhaseFailed)
 		if failed.Reason != "PodFailure" || !strings.Contains(failed.Message, realNode+": CrashLoopBackOff") {
 			t.Errorf("Failed condition %s: %s, want PodFailure naming %s: CrashLoopBackOff", failed.Reason, failed.Message, realNode)
 		}
@@ -134,7 +132,7 @@ func testManagedRollout(t *testing.T, a *artifacts) {
 		// The rest keep v2: the failure on the canary stopped the rollout before them.
 		waitAgents(t, ns, map[string]string{"control-plane-1": nodeimages.AgentV2, "control-plane-2": nodeimages.AgentV2})
 		for _, node := range controlPlaneNodes[1:] {
-			if images := s.imagesSeenOn(node); strings.Contains(strings.Join(images, ","), nodeimages.AgentCrash) {
+			if images := s.ImagesSeenOn(node); strings.Contains(strings.Join(images, ","), nodeimages.AgentCrash) {
 				t.Errorf("%s ran %v: the failed rollout went past the canary", node, images)
 			}
 		}
@@ -147,7 +145,7 @@ func testManagedRollout(t *testing.T, a *artifacts) {
 		t.Logf("daemonguard rollout undo: %s", strings.TrimSpace(out))
 		// The undo is a new rollout with the same steps: it may pause after its canary again.
 		ds := waitRolloutAny(t, ns, 2*time.Minute, rolloutapi.PhasePaused, rolloutapi.PhaseComplete)
-		if rolloutCondition(ds, rolloutapi.PhasePaused) != nil {
+		if clustertest.RolloutCondition(ds, rolloutapi.PhasePaused) != nil {
 			daemonguardCLI(t, a.cli, "rollout", "resume", "ds/"+agentName, "-n", ns)
 		}
 		waitRollout(t, ns, rolloutapi.PhaseComplete, 2*time.Minute)
@@ -155,12 +153,8 @@ func testManagedRollout(t *testing.T, a *artifacts) {
 		checkAgentVersion(t, ns, "v2")
 	})
 
-	s.stopWatching()
-	maxUnavailable, samples := s.result()
-	t.Logf("at most %d of %d control-plane nodes without an available agent, over %d samples", maxUnavailable, len(controlPlaneNodes), samples)
-	if maxUnavailable > 1 {
-		t.Errorf("%d nodes were without an available agent at once; the budget is 1", maxUnavailable)
-	}
+	s.Stop()
+	s.CheckBudget(t, 1)
 }
 
 // waitAgents waits until each named node runs exactly one agent pod, Ready, with its image.
@@ -177,7 +171,7 @@ func waitAgents(t *testing.T, ns string, want map[string]string) {
 		}
 		for node, image := range want {
 			ps := perNode[node]
-			if len(ps) != 1 || ps[0].DeletionTimestamp != nil || ps[0].Spec.Containers[0].Image != image || !podReady(&ps[0]) {
+			if len(ps) != 1 || ps[0].DeletionTimestamp != nil || ps[0].Spec.Containers[0].Image != image || !clustertest.PodReady(&ps[0]) {
 				return false, fmt.Sprintf("%s: %d pods, not one Ready with %s", node, len(ps), image)
 			}
 		}
@@ -224,16 +218,6 @@ func checkAgentVersion(t *testing.T, ns, want string) {
 	}
 }
 
-func rolloutCondition(ds *appsv1.DaemonSet, phase rolloutapi.Phase) *appsv1.DaemonSetCondition {
-	for i := range ds.Status.Conditions {
-		c := &ds.Status.Conditions[i]
-		if string(c.Type) == string(phase) && c.Status == corev1.ConditionTrue {
-			return c
-		}
-	}
-	return nil
-}
-
 // waitRollout waits until the agent's rollout condition phase is True.
 func waitRollout(t *testing.T, ns string, phase rolloutapi.Phase, timeout time.Duration) *appsv1.DaemonSet {
 	t.Helper()
@@ -242,21 +226,14 @@ func waitRollout(t *testing.T, ns string, phase rolloutapi.Phase, timeout time.D
 
 func waitRolloutAny(t *testing.T, ns string, timeout time.Duration, phases ...rolloutapi.Phase) *appsv1.DaemonSet {
 	t.Helper()
-	var ds *appsv1.DaemonSet
-	cluster.WaitFor(t, timeout, agentName+" rollout "+fmt.Sprint(phases), func(ctx context.Context) (bool, string) {
-		got, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, agentName, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		ds = got
+	return clustertest.WaitDaemonSet(t, cluster, ns, agentName, timeout, agentName+" rollout "+fmt.Sprint(phases), func(ds *appsv1.DaemonSet) (bool, string) {
 		for _, p := range phases {
-			if rolloutCondition(got, p) != nil && got.Status.ObservedGeneration == got.Generation {
+			if clustertest.RolloutCondition(ds, p) != nil && ds.Status.ObservedGeneration == ds.Generation {
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("conditions %+v", got.Status.Conditions)
+		return false, fmt.Sprintf("conditions %+v", ds.Status.Conditions)
 	})
-	return ds
 }
 
 const controllerLease = "daemonguard-rollout-controller"
@@ -276,103 +253,4 @@ func leaseHolderOf(ctx context.Context) string {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
-}
-
-// budgetSampler watches the agent's pods and records, after every event, how many control-plane
-// nodes lack an available (Ready, not terminating) agent, and which images ran on each node: a
-// continuous sample, not an end state.
-type budgetSampler struct {
-	mu             sync.Mutex
-	pods           map[string]*corev1.Pod
-	maxUnavailable int
-	samples        int
-	imagesOn       map[string]map[string]bool
-	synced         bool // the initial list is in; before that the map is partial
-	stop           chan struct{}
-	once           sync.Once
-}
-
-func startBudgetSampler(t *testing.T, ns string) *budgetSampler {
-	t.Helper()
-	s := &budgetSampler{pods: map[string]*corev1.Pod{}, imagesOn: map[string]map[string]bool{}, stop: make(chan struct{})}
-	inf := informers.NewSharedInformerFactoryWithOptions(cluster.Client, 0, informers.WithNamespace(ns)).Core().V1().Pods().Informer()
-	record := func(obj any, deleted bool) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		p, ok := obj.(*corev1.Pod)
-		if !ok || p.Labels["app"] != agentName {
-			return
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if deleted {
-			delete(s.pods, p.Name)
-		} else {
-			s.pods[p.Name] = p
-		}
-		if s.synced {
-			s.sample()
-		}
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { record(o, false) },
-		UpdateFunc: func(_, o any) { record(o, false) },
-		DeleteFunc: func(o any) { record(o, true) },
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go inf.Run(s.stop)
-	if !cache.WaitForCacheSync(s.stop, inf.HasSynced) {
-		t.Fatal("the pod informer did not sync")
-	}
-	s.mu.Lock()
-	s.synced = true
-	s.sample()
-	s.mu.Unlock()
-	t.Cleanup(s.stopWatching)
-	return s
-}
-
-// sample records one observation; s.mu is held.
-func (s *budgetSampler) sample() {
-	available := map[string]bool{}
-	for _, p := range s.pods {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		if podReady(p) {
-			available[p.Spec.NodeName] = true
-		}
-		if s.imagesOn[p.Spec.NodeName] == nil {
-			s.imagesOn[p.Spec.NodeName] = map[string]bool{}
-		}
-		s.imagesOn[p.Spec.NodeName][p.Spec.Containers[0].Image] = true
-	}
-	unavailable := 0
-	for _, n := range controlPlaneNodes {
-		if !available[n] {
-			unavailable++
-		}
-	}
-	s.maxUnavailable = max(s.maxUnavailable, unavailable)
-	s.samples++
-}
-
-func (s *budgetSampler) stopWatching() { s.once.Do(func() { close(s.stop) }) }
-
-func (s *budgetSampler) result() (maxUnavailable, samples int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.maxUnavailable, s.samples
-}
-
-func (s *budgetSampler) imagesSeenOn(node string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for image := range s.imagesOn[node] {
-		out = append(out, image)
-	}
-	return out
 }

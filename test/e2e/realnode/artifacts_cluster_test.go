@@ -77,7 +77,7 @@ func getArtifacts(t *testing.T) *artifacts {
 func buildArtifacts(ctx context.Context, t *testing.T) (*artifacts, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
-	// The registry listens on the host's loopback, as release_e2e_test's does; TrustRegistry
+	// The registry listens on the host's loopback, as release_cluster_test's does; TrustRegistry
 	// points the node's containerd at it. It outlives the test that happens to build it: it serves
 	// every pull of the process, including the kubelet's after a restart, and dies with the process.
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -77,9 +78,7 @@ func runOnce(b *testing.B, n int) {
 		if err := c.CreateNamespace(ctx, ns); err != nil {
 			b.Fatal(err)
 		}
-		if _, errOut, err := c.Kubectl(ctx, daemonSet(ns == "managed"), "apply", "-n", ns, "-f", "-"); err != nil {
-			b.Fatalf("apply: %v %s", err, errOut)
-		}
+		clustertest.Kubectl(b, c, daemonSet(ns == "managed"), "apply", "-n", ns, "-f", "-")
 	}
 	for _, ns := range []string{"builtin", "managed"} {
 		waitRolledOut(b, c, ns, n, "agent:1", false)
@@ -116,9 +115,7 @@ func runOnce(b *testing.B, n int) {
 		}
 		before, requestsBefore := sampleCPU(pids), sampleRequests(ctx, c.Client)
 		start := time.Now()
-		if _, errOut, err := c.Kubectl(ctx, "", "set", "image", "-n", ns, "ds/agent", "agent=agent:2"); err != nil {
-			b.Fatalf("set image: %v %s", err, errOut)
-		}
+		clustertest.Kubectl(b, c, "", "set", "image", "-n", ns, "ds/agent", "agent=agent:2")
 		waitRolledOut(b, c, ns, n, "agent:2", ns == "managed")
 		done := time.Now()
 		wall[ns] = done.Sub(start)

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/nodeimages"
 )
 
@@ -18,7 +19,7 @@ import (
 func testFaults(t *testing.T, a *artifacts, in *installed) {
 	image := in.build.pinned()
 	ns := cluster.NewTestNamespace(t)
-	kubectl(t, seedDaemonSet(t, nodeimages.AgentV1), "apply", "-n", ns, "-f", "-")
+	clustertest.Kubectl(t, cluster, seedDaemonSet(t, nodeimages.AgentV1), "apply", "-n", ns, "-f", "-")
 
 	t.Run("a deleted webhook pod leaves admission to the other replica", func(t *testing.T) {
 		webhooks, _ := waitChartPods(t, image)
@@ -81,14 +82,14 @@ func testFaults(t *testing.T, a *artifacts, in *installed) {
 			t.Errorf("after the drain: %d Ready webhook pods (%v), want exactly the one the budget kept", len(ready), err)
 		}
 		load.waitAdmitted(t, 20, "writes admitted by the one webhook pod left")
-		kubectl(t, "", "uncordon", realNode)
+		clustertest.Kubectl(t, cluster, "", "uncordon", realNode)
 		waitChartPods(t, image)
 		load.finish(t, "the drain")
 	})
 
 	t.Run("with every webhook replica gone", func(t *testing.T) {
 		ctx := context.Background()
-		kubectl(t, "", "scale", "-n", releaseNamespace, "deployment/"+fullname+"-webhook", "--replicas=0")
+		clustertest.Kubectl(t, cluster, "", "scale", "-n", releaseNamespace, "deployment/"+fullname+"-webhook", "--replicas=0")
 		cluster.WaitFor(t, 2*time.Minute, "no webhook pod left", func(ctx context.Context) (bool, string) {
 			pods, err := listPods(ctx, releaseNamespace, component("webhook"))
 			return err == nil && len(pods) == 0, fmt.Sprintf("%d webhook pods", len(pods))
@@ -116,7 +117,7 @@ func testFaults(t *testing.T, a *artifacts, in *installed) {
 			}
 		})
 		in.upgrade(t)
-		kubectl(t, "", "scale", "-n", releaseNamespace, "deployment/"+fullname+"-webhook", "--replicas=2")
+		clustertest.Kubectl(t, cluster, "", "scale", "-n", releaseNamespace, "deployment/"+fullname+"-webhook", "--replicas=2")
 		waitChartPods(t, image)
 		load := startWrites(t, 2)
 		load.finish(t, "the return of the webhook")
@@ -154,7 +155,7 @@ func waitSeedReady(t *testing.T, ns string) *corev1.Pod {
 			return false, err.Error()
 		}
 		for i := range pods {
-			if pods[i].Spec.NodeName == realNode && pods[i].DeletionTimestamp == nil && podReady(&pods[i]) {
+			if pods[i].Spec.NodeName == realNode && pods[i].DeletionTimestamp == nil && clustertest.PodReady(&pods[i]) {
 				pod = &pods[i]
 				return true, ""
 			}
@@ -179,7 +180,7 @@ func replaceSeedPod(t *testing.T, ns string) {
 			return false, err.Error()
 		}
 		for _, p := range pods {
-			if p.UID != victim.UID && p.Spec.NodeName == realNode && podReady(&p) && p.Status.ContainerStatuses[0].State.Running != nil {
+			if p.UID != victim.UID && p.Spec.NodeName == realNode && clustertest.PodReady(&p) && p.Status.ContainerStatuses[0].State.Running != nil {
 				return true, ""
 			}
 		}

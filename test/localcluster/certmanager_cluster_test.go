@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -135,10 +136,7 @@ func apply(t *testing.T, ns, manifest string) {
 	if ns != "" {
 		args = append(args, "-n", ns)
 	}
-	out, errOut, err := cluster.Kubectl(context.Background(), manifest, args...)
-	if err != nil {
-		t.Fatalf("kubectl apply: %v\n%s%s", err, out, errOut)
-	}
+	clustertest.Kubectl(t, cluster, manifest, args...)
 }
 
 func waitCertificateReady(t *testing.T, dyn dynamic.Interface, ns, name string) {

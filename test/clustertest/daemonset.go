@@ -1,0 +1,42 @@
+package clustertest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/test/localcluster"
+)
+
+// WaitDaemonSet reads the DaemonSet ns/name until done holds for it and returns it as it was
+// then. done's string says what the DaemonSet is instead; the test fails with it, and with what,
+// when timeout passes (localcluster.Cluster.WaitFor).
+func WaitDaemonSet(t testing.TB, c *localcluster.Cluster, ns, name string, timeout time.Duration, what string, done func(*appsv1.DaemonSet) (bool, string)) *appsv1.DaemonSet {
+	t.Helper()
+	var ds *appsv1.DaemonSet
+	c.WaitFor(t, timeout, what, func(ctx context.Context) (bool, string) {
+		got, err := c.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ds = got
+		return done(got)
+	})
+	return ds
+}
+
+// RolloutCondition returns the DaemonSet's condition of the rollout phase when it is True, or nil.
+func RolloutCondition(ds *appsv1.DaemonSet, phase rolloutapi.Phase) *appsv1.DaemonSetCondition {
+	for i := range ds.Status.Conditions {
+		c := &ds.Status.Conditions[i]
+		if string(c.Type) == string(phase) && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
