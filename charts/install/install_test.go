@@ -40,9 +40,7 @@ import (
 
 var cluster *localcluster.Cluster
 
-func TestMain(m *testing.M) {
-	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
-}
+func TestMain(m *testing.M) { os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster)) }
 
 // release is one helm release of the chart.
 type release struct {
@@ -221,10 +219,7 @@ func dryRunDaemonSet(ctx context.Context, client kubernetes.Interface, ns, name 
 func assertNoDrift(t *testing.T, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := toolbin.RepoPath(t)
 	files := []string{"testdata/demo/nginx-ds.yaml", "testdata/demo-rollout/node-agent.yaml"}
 	for _, f := range files {
 		path := filepath.Join(root, f)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,18 +23,7 @@ import (
 
 var cluster *localcluster.Cluster
 
-func TestMain(m *testing.M) {
-	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
-}
-
-func repoFile(t *testing.T, parts ...string) string {
-	t.Helper()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(append([]string{root}, parts...)...)
-}
+func TestMain(m *testing.M) { os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster)) }
 
 // DaemonSets created before daemonguard was installed are found by the audit: the seed lacks the
 // injected tolerations, the wide budget violates a deny policy. The one-shot CLI reports both and
@@ -44,7 +32,7 @@ func TestAuditFindsDaemonSetsCreatedBeforeInstall(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
-	for _, f := range []string{repoFile(t, "testdata", "demo", "nginx-ds.yaml"), repoFile(t, "testdata", "demo-policy", "wide-budget.yaml")} {
+	for _, f := range []string{toolbin.RepoPath(t, "testdata", "demo", "nginx-ds.yaml"), toolbin.RepoPath(t, "testdata", "demo-policy", "wide-budget.yaml")} {
 		if out, errOut, err := cluster.Kubectl(ctx, "", "apply", "-n", ns, "-f", f); err != nil {
 			t.Fatalf("apply %s: %v\n%s%s", f, err, out, errOut)
 		}

@@ -32,6 +32,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -44,7 +45,7 @@ func setCRD(t *testing.T, present bool) {
 	t.Helper()
 	ctx := context.Background()
 	if present {
-		file := repoFile(t, "charts", "daemonguard", "files", "openreports.io_reports.yaml")
+		file := toolbin.RepoPath(t, "charts", "daemonguard", "files", "openreports.io_reports.yaml")
 		if out, errOut, err := cluster.Kubectl(ctx, "", "apply", "--server-side", "-f", file); err != nil {
 			t.Fatalf("install CRD: %v\n%s%s", err, out, errOut)
 		}

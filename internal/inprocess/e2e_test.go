@@ -37,9 +37,7 @@ var cluster *localcluster.Cluster
 
 // TestMain starts one local cluster (real kube-apiserver v1.36.3, which serves
 // admissionregistration.k8s.io/v1 MutatingAdmissionPolicy) for the package.
-func TestMain(m *testing.M) {
-	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
-}
+func TestMain(m *testing.M) { os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster)) }
 
 // testParameters put namespaces in every kind of class: by name, by labels, a class with its own
 // tolerations (one with tolerationSeconds, one Equal) and priority class, one without priority
@@ -187,7 +185,7 @@ func TestSeedLandsOnControlPlaneWithoutWebhook(t *testing.T) {
 	if hooks, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err != nil || len(hooks.Items) != 0 {
 		t.Fatalf("mutating webhook configurations registered: %v (err %v)", hooks, err)
 	}
-	out, stderr, err := cluster.Kubectl(ctx, "", "apply", "-n", "dg-seed", "-f", repoFile(t, "testdata", "demo", "nginx-ds.yaml"))
+	out, stderr, err := cluster.Kubectl(ctx, "", "apply", "-n", "dg-seed", "-f", toolbin.RepoPath(t, "testdata", "demo", "nginx-ds.yaml"))
 	if err != nil {
 		t.Fatalf("kubectl apply: %v\n%s%s", err, out, stderr)
 	}
@@ -220,15 +218,6 @@ func TestSeedLandsOnControlPlaneWithoutWebhook(t *testing.T) {
 		t.Errorf("template priorityClassName %q, want system-node-critical", ds.Spec.Template.Spec.PriorityClassName)
 	}
 	t.Logf("seed pods on %v", nodes)
-}
-
-func repoFile(t *testing.T, parts ...string) string {
-	t.Helper()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(append([]string{root}, parts...)...)
 }
 
 // generate returns the policy and binding generated from the built-ins overlaid with sources, as
@@ -308,7 +297,7 @@ func waitPriorityClass(t *testing.T, ctx context.Context, ns, want string) {
 
 func seed(t *testing.T, name string) *appsv1.DaemonSet {
 	t.Helper()
-	raw, err := os.ReadFile(repoFile(t, "testdata", "demo", "nginx-ds.yaml"))
+	raw, err := os.ReadFile(toolbin.RepoPath(t, "testdata", "demo", "nginx-ds.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +319,7 @@ type manifest struct {
 func manifests(t *testing.T) []manifest {
 	t.Helper()
 	var out []manifest
-	root := repoFile(t, "testdata")
+	root := toolbin.RepoPath(t, "testdata")
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
 			return err

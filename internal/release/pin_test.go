@@ -2,7 +2,6 @@ package release
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -62,11 +61,7 @@ func TestPinImage(t *testing.T) {
 
 // The chart's own values.yaml changes on exactly its two image lines.
 func TestPinImageInTheChartValues(t *testing.T) {
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	values, err := os.ReadFile(filepath.Join(root, "charts", "daemonguard", "values.yaml"))
+	values, err := os.ReadFile(toolbin.RepoPath(t, "charts", "daemonguard", "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"golang.org/x/mod/modfile"
@@ -549,6 +550,16 @@ func lockFile(path string) (func(), error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+// RepoPath is RepoRoot joined with parts, for tests: it fails t where there is no checkout.
+func RepoPath(t testing.TB, parts ...string) string {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(append([]string{root}, parts...)...)
 }
 
 // RepoRoot finds the daemonguard checkout: $DAEMONGUARD_REPO, else the nearest parent of the working
