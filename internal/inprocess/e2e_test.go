@@ -224,11 +224,7 @@ func TestSeedLandsOnControlPlaneWithoutWebhook(t *testing.T) {
 // the webhook's reloader overlays its ConfigMaps.
 func generate(t *testing.T, sources ...policy.Source) *inprocess.Objects {
 	t.Helper()
-	builtin, params, err := policy.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	modules, params, err := policy.Overlay(builtin, params, sources)
+	modules, params, err := policy.OverBuiltin(sources)
 	if err != nil {
 		t.Fatal(err)
 	}
