@@ -432,6 +432,22 @@ func TestOpenReportsSplitALargeNamespace(t *testing.T) {
 	}
 }
 
+// writeFails writes the findings' Reports with a ReportWriter for cfg, which lacks what (the CRD,
+// RBAC), and checks that the write fails with want. It returns the writer.
+func writeFails(t *testing.T, cfg *rest.Config, findings []audit.Finding, set *policy.Set, want error, what string) *audit.ReportWriter {
+	t.Helper()
+	w, err := audit.NewReportWriter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(context.Background(), findings, set); !errors.Is(err, want) {
+		t.Errorf("write without %s: %v, want %v", what, err, want)
+	} else {
+		t.Logf("without %s: %v", what, err)
+	}
+	return w
+}
+
 // Without the CRD, or without permission, writing Reports fails with an error that says which;
 // the webhook's periodic audit logs and counts it, and still reports Events. Once the CRD is
 // installed the next pass writes the Report, without a restart.
@@ -451,28 +467,12 @@ func TestOpenReportsWithoutCRDOrRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := audit.NewReportWriter(cluster.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(ctx, findings, set); !errors.Is(err, audit.ErrReportsCRDMissing) {
-		t.Errorf("write without the CRD: %v, want ErrReportsCRDMissing", err)
-	} else {
-		t.Logf("without the CRD: %v", err)
-	}
+	w := writeFails(t, cluster.RESTConfig, findings, set, audit.ErrReportsCRDMissing, "the CRD")
 
 	setCRD(t, true)
 	nobody := rest.CopyConfig(cluster.RESTConfig)
 	nobody.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:default:nobody"}
-	forbidden, err := audit.NewReportWriter(nobody)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := forbidden.Write(ctx, findings, set); !errors.Is(err, audit.ErrReportsForbidden) {
-		t.Errorf("write without RBAC: %v, want ErrReportsForbidden", err)
-	} else {
-		t.Logf("without RBAC: %v", err)
-	}
+	writeFails(t, nobody, findings, set, audit.ErrReportsForbidden, "RBAC")
 
 	// The periodic audit of the webhook, started without the CRD.
 	setCRD(t, false)
