@@ -61,6 +61,7 @@ const scraper = "scraper"
 // the webhook configurations point at a daemonguard binary on the host.
 func installChart(t *testing.T, name string, sets ...string) *release {
 	t.Helper()
+	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	ns := name + "-system"
 	_, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{

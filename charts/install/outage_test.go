@@ -15,7 +15,6 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/harness"
-	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 // TestNodeAgentsStartWhileDaemonguardIsDown installs the chart (URL mode, self-managed TLS),
@@ -25,7 +24,6 @@ import (
 // (Ignore), as values.yaml documents. When the webhook returns, admission mutates again and an
 // update of a DaemonSet admitted unchanged meanwhile gets the injection.
 func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
-	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	// The webhook path: with in-process injection (auto on Kubernetes 1.36) the API server itself
 	// would inject while the webhook is down, which internal/inprocess tests.
