@@ -40,9 +40,10 @@ import (
 const crdName = "reports.openreports.io"
 
 // setCRD installs the chart's copy of the OpenReports CRD and waits until it is served, or
-// deletes it and waits until it is gone.
+// deletes it and waits until it is gone. It skips the test without the control plane.
 func setCRD(t *testing.T, present bool) {
 	t.Helper()
+	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	if present {
 		file := toolbin.RepoPath(t, "charts", "daemonguard", "files", "openreports.io_reports.yaml")
@@ -172,7 +173,6 @@ func expect(ds string, overrides map[string]string) []string {
 // policy; a pass that finds nothing new writes nothing; a DaemonSet made compliant turns its
 // result to pass; deleted DaemonSets lose their results, and the namespace its Report.
 func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
-	localcluster.NeedCluster(t)
 	setCRD(t, true)
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
@@ -350,7 +350,6 @@ func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
 // request limit in one object) is written as several Reports the API server accepts, each within
 // audit.MaxReportBytes; deleting the DaemonSets deletes them all.
 func TestOpenReportsSplitALargeNamespace(t *testing.T) {
-	localcluster.NeedCluster(t)
 	setCRD(t, true)
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
@@ -432,27 +431,10 @@ func TestOpenReportsSplitALargeNamespace(t *testing.T) {
 	}
 }
 
-// writeFails writes the findings' Reports with a ReportWriter for cfg, which lacks what (the CRD,
-// RBAC), and checks that the write fails with want. It returns the writer.
-func writeFails(t *testing.T, cfg *rest.Config, findings []audit.Finding, set *policy.Set, want error, what string) *audit.ReportWriter {
-	t.Helper()
-	w, err := audit.NewReportWriter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(context.Background(), findings, set); !errors.Is(err, want) {
-		t.Errorf("write without %s: %v, want %v", what, err, want)
-	} else {
-		t.Logf("without %s: %v", what, err)
-	}
-	return w
-}
-
 // Without the CRD, or without permission, writing Reports fails with an error that says which;
 // the webhook's periodic audit logs and counts it, and still reports Events. Once the CRD is
 // installed the next pass writes the Report, without a restart.
 func TestOpenReportsWithoutCRDOrRBAC(t *testing.T) {
-	localcluster.NeedCluster(t)
 	setCRD(t, false)
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
@@ -504,6 +486,22 @@ func TestOpenReportsWithoutCRDOrRBAC(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%d reports", len(list.Items))
 	})
+}
+
+// writeFails writes the findings' Reports with a ReportWriter for cfg, which lacks what (the CRD,
+// RBAC), and checks that the write fails with want. It returns the writer.
+func writeFails(t *testing.T, cfg *rest.Config, findings []audit.Finding, set *policy.Set, want error, what string) *audit.ReportWriter {
+	t.Helper()
+	w, err := audit.NewReportWriter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(context.Background(), findings, set); !errors.Is(err, want) {
+		t.Errorf("write without %s: %v, want %v", what, err, want)
+	} else {
+		t.Logf("without %s: %v", what, err)
+	}
+	return w
 }
 
 // failures reads daemonguard_audit_report_failures_total{reason} from the process's registry
