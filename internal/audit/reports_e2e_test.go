@@ -26,7 +26,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/audit"
@@ -508,22 +507,12 @@ func writeFails(t *testing.T, cfg *rest.Config, findings []audit.Finding, set *p
 // (the harness runs the webhook in this process).
 func failures(t *testing.T, reason string) float64 {
 	t.Helper()
-	families, err := metrics.Registry.Gather()
+	n, found, err := harness.Counter("daemonguard_audit_report_failures_total", "reason", reason)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range families {
-		if f.GetName() != "daemonguard_audit_report_failures_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
+	if !found {
+		t.Fatal("daemonguard_audit_report_failures_total is not registered")
 	}
-	t.Fatal("daemonguard_audit_report_failures_total is not registered")
-	return 0
+	return n
 }
