@@ -385,7 +385,6 @@ func (l *admissionLoad) Stop() {
 // TLS. A forced CA rotation under admission load fails no request; a helm upgrade keeps the CA
 // bundle; the controller, also on the chart's ServiceAccount, completes a managed rollout.
 func TestSelfManagedTLS(t *testing.T) {
-	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	// Injection by the webhook: waitAdmission tells by the mutation that the API server reached it.
 	r := installChart(t, "dg-self", "webhook.inProcessInjection=false")
