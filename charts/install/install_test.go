@@ -569,20 +569,9 @@ func TestCertManagerTLS(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		m, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
+		bundles, err := harness.CABundles(ctx, cluster.Client, configName)
 		if err != nil {
 			return false, err.Error()
-		}
-		v, err := cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		bundles := [][]byte{}
-		for _, w := range m.Webhooks {
-			bundles = append(bundles, w.ClientConfig.CABundle)
-		}
-		for _, w := range v.Webhooks {
-			bundles = append(bundles, w.ClientConfig.CABundle)
 		}
 		for _, b := range bundles {
 			if len(b) == 0 || !bytes.Equal(b, s.Data["ca.crt"]) {
