@@ -38,10 +38,6 @@ import (
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
-var cluster *localcluster.Cluster
-
-func TestMain(m *testing.M) { os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster)) }
-
 // release is one helm release of the chart.
 type release struct {
 	t         *testing.T

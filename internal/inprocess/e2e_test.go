@@ -33,12 +33,6 @@ import (
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
-var cluster *localcluster.Cluster
-
-// TestMain starts one local cluster (real kube-apiserver v1.36.3, which serves
-// admissionregistration.k8s.io/v1 MutatingAdmissionPolicy) for the package.
-func TestMain(m *testing.M) { os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster)) }
-
 // testParameters put namespaces in every kind of class: by name, by labels, a class with its own
 // tolerations (one with tolerationSeconds, one Equal) and priority class, one without priority
 // class and with a label exclusion, one with injection off, and an excluded namespace.

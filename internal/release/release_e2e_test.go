@@ -30,12 +30,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/release"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
-	"github.com/daemonguard/daemonguard/test/localcluster"
 )
-
-var cluster *localcluster.Cluster
-
-func TestMain(m *testing.M) { os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster)) }
 
 // testVersion has the shape of git describe's output some commits after a tag.
 const testVersion = "v0.9.0-4-gabcdef0"
