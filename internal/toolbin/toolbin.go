@@ -1,3 +1,8 @@
+// Package toolbin builds the test binaries (the control plane, helm, Argo CD, cert-manager ...)
+// from the tools modules and caches them (toolbin.go: Ensure, Binaries), names the tool sets the
+// entry points build (sets.go), reports a long build's progress (progress.go), and finds the
+// checkout the tests read from (RepoRoot, RepoPath). Neither the product binaries nor their
+// packages import it.
 package toolbin
 
 import (
