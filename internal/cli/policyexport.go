@@ -22,7 +22,7 @@ func newPolicyExportCommand() *cobra.Command {
 (admissionregistration.k8s.io/v1) and its binding with which the API server itself injects what
 daemonguard's mutating webhook injects into DaemonSet pod templates, generated from the inject
 policy's parameters (the built-ins merged with --policies directories' parameters.yaml). Register
-it instead of the DaemonSet mutating webhook (the chart does with admission.inProcessInjection);
+it instead of the DaemonSet mutating webhook (the chart does with webhook.inProcessInjection);
 validation stays with the webhook.
 
 It refuses when a --policies directory replaces or extends the inject policy or its library in
