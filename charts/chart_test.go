@@ -1,12 +1,9 @@
 package charts
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/pmezard/go-difflib/difflib"
 )
 
 func TestLint(t *testing.T) {
@@ -33,23 +30,7 @@ func TestGolden(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			got := render(t, c)
 			objects(t, got) // every object of a built-in kind decodes strictly
-			path := filepath.Join("testdata", "golden", c.golden+".yaml")
-			if os.Getenv("UPDATE_GOLDEN") == "1" {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run UPDATE_GOLDEN=1 go test ./charts/)", err)
-			}
-			if string(got) != string(want) {
-				diff, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-					A: difflib.SplitLines(string(want)), B: difflib.SplitLines(string(got)),
-					FromFile: path, ToFile: "helm template", Context: 2,
-				})
-				t.Fatalf("rendered chart differs from %s (run UPDATE_GOLDEN=1 go test ./charts/ if the change is intended):\n%s", path, diff)
-			}
+			assertGolden(t, filepath.Join("testdata", "golden", c.golden+".yaml"), got, "helm template", "go test ./charts/")
 		})
 	}
 }

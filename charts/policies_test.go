@@ -28,11 +28,7 @@ func TestPolicyConfigMapsCompile(t *testing.T) {
 	if len(sources) != 2 {
 		t.Fatalf("rendered %d policy ConfigMaps, want 2", len(sources))
 	}
-	builtin, params, err := policy.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	modules, params, err := policy.Overlay(builtin, params, sources)
+	modules, params, err := policy.OverBuiltin(sources)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmezard/go-difflib/difflib"
 	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -91,11 +90,7 @@ func compareWebhooks[W any](t *testing.T, got, want []W, clientConfig func(*W) *
 		if !reflect.DeepEqual(got[i], want[i]) {
 			gotYAML, _ := yaml.Marshal(got[i])
 			wantYAML, _ := yaml.Marshal(want[i])
-			diff, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-				A: difflib.SplitLines(string(wantYAML)), B: difflib.SplitLines(string(gotYAML)),
-				FromFile: "webhook.Configurations", ToFile: "chart", Context: 3,
-			})
-			t.Errorf("webhook %d differs from the code:\n%s", i, diff)
+			t.Errorf("webhook %d differs from the code:\n%s", i, unifiedDiff(wantYAML, gotYAML, "webhook.Configurations", "chart", 3))
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -78,20 +79,8 @@ func toLua(L *lua.LState, v any) (lua.LValue, error) {
 		return lua.LBool(x), nil
 	case string:
 		return lua.LString(x), nil
-	case float64:
-		return lua.LNumber(x), nil
-	case float32:
-		return lua.LNumber(x), nil
-	case int:
-		return lua.LNumber(x), nil
-	case int32:
-		return lua.LNumber(x), nil
-	case int64:
-		return lua.LNumber(x), nil
-	case uint32:
-		return lua.LNumber(x), nil
-	case uint64:
-		return lua.LNumber(x), nil
+	case float64, float32, int, int32, int64, uint32, uint64:
+		return lua.LNumber(reflect.ValueOf(x).Convert(reflect.TypeFor[float64]()).Float()), nil
 	case json.Number:
 		f, err := x.Float64()
 		if err != nil {

@@ -85,11 +85,7 @@ func (r *gitRepo) commit(msg string) string {
 
 func repoPath(t *testing.T, rel string) string {
 	t.Helper()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(root, filepath.FromSlash(rel))
+	return toolbin.RepoPath(t, filepath.FromSlash(rel))
 }
 
 // readYAML decodes one YAML document of the repository.

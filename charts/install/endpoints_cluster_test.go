@@ -14,7 +14,6 @@ import (
 	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/test/harness"
-	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 // TestClosedEndpoints installs the chart and runs both components on the host with the chart's
@@ -25,13 +24,12 @@ import (
 // ServiceMonitor. No server negotiates HTTP/2 unless webhook.enableHTTP2 says so, and none
 // completes a TLS 1.2 handshake.
 func TestClosedEndpoints(t *testing.T) {
-	localcluster.NeedCluster(t)
-	ctx := context.Background()
 	r := installChart(t, "dg-closed", "webhook.inProcessInjection=false")
 	web := r.runWebhook(r.webhookPort)
 	ctl := r.runComponent("controller")
 	webhookAddr := "127.0.0.1:" + strconv.Itoa(r.webhookPort)
 	const stranger = "stranger" // a ServiceAccount bound to nothing
+	ctx := context.Background()
 	if err := harness.GrantGet(ctx, cluster.Client, r.namespace, stranger); err != nil {
 		t.Fatal(err)
 	}

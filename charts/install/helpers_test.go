@@ -6,21 +6,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 )
 
-func chartDir(t *testing.T) string {
-	t.Helper()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(root, "charts", "daemonguard")
-}
+func chartDir(t *testing.T) string { return toolbin.RepoPath(t, "charts", "daemonguard") }
 
 // buildHelm finds (or builds) helm v3 from the tools module, like the control plane's binaries.
 var buildHelm = sync.OnceValues(func() (string, error) {

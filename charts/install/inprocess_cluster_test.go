@@ -14,7 +14,6 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/test/harness"
-	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 // TestInProcessInjection installs the chart with its default webhook.inProcessInjection (auto) on
@@ -24,11 +23,10 @@ import (
 // chart's own RBAC, reports in /policy-status whether the policy follows the policy set, and an
 // Event when a policy ConfigMap changes the inject parameters.
 func TestInProcessInjection(t *testing.T) {
-	localcluster.NeedCluster(t)
-	ctx := context.Background()
 	r := installChart(t, "dg-inproc", "webhook.failurePolicy=Ignore")
 	policyName := r.object("MutatingAdmissionPolicy", "-inject").GetName()
 	r.object("MutatingAdmissionPolicyBinding", "-inject")
+	ctx := context.Background()
 	m, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, r.webhookConfigurationName(), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

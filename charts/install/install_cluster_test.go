@@ -38,12 +38,6 @@ import (
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
-var cluster *localcluster.Cluster
-
-func TestMain(m *testing.M) {
-	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
-}
-
 // release is one helm release of the chart.
 type release struct {
 	t         *testing.T
@@ -63,6 +57,7 @@ const scraper = "scraper"
 // the webhook configurations point at a daemonguard binary on the host.
 func installChart(t *testing.T, name string, sets ...string) *release {
 	t.Helper()
+	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	ns := name + "-system"
 	_, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
@@ -221,10 +216,7 @@ func dryRunDaemonSet(ctx context.Context, client kubernetes.Interface, ns, name 
 func assertNoDrift(t *testing.T, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := toolbin.RepoPath(t)
 	files := []string{"testdata/demo/nginx-ds.yaml", "testdata/demo-rollout/node-agent.yaml"}
 	for _, f := range files {
 		path := filepath.Join(root, f)
@@ -389,7 +381,6 @@ func (l *admissionLoad) Stop() {
 // TLS. A forced CA rotation under admission load fails no request; a helm upgrade keeps the CA
 // bundle; the controller, also on the chart's ServiceAccount, completes a managed rollout.
 func TestSelfManagedTLS(t *testing.T) {
-	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	// Injection by the webhook: waitAdmission tells by the mutation that the API server reached it.
 	r := installChart(t, "dg-self", "webhook.inProcessInjection=false")
@@ -574,20 +565,9 @@ func TestCertManagerTLS(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		m, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
+		bundles, err := harness.CABundles(ctx, cluster.Client, configName)
 		if err != nil {
 			return false, err.Error()
-		}
-		v, err := cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		bundles := [][]byte{}
-		for _, w := range m.Webhooks {
-			bundles = append(bundles, w.ClientConfig.CABundle)
-		}
-		for _, w := range v.Webhooks {
-			bundles = append(bundles, w.ClientConfig.CABundle)
 		}
 		for _, b := range bundles {
 			if len(b) == 0 || !bytes.Equal(b, s.Data["ca.crt"]) {

@@ -14,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-
-	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 var reportsResource = schema.GroupVersionResource{Group: "openreports.io", Version: "v1alpha1", Resource: "reports"}
@@ -24,7 +22,6 @@ var reportsResource = schema.GroupVersionResource{Group: "openreports.io", Versi
 // needs: the binary, run with the chart's arguments under its ServiceAccount's token, writes the
 // Report of a DaemonSet and deletes it when the DaemonSet goes. The CRD outlives the release.
 func TestOpenReportsWithTheChart(t *testing.T) {
-	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	r := installChart(t, "dg-reports", "openReports.enabled=true", "webhook.auditInterval=1s")
 	r.runWebhook(r.webhookPort)

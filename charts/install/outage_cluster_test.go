@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/harness"
-	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 // TestNodeAgentsStartWhileDaemonguardIsDown installs the chart (URL mode, self-managed TLS),
@@ -26,7 +24,6 @@ import (
 // (Ignore), as values.yaml documents. When the webhook returns, admission mutates again and an
 // update of a DaemonSet admitted unchanged meanwhile gets the injection.
 func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
-	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	// The webhook path: with in-process injection (auto on Kubernetes 1.36) the API server itself
 	// would inject while the webhook is down, which internal/inprocess tests.
@@ -34,18 +31,14 @@ func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
 	replica := r.runWebhook(r.webhookPort)
 	ns := cluster.NewTestNamespace(t)
 	waitAdmission(t, ns)
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed := filepath.Join(root, "testdata", "demo", "nginx-ds.yaml")
+	seed := toolbin.RepoPath(t, "testdata", "demo", "nginx-ds.yaml")
 	if out, stderr, err := cluster.Kubectl(ctx, "", "apply", "-n", ns, "-f", seed); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s%s", err, out, stderr)
 	}
 	// A managed rollout, started while the webhook is up and in flight when it stops: the canary
 	// step's pause holds it until well after the stop.
 	r.runComponent("controller")
-	agent := filepath.Join(root, "testdata", "demo-rollout", "node-agent.yaml")
+	agent := toolbin.RepoPath(t, "testdata", "demo-rollout", "node-agent.yaml")
 	if out, stderr, err := cluster.Kubectl(ctx, "", "apply", "-n", ns, "-f", agent); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s%s", err, out, stderr)
 	}

@@ -54,34 +54,41 @@ func newCommand() *cobra.Command {
 	image := &cobra.Command{
 		Use:   "image",
 		Short: "Build the image with ko into <out>/image (an OCI image layout) with its SPDX SBOM in <out>/sbom",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			img, err := o.Image(cmd.Context())
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "Image %s\n  base   %s\n  layout %s\n  SBOM   %s\n", img.Ref, img.Base, img.Layout, img.SBOM)
-			fmt.Fprintln(cmd.OutOrStdout(), img.Ref)
-			return nil
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return buildImage(cmd, &o) },
 	}
 	image.Flags().StringVar(&o.Base, "base", release.BaseAuto, `base image: "auto" (`+release.DistrolessBase+` when reachable, else "local"), "local" (an empty image running as 65532, made here), or an image reference`)
 
 	chart := &cobra.Command{
 		Use:   "chart",
 		Short: "Package the chart with the version and the image digest of the last `release image`",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := o.Chart(cmd.Context())
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "Chart %s version %s\n", c.Path, c.Version)
-			if c.Ref != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "Pushed: helm install daemonguard %s --version %s\n", c.Ref, c.Version)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), c.Path)
-			return nil
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return packageChart(cmd, &o) },
 	}
 	root.AddCommand(image, chart)
 	return root
+}
+
+// buildImage builds the image: its reference goes to stdout, what it is made of to stderr.
+func buildImage(cmd *cobra.Command, o *release.Options) error {
+	img, err := o.Image(cmd.Context())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "Image %s\n  base   %s\n  layout %s\n  SBOM   %s\n", img.Ref, img.Base, img.Layout, img.SBOM)
+	fmt.Fprintln(cmd.OutOrStdout(), img.Ref)
+	return nil
+}
+
+// packageChart packages (and pushes) the chart: its path goes to stdout, the version and the
+// install command to stderr.
+func packageChart(cmd *cobra.Command, o *release.Options) error {
+	c, err := o.Chart(cmd.Context())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "Chart %s version %s\n", c.Path, c.Version)
+	if c.Ref != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "Pushed: helm install daemonguard %s --version %s\n", c.Ref, c.Version)
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), c.Path)
+	return nil
 }

@@ -132,18 +132,9 @@ func evaluate(ctx context.Context, core *admission.Reviewer, set *policy.Set, ds
 }
 
 var (
-	auditViolations = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "daemonguard_audit_violations",
-		Help: "Policy violations found by the last audit, by policy and enforcement action.",
-	}, []string{"policy", "action"})
-	auditDaemonSets = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "daemonguard_audit_daemonsets",
-		Help: "DaemonSets seen by the last audit, by state (compliant, violating, missing_injection, error).",
-	}, []string{"state"})
-	auditLastRun = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "daemonguard_audit_last_run_timestamp_seconds",
-		Help: "When the last audit finished (Unix seconds).",
-	})
+	auditViolations = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_audit_violations", Help: "Policy violations found by the last audit, by policy and enforcement action."}, []string{"policy", "action"})
+	auditDaemonSets = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_audit_daemonsets", Help: "DaemonSets seen by the last audit, by state (compliant, violating, missing_injection, error)."}, []string{"state"})
+	auditLastRun    = prometheus.NewGauge(prometheus.GaugeOpts{Name: "daemonguard_audit_last_run_timestamp_seconds", Help: "When the last audit finished (Unix seconds)."})
 )
 
 func init() {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,29 +20,14 @@ import (
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
-var cluster *localcluster.Cluster
-
-func TestMain(m *testing.M) {
-	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
-}
-
-func repoFile(t *testing.T, parts ...string) string {
-	t.Helper()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(append([]string{root}, parts...)...)
-}
-
 // DaemonSets created before daemonguard was installed are found by the audit: the seed lacks the
 // injected tolerations, the wide budget violates a deny policy. The one-shot CLI reports both and
 // exits non-zero; once the webhook runs, its periodic audit puts Events on both DaemonSets.
 func TestAuditFindsDaemonSetsCreatedBeforeInstall(t *testing.T) {
 	localcluster.NeedCluster(t)
-	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
-	for _, f := range []string{repoFile(t, "testdata", "demo", "nginx-ds.yaml"), repoFile(t, "testdata", "demo-policy", "wide-budget.yaml")} {
+	ctx := context.Background()
+	for _, f := range []string{toolbin.RepoPath(t, "testdata", "demo", "nginx-ds.yaml"), toolbin.RepoPath(t, "testdata", "demo-policy", "wide-budget.yaml")} {
 		if out, errOut, err := cluster.Kubectl(ctx, "", "apply", "-n", ns, "-f", f); err != nil {
 			t.Fatalf("apply %s: %v\n%s%s", f, err, out, errOut)
 		}

@@ -26,12 +26,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -39,12 +39,13 @@ import (
 const crdName = "reports.openreports.io"
 
 // setCRD installs the chart's copy of the OpenReports CRD and waits until it is served, or
-// deletes it and waits until it is gone.
+// deletes it and waits until it is gone. It skips the test without the control plane.
 func setCRD(t *testing.T, present bool) {
 	t.Helper()
+	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	if present {
-		file := repoFile(t, "charts", "daemonguard", "files", "openreports.io_reports.yaml")
+		file := toolbin.RepoPath(t, "charts", "daemonguard", "files", "openreports.io_reports.yaml")
 		if out, errOut, err := cluster.Kubectl(ctx, "", "apply", "--server-side", "-f", file); err != nil {
 			t.Fatalf("install CRD: %v\n%s%s", err, out, errOut)
 		}
@@ -171,7 +172,6 @@ func expect(ds string, overrides map[string]string) []string {
 // policy; a pass that finds nothing new writes nothing; a DaemonSet made compliant turns its
 // result to pass; deleted DaemonSets lose their results, and the namespace its Report.
 func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
-	localcluster.NeedCluster(t)
 	setCRD(t, true)
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
@@ -349,7 +349,6 @@ func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
 // request limit in one object) is written as several Reports the API server accepts, each within
 // audit.MaxReportBytes; deleting the DaemonSets deletes them all.
 func TestOpenReportsSplitALargeNamespace(t *testing.T) {
-	localcluster.NeedCluster(t)
 	setCRD(t, true)
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
@@ -435,7 +434,6 @@ func TestOpenReportsSplitALargeNamespace(t *testing.T) {
 // the webhook's periodic audit logs and counts it, and still reports Events. Once the CRD is
 // installed the next pass writes the Report, without a restart.
 func TestOpenReportsWithoutCRDOrRBAC(t *testing.T) {
-	localcluster.NeedCluster(t)
 	setCRD(t, false)
 	ctx := context.Background()
 	ns := cluster.NewTestNamespace(t)
@@ -450,28 +448,12 @@ func TestOpenReportsWithoutCRDOrRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := audit.NewReportWriter(cluster.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(ctx, findings, set); !errors.Is(err, audit.ErrReportsCRDMissing) {
-		t.Errorf("write without the CRD: %v, want ErrReportsCRDMissing", err)
-	} else {
-		t.Logf("without the CRD: %v", err)
-	}
+	w := writeFails(t, cluster.RESTConfig, findings, set, audit.ErrReportsCRDMissing, "the CRD")
 
 	setCRD(t, true)
 	nobody := rest.CopyConfig(cluster.RESTConfig)
 	nobody.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:default:nobody"}
-	forbidden, err := audit.NewReportWriter(nobody)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := forbidden.Write(ctx, findings, set); !errors.Is(err, audit.ErrReportsForbidden) {
-		t.Errorf("write without RBAC: %v, want ErrReportsForbidden", err)
-	} else {
-		t.Logf("without RBAC: %v", err)
-	}
+	writeFails(t, nobody, findings, set, audit.ErrReportsForbidden, "RBAC")
 
 	// The periodic audit of the webhook, started without the CRD.
 	setCRD(t, false)
@@ -505,26 +487,32 @@ func TestOpenReportsWithoutCRDOrRBAC(t *testing.T) {
 	})
 }
 
+// writeFails writes the findings' Reports with a ReportWriter for cfg, which lacks what (the CRD,
+// RBAC), and checks that the write fails with want. It returns the writer.
+func writeFails(t *testing.T, cfg *rest.Config, findings []audit.Finding, set *policy.Set, want error, what string) *audit.ReportWriter {
+	t.Helper()
+	w, err := audit.NewReportWriter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(context.Background(), findings, set); !errors.Is(err, want) {
+		t.Errorf("write without %s: %v, want %v", what, err, want)
+	} else {
+		t.Logf("without %s: %v", what, err)
+	}
+	return w
+}
+
 // failures reads daemonguard_audit_report_failures_total{reason} from the process's registry
 // (the harness runs the webhook in this process).
 func failures(t *testing.T, reason string) float64 {
 	t.Helper()
-	families, err := metrics.Registry.Gather()
+	n, found, err := harness.Counter("daemonguard_audit_report_failures_total", "reason", reason)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range families {
-		if f.GetName() != "daemonguard_audit_report_failures_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
+	if !found {
+		t.Fatal("daemonguard_audit_report_failures_total is not registered")
 	}
-	t.Fatal("daemonguard_audit_report_failures_total is not registered")
-	return 0
+	return n
 }

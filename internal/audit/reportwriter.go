@@ -20,14 +20,8 @@ import (
 )
 
 var (
-	reportWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "daemonguard_audit_report_writes_total",
-		Help: "OpenReports Report writes by the audit, by operation (create, update, delete).",
-	}, []string{"operation"})
-	reportFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "daemonguard_audit_report_failures_total",
-		Help: "Audit passes whose OpenReports Reports could not all be written, by reason (crd_missing, forbidden, error).",
-	}, []string{"reason"})
+	reportWrites   = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "daemonguard_audit_report_writes_total", Help: "OpenReports Report writes by the audit, by operation (create, update, delete)."}, []string{"operation"})
+	reportFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "daemonguard_audit_report_failures_total", Help: "Audit passes whose OpenReports Reports could not all be written, by reason (crd_missing, forbidden, error)."}, []string{"reason"})
 )
 
 func init() {

@@ -83,7 +83,7 @@ audit would write with --open-reports, without writing them: one per namespace w
 	}
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
-	f.StringArrayVar(&policyDirs, "policies", nil, "directory of extra or replacement .rego files and parameters.yaml (repeatable)")
+	addPoliciesFlag(f, &policyDirs)
 	f.StringSliceVar(&exempt, "exempt-namespace", nil, "namespaces to skip besides kube-system (e.g. daemonguard's own)")
 	f.StringVarP(&output, "output", "o", "text", "text, json, or report (OpenReports Reports as YAML, not written to the cluster)")
 	return cmd

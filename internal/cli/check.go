@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
@@ -25,9 +26,14 @@ type checkReport struct {
 	Error      string             `json:"error,omitempty"`
 }
 
+// checkOptions are the flags of check.
+type checkOptions struct {
+	output string // text or json
+	manifestFlags
+}
+
 func newCheckCommand() *cobra.Command {
-	var files, policyDirs []string
-	var output string
+	o := &checkOptions{}
 	cmd := &cobra.Command{
 		Use:   "check -f FILE|DIR|- [-f ...]",
 		Short: "Evaluate manifests offline with the admission policies; exit 1 on a denial",
@@ -41,55 +47,58 @@ objects among the manifests, and takes any other namespace as unmarked.
   helm template my-release ./chart | daemonguard check -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "text" && output != "json" {
-				return fmt.Errorf("--output %q is not one of text, json", output)
-			}
-			set, docs, err := loadManifests(cmd, files, policyDirs)
-			if err != nil {
-				return err
-			}
-			namespaces := NamespaceLabels(docs)
-			var reports []checkReport
-			denied := false
-			for _, d := range docs {
-				if !IsDaemonSet(d) {
-					continue
-				}
-				r := simulate(cmd.Context(), set, d, namespaces)
-				err := r.Err()
-				rep := checkReport{Source: d.Source, Kind: d.Kind, Namespace: d.Namespace, Name: d.Name,
-					Allowed: r.Skip != "" || r.Verdict.Allowed, Mutated: len(r.Patch) > 0, Violations: r.Violations}
-				if rep.Violations == nil {
-					rep.Violations = []policy.Violation{}
-				}
-				if err != nil {
-					rep.Error = err.Error()
-				}
-				denied = denied || !rep.Allowed
-				reports = append(reports, rep)
-			}
-			if output == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if reports == nil {
-					reports = []checkReport{}
-				}
-				if err := enc.Encode(reports); err != nil {
-					return err
-				}
-			} else {
-				printCheck(cmd.OutOrStdout(), reports)
-			}
-			if denied {
-				return errDenied
-			}
-			return nil
+			return o.run(cmd)
 		},
 	}
-	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable)")
-	cmd.Flags().StringArrayVar(&policyDirs, "policies", nil, "directory of extra or replacement .rego files and parameters.yaml (repeatable)")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	o.manifestFlags.add(cmd.Flags())
+	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "text or json")
 	return cmd
+}
+
+func (o *checkOptions) run(cmd *cobra.Command) error {
+	if o.output != "text" && o.output != "json" {
+		return fmt.Errorf("--output %q is not one of text, json", o.output)
+	}
+	set, docs, err := o.load(cmd)
+	if err != nil {
+		return err
+	}
+	namespaces := NamespaceLabels(docs)
+	var reports []checkReport
+	denied := false
+	for _, d := range docs {
+		if !IsDaemonSet(d) {
+			continue
+		}
+		r := simulate(cmd.Context(), set, d, namespaces)
+		err := r.Err()
+		rep := checkReport{Source: d.Source, Kind: d.Kind, Namespace: d.Namespace, Name: d.Name,
+			Allowed: r.Skip != "" || r.Verdict.Allowed, Mutated: len(r.Patch) > 0, Violations: r.Violations}
+		if rep.Violations == nil {
+			rep.Violations = []policy.Violation{}
+		}
+		if err != nil {
+			rep.Error = err.Error()
+		}
+		denied = denied || !rep.Allowed
+		reports = append(reports, rep)
+	}
+	if o.output == "json" {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		if reports == nil {
+			reports = []checkReport{}
+		}
+		if err := enc.Encode(reports); err != nil {
+			return err
+		}
+	} else {
+		printCheck(cmd.OutOrStdout(), reports)
+	}
+	if denied {
+		return errDenied
+	}
+	return nil
 }
 
 func printCheck(w io.Writer, reports []checkReport) {
@@ -131,17 +140,27 @@ func name(ns, n string) string {
 	return ns + "/" + n
 }
 
-// loadManifests compiles the policy set (built-ins plus --policies) and reads the -f manifests:
-// the common start of check and mutate.
-func loadManifests(cmd *cobra.Command, files, policyDirs []string) (*policy.Set, []Document, error) {
-	if len(files) == 0 {
+// manifestFlags are the -f and --policies flags of the offline commands, check and mutate.
+type manifestFlags struct {
+	files, policyDirs []string
+}
+
+func (m *manifestFlags) add(f *pflag.FlagSet) {
+	f.StringArrayVarP(&m.files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable)")
+	addPoliciesFlag(f, &m.policyDirs)
+}
+
+// load compiles the policy set (built-ins plus --policies) and reads the -f manifests: the common
+// start of check and mutate.
+func (m *manifestFlags) load(cmd *cobra.Command) (*policy.Set, []Document, error) {
+	if len(m.files) == 0 {
 		return nil, nil, fmt.Errorf("-f is required (a file, a directory or - for stdin)")
 	}
-	set, err := policy.CompileDirs(cmd.Context(), policyDirs)
+	set, err := policy.CompileDirs(cmd.Context(), m.policyDirs)
 	if err != nil {
 		return nil, nil, err
 	}
-	docs, err := Read(files, cmd.InOrStdin())
+	docs, err := Read(m.files, cmd.InOrStdin())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,9 +3,13 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
 	"runtime/debug"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -50,11 +54,29 @@ func version() string {
 	return "(devel)"
 }
 
+// Main runs root, a daemonguard command tree, until it returns or SIGINT or SIGTERM cancels its
+// context, and exits as its error says: the whole of each daemonguard binary's main.
+func Main(root *cobra.Command) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := root.ExecuteContext(ctx); err != nil {
+		if !IsReported(err) {
+			fmt.Fprintln(os.Stderr, "error:", err)
+		}
+		os.Exit(ExitCode(err))
+	}
+}
+
 // IsReported tells errors whose story the command already printed (a denial report), so main
 // exits non-zero without an extra error line.
 func IsReported(err error) bool { return errors.Is(err, errDenied) || errors.As(err, new(ExitError)) }
 
 // addServingFlags registers the flags of internal/serving's options, which both components share.
+// addPoliciesFlag adds --policies to a command that compiles the policy set.
+func addPoliciesFlag(f *pflag.FlagSet, dirs *[]string) {
+	f.StringArrayVar(dirs, "policies", nil, "directory of extra or replacement .rego files and parameters.yaml (repeatable)")
+}
+
 func addServingFlags(f *pflag.FlagSet, o *serving.Options) {
 	f.BoolVar(&o.EnableHTTP2, "enable-http2", false, "offer HTTP/2 besides HTTP/1.1 on the HTTPS servers (webhook, metrics); off by default for HTTP/2 rapid reset (CVE-2023-44487)")
 }

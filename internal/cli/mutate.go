@@ -10,55 +10,63 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// mutateOptions are the flags of mutate.
+type mutateOptions struct {
+	manifestFlags
+	diff bool
+}
+
 func newMutateCommand() *cobra.Command {
-	var files, policyDirs []string
-	var diff bool
+	o := &mutateOptions{}
 	cmd := &cobra.Command{
 		Use:   "mutate -f FILE|DIR|- [--diff]",
 		Short: "Print manifests as admission would store them (DaemonSets injected, the rest unchanged)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			set, docs, err := loadManifests(cmd, files, policyDirs)
-			if err != nil {
-				return err
-			}
-			namespaces := NamespaceLabels(docs)
-			out := cmd.OutOrStdout()
-			for i, d := range docs {
-				mutated := d.Raw
-				if IsDaemonSet(d) {
-					r := simulate(cmd.Context(), set, d, namespaces)
-					if err := r.Err(); err != nil {
-						return fmt.Errorf("%s: %w", d.Ref(), err)
-					}
-					if r.Skip == "" {
-						mutated = r.Mutated
-					}
-				}
-				if diff {
-					if err := printDiff(out, d, mutated); err != nil {
-						return err
-					}
-					continue
-				}
-				y, err := yaml.JSONToYAML(mutated)
-				if err != nil {
-					return err
-				}
-				if i > 0 {
-					fmt.Fprintln(out, "---")
-				}
-				if _, err := out.Write(y); err != nil {
-					return err
-				}
-			}
-			return nil
+			return o.run(cmd)
 		},
 	}
-	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable)")
-	cmd.Flags().StringArrayVar(&policyDirs, "policies", nil, "directory of extra or replacement .rego files and parameters.yaml (repeatable)")
-	cmd.Flags().BoolVar(&diff, "diff", false, "print only a unified diff of what admission changes")
+	o.manifestFlags.add(cmd.Flags())
+	cmd.Flags().BoolVar(&o.diff, "diff", false, "print only a unified diff of what admission changes")
 	return cmd
+}
+
+func (o *mutateOptions) run(cmd *cobra.Command) error {
+	set, docs, err := o.load(cmd)
+	if err != nil {
+		return err
+	}
+	namespaces := NamespaceLabels(docs)
+	out := cmd.OutOrStdout()
+	for i, d := range docs {
+		mutated := d.Raw
+		if IsDaemonSet(d) {
+			r := simulate(cmd.Context(), set, d, namespaces)
+			if err := r.Err(); err != nil {
+				return fmt.Errorf("%s: %w", d.Ref(), err)
+			}
+			if r.Skip == "" {
+				mutated = r.Mutated
+			}
+		}
+		if o.diff {
+			if err := printDiff(out, d, mutated); err != nil {
+				return err
+			}
+			continue
+		}
+		y, err := yaml.JSONToYAML(mutated)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			fmt.Fprintln(out, "---")
+		}
+		if _, err := out.Write(y); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func printDiff(w io.Writer, d Document, mutated []byte) error {

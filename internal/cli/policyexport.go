@@ -51,7 +51,7 @@ Rego: the API server cannot evaluate Rego, so injection must stay in the webhook
 			return nil
 		},
 	}
-	cmd.Flags().StringArrayVar(&policyDirs, "policies", nil, "directory of extra or replacement .rego files and parameters.yaml (repeatable)")
+	addPoliciesFlag(cmd.Flags(), &policyDirs)
 	cmd.Flags().StringVar(&o.Name, "name", "daemonguard-inject", "name of the policy and of its binding")
 	cmd.Flags().StringVar(&o.Namespace, "namespace", "daemonguard", "daemonguard's namespace (exempt, like kube-system)")
 	cmd.Flags().StringArrayVar(&o.ExemptNamespaces, "exempt-namespace", nil, "further namespace to leave alone (repeatable), as the webhook's --exempt-namespace")

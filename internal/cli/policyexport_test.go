@@ -38,11 +38,7 @@ func TestPolicyExportPrintsTheGeneratedObjects(t *testing.T) {
 	if err := yaml.UnmarshalStrict([]byte(docs[1]), &gotBinding); err != nil {
 		t.Fatal(err)
 	}
-	builtin, base, err := policy.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	modules, merged, err := policy.Overlay(builtin, base, []policy.Source{{Name: dir, Files: map[string]string{"parameters.yaml": params}}})
+	modules, merged, err := policy.OverBuiltin([]policy.Source{{Name: dir, Files: map[string]string{"parameters.yaml": params}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,18 +27,11 @@ import (
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/inprocess"
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
-
-var cluster *localcluster.Cluster
-
-// TestMain starts one local cluster (real kube-apiserver v1.36.3, which serves
-// admissionregistration.k8s.io/v1 MutatingAdmissionPolicy) for the package.
-func TestMain(m *testing.M) {
-	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
-}
 
 // testParameters put namespaces in every kind of class: by name, by labels, a class with its own
 // tolerations (one with tolerationSeconds, one Equal) and priority class, one without priority
@@ -225,11 +218,7 @@ func TestSeedLandsOnControlPlaneWithoutWebhook(t *testing.T) {
 // the webhook's reloader overlays its ConfigMaps.
 func generate(t *testing.T, sources ...policy.Source) *inprocess.Objects {
 	t.Helper()
-	builtin, params, err := policy.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	modules, params, err := policy.Overlay(builtin, params, sources)
+	modules, params, err := policy.OverBuiltin(sources)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +302,7 @@ type manifest struct {
 func manifests(t *testing.T) []manifest {
 	t.Helper()
 	var out []manifest
-	root := clustertest.RepoFile(t, "testdata")
+	root := toolbin.RepoPath(t, "testdata")
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
 			return err

@@ -16,11 +16,7 @@ import (
 
 func overlay(t *testing.T, files map[string]string) ([]policy.Module, map[string]any) {
 	t.Helper()
-	builtin, params, err := policy.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	modules, params, err := policy.Overlay(builtin, params, []policy.Source{{Name: "configmap/test", Files: files}})
+	modules, params, err := policy.OverBuiltin([]policy.Source{{Name: "configmap/test", Files: files}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,21 +165,22 @@ func (s *Set) resolveEnforcement(ctx context.Context, params map[string]any, whe
 	}
 	if len(rs) == 1 {
 		declared, _ := rs[0].Bindings["e"].(map[string]any)
-		for name, a := range declared {
-			str, _ := a.(string)
-			action, err := parseAction(str)
-			if err != nil {
-				return fmt.Errorf("policy %s: %w", name, err)
-			}
-			s.enforcement[name] = action
+		if err := s.setEnforcement(declared, "policy "); err != nil {
+			return err
 		}
 	}
 	overrides, _ := params["enforcement"].(map[string]any)
-	for name, a := range overrides {
+	return s.setEnforcement(overrides, "parameters.enforcement.")
+}
+
+// setEnforcement records the action each policy of actions names; an error names the policy after
+// prefix, which says where the action was written.
+func (s *Set) setEnforcement(actions map[string]any, prefix string) error {
+	for name, a := range actions {
 		str, _ := a.(string)
 		action, err := parseAction(str)
 		if err != nil {
-			return fmt.Errorf("parameters.enforcement.%s: %w", name, err)
+			return fmt.Errorf("%s%s: %w", prefix, name, err)
 		}
 		s.enforcement[name] = action
 	}

@@ -94,12 +94,18 @@ func CompileDirs(ctx context.Context, dirs []string) (*Set, error) {
 	return Compile(ctx, modules, params)
 }
 
-// LoadPolicies returns the modules and parameters CompileDirs compiles.
-func FromDirs(dirs []string) ([]Module, map[string]any, error) {
+// OverBuiltin overlays sources on the built-in policies and parameters (Overlay): the policies
+// and parameters FromDirs reads and the webhook's reloader compiles.
+func OverBuiltin(sources []Source) ([]Module, map[string]any, error) {
 	builtin, params, err := Builtin()
 	if err != nil {
 		return nil, nil, err
 	}
+	return Overlay(builtin, params, sources)
+}
+
+// FromDirs returns the modules and parameters CompileDirs compiles.
+func FromDirs(dirs []string) ([]Module, map[string]any, error) {
 	var sources []Source
 	for _, dir := range dirs {
 		src := Source{Name: dir, Files: map[string]string{}}
@@ -122,5 +128,5 @@ func FromDirs(dirs []string) ([]Module, map[string]any, error) {
 		}
 		sources = append(sources, src)
 	}
-	return Overlay(builtin, params, sources)
+	return OverBuiltin(sources)
 }

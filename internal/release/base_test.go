@@ -166,10 +166,7 @@ func TestResolveBase(t *testing.T) {
 		t.Run(sentence, func(t *testing.T) {
 			kocache := t.TempDir()
 			got, err := resolveBase(t.Context(), ImageOptions{Base: c.base, KoCache: kocache, Platform: DefaultPlatform})
-			if c.err != "" {
-				if err == nil || !strings.Contains(err.Error(), c.err) {
-					t.Fatalf("resolveBase(%q) = %q, %v; want an error containing %q", c.base, got, err, c.err)
-				}
+			if expectError(t, got, err, c.err) {
 				return
 			}
 			if err != nil || got != c.want {

@@ -65,10 +65,7 @@ func TestPrintedDigest(t *testing.T) {
 	for sentence, c := range cases {
 		t.Run(sentence, func(t *testing.T) {
 			got, err := printedDigest(c.stdout)
-			if c.err != "" {
-				if err == nil || !strings.Contains(err.Error(), c.err) {
-					t.Fatalf("printedDigest = %v, %v; want an error containing %q", got, err, c.err)
-				}
+			if expectError(t, got, err, c.err) {
 				return
 			}
 			if err != nil || got.String() != c.want {

@@ -2,7 +2,6 @@ package release
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -50,10 +49,7 @@ func TestPinImage(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			got, err := PinImage([]byte(c.values), "r.example/team/daemonguard", testDigest)
-			if c.err != "" {
-				if err == nil || !strings.Contains(err.Error(), c.err) {
-					t.Fatalf("PinImage = %q, %v; want an error containing %q", got, err, c.err)
-				}
+			if expectError(t, got, err, c.err) {
 				return
 			}
 			if err != nil || string(got) != c.want {
@@ -65,11 +61,7 @@ func TestPinImage(t *testing.T) {
 
 // The chart's own values.yaml changes on exactly its two image lines.
 func TestPinImageInTheChartValues(t *testing.T) {
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	values, err := os.ReadFile(filepath.Join(root, "charts", "daemonguard", "values.yaml"))
+	values, err := os.ReadFile(toolbin.RepoPath(t, "charts", "daemonguard", "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

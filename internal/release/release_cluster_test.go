@@ -30,14 +30,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/release"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
-	"github.com/daemonguard/daemonguard/test/localcluster"
 )
-
-var cluster *localcluster.Cluster
-
-func TestMain(m *testing.M) {
-	os.Exit(localcluster.RunTests(m, localcluster.Config{}, &cluster))
-}
 
 // testVersion has the shape of git describe's output some commits after a tag.
 const testVersion = "v0.9.0-4-gabcdef0"
@@ -55,10 +48,7 @@ func TestReleasePath(t *testing.T) {
 	defer reg.Close()
 	host := strings.TrimPrefix(reg.URL, "http://") // 127.0.0.1:PORT
 
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := toolbin.RepoPath(t)
 	home := t.TempDir()
 	helmEnv := append(cluster.Env(), "HELM_CONFIG_HOME="+filepath.Join(home, "config"),
 		"HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_DATA_HOME="+filepath.Join(home, "data"))

@@ -30,10 +30,7 @@ func TestParseSteps(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got, err := ParseSteps(tc.in)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
+			if expectError(t, err, tc.wantErr) {
 				return
 			}
 			if err != nil {
@@ -90,10 +87,7 @@ func TestParseSettings(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			s, err := ParseSettings(tc.annotations)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
+			if expectError(t, err, tc.wantErr) {
 				return
 			}
 			if err != nil || !tc.check(s) {
@@ -101,4 +95,14 @@ func TestParseSettings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// expectError reports whether the case expects an error, want being a part of it, and fails t
+// when err does not contain it.
+func expectError(t *testing.T, err error, want string) bool {
+	t.Helper()
+	if want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+		t.Fatalf("err = %v, want %q", err, want)
+	}
+	return want != ""
 }

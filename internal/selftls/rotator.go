@@ -221,24 +221,31 @@ func (c configurations) carry(bundle []byte) bool {
 
 func (r *Rotator) getConfigurations(ctx context.Context, reader client.Reader) (configurations, error) {
 	var c configurations
+	var err error
 	key := types.NamespacedName{Name: r.WebhookConfigurationName}
-	m := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	switch err := reader.Get(ctx, key, m); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
+	if c.mutating, err = getIfExists[admissionregistrationv1.MutatingWebhookConfiguration](ctx, reader, key); err != nil {
 		return c, fmt.Errorf("read mutatingwebhookconfiguration %s: %w", key.Name, err)
-	default:
-		c.mutating = m
 	}
-	v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	switch err := reader.Get(ctx, key, v); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
+	if c.validating, err = getIfExists[admissionregistrationv1.ValidatingWebhookConfiguration](ctx, reader, key); err != nil {
 		return c, fmt.Errorf("read validatingwebhookconfiguration %s: %w", key.Name, err)
-	default:
-		c.validating = v
 	}
 	return c, nil
+}
+
+// getIfExists reads the object named key, or returns nil where there is none: a configuration the
+// chart does not render is no error.
+func getIfExists[T any, PT interface {
+	*T
+	client.Object
+}](ctx context.Context, reader client.Reader, key types.NamespacedName) (PT, error) {
+	obj := PT(new(T))
+	if err := reader.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+		return nil, err
+	}
+	return obj, nil
 }
 
 func (r *Rotator) writeSecret(ctx context.Context, old *corev1.Secret, m material, plan Plan, now time.Time) (*corev1.Secret, error) {

@@ -1,3 +1,8 @@
+// Package toolbin builds the test binaries (the control plane, helm, Argo CD, cert-manager ...)
+// from the tools modules and caches them (toolbin.go: Ensure, Binaries), names the tool sets the
+// entry points build (sets.go), reports a long build's progress (progress.go), and finds the
+// checkout the tests read from (RepoRoot, RepoPath). Neither the product binaries nor their
+// packages import it.
 package toolbin
 
 import (
@@ -16,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"golang.org/x/mod/modfile"
@@ -549,6 +555,16 @@ func lockFile(path string) (func(), error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+// RepoPath is RepoRoot joined with parts, for tests: it fails t where there is no checkout.
+func RepoPath(t testing.TB, parts ...string) string {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(append([]string{root}, parts...)...)
 }
 
 // RepoRoot finds the daemonguard checkout: $DAEMONGUARD_REPO, else the nearest parent of the working

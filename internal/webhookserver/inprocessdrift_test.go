@@ -51,7 +51,7 @@ func TestInProcessStatus(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			modules, merged, err := policy.Overlay(builtin, params, []policy.Source{{Name: "configmap/team", Files: c.files}})
+			modules, merged, err := policy.OverBuiltin([]policy.Source{{Name: "configmap/team", Files: c.files}})
 			if err != nil {
 				t.Fatal(err)
 			}

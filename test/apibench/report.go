@@ -8,10 +8,11 @@ package apibench
 import (
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/daemonguard/daemonguard/test/loadgen"
 )
 
 // Setups compared by a run.
@@ -53,20 +54,11 @@ type Report struct {
 	Steps    []Step        `json:"steps"`
 }
 
-// percentile returns the q-quantile (0 < q <= 1) of sorted by the nearest-rank method.
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(0, min(rank, len(sorted)-1))]
-}
-
 // summarise fills the step's latency percentiles from its samples.
 func (s *Step) summarise(latencies []time.Duration) {
 	sorted := slices.Clone(latencies)
 	slices.Sort(sorted)
-	s.P50, s.P99 = percentile(sorted, 0.50), percentile(sorted, 0.99)
+	s.P50, s.P99 = loadgen.Percentile(sorted, 50), loadgen.Percentile(sorted, 99)
 }
 
 // find returns the step of setup, rate and operation, or nil.

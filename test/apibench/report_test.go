@@ -2,79 +2,17 @@ package apibench
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
-func TestPercentile(t *testing.T) {
-	ms := func(ns ...int) []time.Duration {
-		out := make([]time.Duration, len(ns))
-		for i, n := range ns {
-			out[i] = time.Duration(n) * time.Millisecond
-		}
-		return out
-	}
-	tests := map[string]struct {
-		sorted []time.Duration
-		q      float64
-		want   time.Duration
-	}{
-		"no samples":                    {nil, 0.5, 0},
-		"one sample is every quantile":  {ms(7), 0.99, 7 * time.Millisecond},
-		"the median of four is the 2nd": {ms(1, 2, 3, 4), 0.5, 2 * time.Millisecond},
-		"p99 of 100 is the 99th":        {ms(seq(100)...), 0.99, 99 * time.Millisecond},
-		"p99 of 10 is the largest":      {ms(seq(10)...), 0.99, 10 * time.Millisecond},
-	}
-	for name, tc := range tests {
-		if got := percentile(tc.sorted, tc.q); got != tc.want {
-			t.Errorf("%s: got %v, want %v", name, got, tc.want)
-		}
-	}
-}
-
-func seq(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i + 1
-	}
-	return out
-}
-
-// Two readings of the API server's metrics: the webhook calls in between, per webhook and
-// operation, rejected ones included.
-const metricsBefore = `# HELP apiserver_admission_webhook_admission_duration_seconds x
-# TYPE apiserver_admission_webhook_admission_duration_seconds histogram
-apiserver_admission_webhook_admission_duration_seconds_bucket{name="daemonsets.mutate.daemonguard.io",operation="CREATE",rejected="false",type="admit",le="0.005"} 10
-apiserver_admission_webhook_admission_duration_seconds_bucket{name="daemonsets.mutate.daemonguard.io",operation="CREATE",rejected="false",type="admit",le="0.025"} 10
-apiserver_admission_webhook_admission_duration_seconds_bucket{name="daemonsets.mutate.daemonguard.io",operation="CREATE",rejected="false",type="admit",le="+Inf"} 10
-apiserver_admission_webhook_admission_duration_seconds_sum{name="daemonsets.mutate.daemonguard.io",operation="CREATE",rejected="false",type="admit"} 0.02
-apiserver_admission_webhook_admission_duration_seconds_count{name="daemonsets.mutate.daemonguard.io",operation="CREATE",rejected="false",type="admit"} 10
-`
-
-const metricsAfter = `# HELP apiserver_admission_webhook_admission_duration_seconds x
-# TYPE apiserver_admission_webhook_admission_duration_seconds histogram
-apiserver_admission_webhook_admission_duration_seconds_bucket{name="daemonsets.mutate.daemonguard.io",operation="CREATE",rejected="false",type="admit",le="0.005"} 108
-apiserver_admission_webhook_admission_duration_seconds_bucket{name="daemonsets.mutate.daemonguard.io",operation="CREATE",rejected="false",type="admit",le="0.025"} 109
-apiserver_admission_webhook_admission_duration_seconds_bucket{name="daemonsets.mutate.daemonguard.io",operation="CREATE",rejected="false",type="admit",le="+Inf"} 110
-apiserver_admission_webhook_admission_duration_seconds_sum{name="daemonsets.mutate.daemonguard.io",operation="CREATE",rejected="false",type="admit"} 0.32
-apiserver_admission_webhook_admission_duration_seconds_count{name="daemonsets.mutate.daemonguard.io",operation="CREATE",rejected="false",type="admit"} 110
-apiserver_admission_webhook_admission_duration_seconds_bucket{name="daemonsets.validate.daemonguard.io",operation="UPDATE",rejected="true",type="validating",le="0.005"} 1
-apiserver_admission_webhook_admission_duration_seconds_bucket{name="daemonsets.validate.daemonguard.io",operation="UPDATE",rejected="true",type="validating",le="0.025"} 2
-apiserver_admission_webhook_admission_duration_seconds_bucket{name="daemonsets.validate.daemonguard.io",operation="UPDATE",rejected="true",type="validating",le="+Inf"} 2
-apiserver_admission_webhook_admission_duration_seconds_sum{name="daemonsets.validate.daemonguard.io",operation="UPDATE",rejected="true",type="validating"} 0.012
-apiserver_admission_webhook_admission_duration_seconds_count{name="daemonsets.validate.daemonguard.io",operation="UPDATE",rejected="true",type="validating"} 2
-`
-
+// testdata holds two readings of the API server's metrics: the webhook calls in between, per
+// webhook and operation, rejected ones included.
 func TestWebhookLatenciesBetweenReadings(t *testing.T) {
-	before, err := parseWebhookDurations(strings.NewReader(metricsBefore))
-	if err != nil {
-		t.Fatal(err)
-	}
-	after, err := parseWebhookDurations(strings.NewReader(metricsAfter))
-	if err != nil {
-		t.Fatal(err)
-	}
+	before, after := readMetrics(t, "metrics-before.txt"), readMetrics(t, "metrics-after.txt")
 	creates := webhookLatencies(before, after, "CREATE")
 	mutate, ok := creates["daemonsets.mutate.daemonguard.io"]
 	if len(creates) != 1 || !ok {
@@ -121,4 +59,19 @@ func TestMarkdownComparesTheSetups(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}
 	}
+}
+
+// readMetrics parses the webhook durations of a metrics reading in testdata.
+func readMetrics(t *testing.T, name string) map[webhookKey]histogram {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	durations, err := parseWebhookDurations(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return durations
 }

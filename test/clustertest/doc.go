@@ -1,7 +1,7 @@
 // Package clustertest holds what every test on the local control plane does, written once:
 //
 //   - kubectl.go: Kubectl runs the real kubectl against the cluster and fails the test when it
-//     fails; RepoFile finds a file of this checkout.
+//     fails (toolbin.RepoPath finds a file of this checkout).
 //   - seed.go: the seed DaemonSet (testdata/demo/nginx-ds.yaml) as a path (SeedManifest), an
 //     object (SeedObject) or a changed manifest (SeedYAML), through the one DaemonSet codec
 //     (DecodeDaemonSet, EditDaemonSet) that the demo shares.

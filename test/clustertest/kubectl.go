@@ -2,11 +2,9 @@ package clustertest
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -20,15 +18,4 @@ func Kubectl(t testing.TB, c *localcluster.Cluster, stdin string, args ...string
 		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
 	}
 	return out
-}
-
-// RepoFile returns the path of a file of this checkout, given as path elements from its root;
-// with none, the root.
-func RepoFile(t testing.TB, parts ...string) string {
-	t.Helper()
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(append([]string{root}, parts...)...)
 }

@@ -7,13 +7,15 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 )
 
 // SeedManifest returns the path of the seed DaemonSet, testdata/demo/nginx-ds.yaml: nginx-ds
 // (label app=nginx-ds) running nginx:1.7.9 on every node whose taints it tolerates.
 func SeedManifest(t testing.TB) string {
 	t.Helper()
-	return RepoFile(t, "testdata", "demo", "nginx-ds.yaml")
+	return toolbin.RepoPath(t, "testdata", "demo", "nginx-ds.yaml")
 }
 
 // SeedObject returns the seed DaemonSet, decoded.

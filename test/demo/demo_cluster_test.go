@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/daemonguard/daemonguard/test/clustertest"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -16,7 +16,7 @@ import (
 func TestDemoShowsInjectionDenialAndWarning(t *testing.T) {
 	localcluster.NeedCluster(t)
 	var out bytes.Buffer
-	err := Run(context.Background(), Options{Out: &out, Repo: clustertest.RepoFile(t), ParentDir: t.TempDir(), Wait: false})
+	err := Run(context.Background(), Options{Out: &out, Repo: toolbin.RepoPath(t), ParentDir: t.TempDir(), Wait: false})
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
@@ -85,4 +86,27 @@ func Scrape(ctx context.Context, url, token string, tlsConfig *tls.Config) (int,
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, body, err
+}
+
+// Counter reads the counter name{label="value"} from controller-runtime's registry, where the
+// components a test runs in its own process register their metrics; found is false where the
+// registry has no such series.
+func Counter(name, label, value string) (v float64, found bool, err error) {
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		return 0, false, err
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue(), true, nil
+				}
+			}
+		}
+	}
+	return 0, false, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -154,4 +155,25 @@ func Mutates(ctx context.Context, c *localcluster.Cluster) (bool, error) {
 		return false, fmt.Errorf("dry-run create a DaemonSet: %w", err)
 	}
 	return got.Spec.Template.Spec.PriorityClassName != "", nil
+}
+
+// CABundles returns the caBundle of every webhook of the MutatingWebhookConfiguration and the
+// ValidatingWebhookConfiguration named name, mutating first.
+func CABundles(ctx context.Context, client kubernetes.Interface, name string) ([][]byte, error) {
+	m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	v, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	bundles := [][]byte{}
+	for _, w := range m.Webhooks {
+		bundles = append(bundles, w.ClientConfig.CABundle)
+	}
+	for _, w := range v.Webhooks {
+		bundles = append(bundles, w.ClientConfig.CABundle)
+	}
+	return bundles, nil
 }

@@ -34,15 +34,7 @@ func TestRatiosAndGoal(t *testing.T) {
 	if r := rows[2]; r.P50Met || r.P99Met || r.Errors != 1 {
 		t.Errorf("errors must fail the goal: %+v", r)
 	}
-	var b bytes.Buffer
-	if err := rep.WriteMarkdown(&b, DefaultGoal); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"| 1000 | 1.20x | 1.25x | met |", "| 2000 | 2.00x | 1.25x | not met (p50) |", "| 3000 | 1.00x | 1.00x | not met (errors: 1) |"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("markdown lacks %q:\n%s", want, b.String())
-		}
-	}
+	assertMarkdownHas(t, rep, "| 1000 | 1.20x | 1.25x | met |", "| 2000 | 2.00x | 1.25x | not met (p50) |", "| 3000 | 1.00x | 1.00x | not met (errors: 1) |")
 }
 
 // With rounds, each round has its own ratios and the median over rounds discounts one disturbed
@@ -88,11 +80,17 @@ func TestMedianRatiosOverRounds(t *testing.T) {
 	if m := rep.MedianRatios(DefaultGoal)[0]; m.P50 != 2.05 {
 		t.Errorf("median of two rounds: %v, want the mean of both (2.05)", m.P50)
 	}
+	assertMarkdownHas(t, rep, "Median over the 2 rounds", "| median | 1000 | 2.05x |", "| 2 | 1000 | 3.00x | 4.00x | not met (p50 and p99) |")
+}
+
+// assertMarkdownHas checks that the Markdown report of rep holds every line part of wants.
+func assertMarkdownHas(t *testing.T, rep *Report, wants ...string) {
+	t.Helper()
 	var b bytes.Buffer
 	if err := rep.WriteMarkdown(&b, DefaultGoal); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Median over the 2 rounds", "| median | 1000 | 2.05x |", "| 2 | 1000 | 3.00x | 4.00x | not met (p50 and p99) |"} {
+	for _, want := range wants {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, b.String())
 		}

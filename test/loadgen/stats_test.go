@@ -37,6 +37,7 @@ func TestPercentile(t *testing.T) {
 		{"p99 of 1..100 is the 99th value", oneToHundred, 99, 99 * time.Millisecond},
 		{"p99.9 of 1..100 is the max", oneToHundred, 99.9, 100 * time.Millisecond},
 		{"p50 of two values is the lower", ms(1, 3), 50, 1 * time.Millisecond},
+		{"p50 of four values is the 2nd", ms(1, 2, 3, 4), 50, 2 * time.Millisecond},
 		{"duplicates", ms(2, 2, 2, 9), 75, 2 * time.Millisecond},
 	}
 	for _, tc := range tests {

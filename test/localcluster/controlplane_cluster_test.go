@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -225,7 +226,7 @@ func TestKilledOwnerTakesComponentsDown(t *testing.T) {
 	localcluster.NeedCluster(t)
 	bin := filepath.Join(t.TempDir(), "localcluster")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/localcluster")
-	root := clustertest.RepoFile(t)
+	root := toolbin.RepoPath(t)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build localcluster: %v\n%s", err, out)

@@ -84,13 +84,9 @@ func readArchive(t *testing.T, path string) archived {
 			t.Fatal(err)
 		}
 	}
-	p, err := layout.FromPath(dir)
+	index, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		t.Fatalf("%s is no OCI layout: %v", path, err)
-	}
-	index, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
 	}
 	manifest, err := index.IndexManifest()
 	if err != nil {
@@ -104,7 +100,7 @@ func readArchive(t *testing.T, path string) archived {
 			t.Fatalf("%s lists different images: %v", path, manifest.Manifests)
 		}
 	}
-	img, err := p.Image(manifest.Manifests[0].Digest)
+	img, err := layout.Path(dir).Image(manifest.Manifests[0].Digest)
 	if err != nil {
 		t.Fatal(err)
 	}

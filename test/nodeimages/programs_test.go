@@ -40,10 +40,7 @@ func buildProgram(t *testing.T, name string) string {
 	if runtime.GOOS != Platform.OS || runtime.GOARCH != Platform.Architecture {
 		t.Skipf("the programs are built for %s, this host is %s/%s", Platform, runtime.GOOS, runtime.GOARCH)
 	}
-	root, err := toolbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := toolbin.RepoPath(t)
 	bin := filepath.Join(imageDir, "bin", name)
 	if err := goBuild(context.Background(), root, "./"+sourceDir+"/"+name, bin); err != nil {
 		t.Fatal(err)

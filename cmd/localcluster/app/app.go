@@ -23,12 +23,7 @@ import (
 
 // New returns the root command.
 func New() *cobra.Command {
-	root := &cobra.Command{
-		Use:           "localcluster",
-		Short:         "Build and run daemonguard's embedded local Kubernetes control plane",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
+	root := &cobra.Command{Use: "localcluster", Short: "Build and run daemonguard's embedded local Kubernetes control plane", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(newBuildCommand(), newUpCommand(), newDemoCommand(), newDownCommand(), newRunCommand(), newBenchAdmissionCommand())
 	return root
 }
@@ -69,29 +64,33 @@ func newUpCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start a local control plane (one control-plane node plus workers) and keep it running until Ctrl-C",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			parent, err := stateDir()
-			if err != nil {
-				return err
-			}
-			if err := os.MkdirAll(parent, 0o755); err != nil {
-				return err
-			}
-			nodes := append([]localcluster.Node{localcluster.ControlPlaneNode("control-plane-0")}, localcluster.WorkerNodes("worker", workers)...)
-			c, err := localcluster.Start(cmd.Context(), localcluster.Config{Nodes: nodes, ParentDir: parent, Log: cmd.ErrOrStderr(), RealNode: realNode})
-			if err != nil {
-				return err
-			}
-			defer c.Stop()
-			fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", c.KubeconfigPath)
-			fmt.Fprintln(cmd.ErrOrStderr(), "Press Ctrl-C to stop the cluster.")
-			<-cmd.Context().Done()
-			return nil
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return up(cmd, workers, realNode) },
 	}
 	cmd.Flags().IntVar(&workers, "workers", 4, "number of untainted worker nodes")
 	cmd.Flags().BoolVar(&realNode, "real-node", false, realNodeFlagHelp)
 	return cmd
+}
+
+// up starts a cluster of one control-plane node and the workers, prints its KUBECONFIG and keeps
+// it running until the command's context ends.
+func up(cmd *cobra.Command, workers int, realNode bool) error {
+	parent, err := stateDir()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return err
+	}
+	nodes := append([]localcluster.Node{localcluster.ControlPlaneNode("control-plane-0")}, localcluster.WorkerNodes("worker", workers)...)
+	c, err := localcluster.Start(cmd.Context(), localcluster.Config{Nodes: nodes, ParentDir: parent, Log: cmd.ErrOrStderr(), RealNode: realNode})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", c.KubeconfigPath)
+	fmt.Fprintln(cmd.ErrOrStderr(), "Press Ctrl-C to stop the cluster.")
+	<-cmd.Context().Done()
+	return nil
 }
 
 func newDemoCommand() *cobra.Command {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/clustertest"
 )
 
@@ -256,7 +257,7 @@ func checkSeed(t *testing.T, ns, image string) {
 // built-in policy forbids, and checks that the denial names the policy.
 func checkDenied(t *testing.T, ns string) {
 	t.Helper()
-	path := clustertest.RepoFile(t, "testdata", "demo-policy", "wide-budget.yaml")
+	path := toolbin.RepoPath(t, "testdata", "demo-policy", "wide-budget.yaml")
 	out, stderr, err := cluster.Kubectl(context.Background(), "", "apply", "-n", ns, "-f", path)
 	if err == nil {
 		t.Fatalf("kubectl apply wide-budget.yaml was admitted:\n%s", out)
