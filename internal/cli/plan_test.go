@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/daemonguard/daemonguard/controller/rollout"
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/preflight"
 )
@@ -97,10 +97,10 @@ func TestRenderPlans(t *testing.T) {
 			{Node: "w2", Today: &preflight.PodToday{Name: "agent-2", Revision: "r1", Ready: true}, Change: preflight.Unchanged},
 		},
 		Summary: preflight.Summary{Nodes: 2, Replaced: 1, Unchanged: 1, Preempting: 1},
-		Rollout: preflight.Rollout{Strategy: "managed", Summary: "daemonguard replaces 1 nodes", Estimate: time.Minute, Managed: &rollout.Forecast{
+		Rollout: preflight.Rollout{Strategy: "managed", Summary: "daemonguard replaces 1 nodes", Estimate: time.Minute, Managed: &rolloutplan.Timeline{
 			Order:  "by name",
-			Waves:  []rollout.Wave{{At: 0, Step: "1/3: 1", StepIndex: 0, Nodes: []string{"w1"}}, {At: 2 * time.Minute, Step: "3/3: 100%", StepIndex: 2, Nodes: []string{"w2"}}},
-			Pauses: []rollout.Pause{{At: time.Minute, Step: "2/3: pause:1m", StepIndex: 1, Duration: time.Minute}},
+			Waves:  []rolloutplan.Wave{{At: 0, Step: "1/3: 1", StepIndex: 0, Nodes: []string{"w1"}}, {At: 2 * time.Minute, Step: "3/3: 100%", StepIndex: 2, Nodes: []string{"w2"}}},
+			Pauses: []rolloutplan.PauseStep{{At: time.Minute, Step: "2/3: pause:1m", StepIndex: 1, Duration: time.Minute}},
 		}},
 	}
 	reports := []PlanReport{{Source: "ds.yaml#1", Namespace: "default", Name: "agent", Plan: plan,

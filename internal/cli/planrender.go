@@ -14,7 +14,7 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daemonguard/daemonguard/controller/rollout"
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/preflight"
 )
 
@@ -245,7 +245,7 @@ const shownWaves = 10
 
 // forecastLines lists a managed rollout's waves and pauses in the order they happen; waves past
 // the first shownWaves are counted between pauses, not listed.
-func forecastLines(f *rollout.Forecast) []string {
+func forecastLines(f *rolloutplan.Timeline) []string {
 	var out []string
 	shown, skipped := 0, 0
 	var from, to time.Duration
@@ -282,14 +282,14 @@ func forecastLines(f *rollout.Forecast) []string {
 // pauseFirst says whether pause p happens before wave w. At the same moment either can be first:
 // a manual pause is resumed at once and the next step's wave follows it, while a pause reached as
 // soon as the wave before it is Ready (pods Ready at once) follows that wave. Their steps tell.
-func pauseFirst(p rollout.Pause, w rollout.Wave) bool {
+func pauseFirst(p rolloutplan.PauseStep, w rolloutplan.Wave) bool {
 	if p.At != w.At {
 		return p.At < w.At
 	}
 	return p.StepIndex < w.StepIndex
 }
 
-func pauseLine(p rollout.Pause) string {
+func pauseLine(p rolloutplan.PauseStep) string {
 	what := fmt.Sprintf("pauses %s", p.Duration)
 	if p.Manual {
 		what = "waits for `daemonguard rollout resume` (counted as no time)"

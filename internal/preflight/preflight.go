@@ -15,7 +15,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/daemonguard/daemonguard/controller/rollout"
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
@@ -316,8 +316,8 @@ func ReadyAfter(pods []*corev1.Pod) (time.Duration, bool) {
 }
 
 // managedRollout is the managed rollout, as the controller's planner runs it.
-func managedRollout(in Input) (*rollout.Forecast, error) {
-	f, err := rollout.ForecastRollout(rollout.ForecastInput{DaemonSet: in.After, Pods: in.DaemonPods, Nodes: in.Nodes, ReadyAfter: in.ReadyAfter, Now: in.Now})
+func managedRollout(in Input) (*rolloutplan.Timeline, error) {
+	f, err := rolloutplan.Forecast(rolloutplan.ForecastInput{DaemonSet: in.After, Pods: in.DaemonPods, Nodes: in.Nodes, ReadyAfter: in.ReadyAfter, Now: in.Now})
 	if err != nil {
 		return nil, fmt.Errorf("rollout settings: %w", err)
 	}

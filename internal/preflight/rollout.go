@@ -7,7 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/daemonguard/daemonguard/controller/rollout"
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -25,7 +25,7 @@ type Rollout struct {
 	// nothing is replaced or it does not end by itself (OnDelete).
 	Estimate time.Duration `json:"estimate"`
 	// Managed is the controller's rollout, wave by wave (managed only).
-	Managed *rollout.Forecast `json:"managed,omitempty"`
+	Managed *rolloutplan.Timeline `json:"managed,omitempty"`
 	// Batches is how many nodes the rolling update replaces at once, and Waves how many times
 	// (RollingUpdate only).
 	Batch int `json:"batch,omitempty"`
