@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/daemonguard/daemonguard/internal/manifest"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -48,11 +49,11 @@ objects among the manifests, and takes any other namespace as unmarked.
 			if err != nil {
 				return err
 			}
-			namespaces := NamespaceLabels(docs)
+			namespaces := manifest.NamespaceLabels(docs)
 			var reports []checkReport
 			denied := false
 			for _, d := range docs {
-				if !IsDaemonSet(d) {
+				if !manifest.IsDaemonSet(d) {
 					continue
 				}
 				r := simulate(cmd.Context(), set, d, namespaces)
@@ -102,7 +103,7 @@ func printCheck(w io.Writer, reports []checkReport) {
 			continue
 		}
 		for _, v := range r.Violations {
-			fmt.Fprintf(w, "%-6s %s: %s\n", label(v.Action), ref, v)
+			fmt.Fprintf(w, "%-6s %s: %s\n", v.Action.Label(), ref, v)
 			switch v.Action {
 			case policy.Deny:
 				deny++
@@ -114,16 +115,6 @@ func printCheck(w io.Writer, reports []checkReport) {
 	fmt.Fprintf(w, "%d DaemonSets checked: %d denials, %d warnings\n", len(reports), deny, warn)
 }
 
-func label(a policy.Action) string {
-	switch a {
-	case policy.Deny:
-		return "DENY"
-	case policy.Warn:
-		return "WARN"
-	}
-	return "DRYRUN"
-}
-
 func name(ns, n string) string {
 	if ns == "" {
 		ns = "default"
@@ -133,7 +124,7 @@ func name(ns, n string) string {
 
 // loadManifests compiles the policy set (built-ins plus --policies) and reads the -f manifests:
 // the common start of check and mutate.
-func loadManifests(cmd *cobra.Command, files, policyDirs []string) (*policy.Set, []Document, error) {
+func loadManifests(cmd *cobra.Command, files, policyDirs []string) (*policy.Set, []manifest.Document, error) {
 	if len(files) == 0 {
 		return nil, nil, fmt.Errorf("-f is required (a file, a directory or - for stdin)")
 	}
@@ -141,7 +132,7 @@ func loadManifests(cmd *cobra.Command, files, policyDirs []string) (*policy.Set,
 	if err != nil {
 		return nil, nil, err
 	}
-	docs, err := Read(files, cmd.InOrStdin())
+	docs, err := manifest.Read(files, cmd.InOrStdin())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/daemonguard/daemonguard/internal/exitcode"
 	"github.com/daemonguard/daemonguard/internal/serving"
 )
 
@@ -52,7 +53,22 @@ func version() string {
 
 // IsReported tells errors whose story the command already printed (a denial report), so main
 // exits non-zero without an extra error line.
-func IsReported(err error) bool { return errors.Is(err, errDenied) || errors.As(err, new(ExitError)) }
+func IsReported(err error) bool {
+	return errors.Is(err, errDenied) || errors.As(err, new(exitcode.Error))
+}
+
+// ExitCode is the process exit code for err returned by the root command: 0 for nil, the
+// exitcode.Error's code, else 1.
+func ExitCode(err error) int {
+	var e exitcode.Error
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &e):
+		return e.Code
+	}
+	return 1
+}
 
 // addServingFlags registers the flags of internal/serving's options, which both components share.
 func addServingFlags(f *pflag.FlagSet, o *serving.Options) {

@@ -8,6 +8,8 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/manifest"
 )
 
 func newMutateCommand() *cobra.Command {
@@ -22,11 +24,11 @@ func newMutateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			namespaces := NamespaceLabels(docs)
+			namespaces := manifest.NamespaceLabels(docs)
 			out := cmd.OutOrStdout()
 			for i, d := range docs {
 				mutated := d.Raw
-				if IsDaemonSet(d) {
+				if manifest.IsDaemonSet(d) {
 					r := simulate(cmd.Context(), set, d, namespaces)
 					if err := simulationError(r); err != nil {
 						return fmt.Errorf("%s: %w", d.Ref(), err)
@@ -61,7 +63,7 @@ func newMutateCommand() *cobra.Command {
 	return cmd
 }
 
-func printDiff(w io.Writer, d Document, mutated []byte) error {
+func printDiff(w io.Writer, d manifest.Document, mutated []byte) error {
 	before, err := yaml.JSONToYAML(d.Raw)
 	if err != nil {
 		return err

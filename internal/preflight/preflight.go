@@ -20,8 +20,8 @@ import (
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
-// Input is everything Build needs.
-type Input struct {
+// Snapshot is everything Build needs.
+type Snapshot struct {
 	// After is the DaemonSet as the API server would store it: merged with the live object and
 	// mutated by admission.
 	After *appsv1.DaemonSet
@@ -64,8 +64,8 @@ const (
 	None      Change = "none"      // no daemon pod, today or after
 )
 
-// Plan is the pre-flight answer for one DaemonSet.
-type Plan struct {
+// Impact is what applying a DaemonSet change does: node by node, summed, and the rollout.
+type Impact struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	// Operation is "create" or "update".
@@ -75,10 +75,10 @@ type Plan struct {
 	// TemplateChanges are the pod template's changed fields, as paths (update only).
 	TemplateChanges []string `json:"templateChanges,omitempty"`
 	// Problems stop every new pod, whatever the node.
-	Problems []string   `json:"problems,omitempty"`
-	Nodes    []NodePlan `json:"nodes"`
-	Summary  Summary    `json:"summary"`
-	Rollout  Rollout    `json:"rollout"`
+	Problems []string     `json:"problems,omitempty"`
+	Nodes    []NodeImpact `json:"nodes"`
+	Summary  Summary      `json:"summary"`
+	Rollout  Rollout      `json:"rollout"`
 }
 
 // Summary counts nodes by change and problem.
@@ -95,8 +95,8 @@ type Summary struct {
 	Preempting int `json:"preempting"`
 }
 
-// NodePlan is one node: its daemon pod today and what happens to it.
-type NodePlan struct {
+// NodeImpact is one node: its daemon pod today and what happens to it.
+type NodeImpact struct {
 	Node   string     `json:"node"`
 	Today  *PodToday  `json:"today,omitempty"`
 	Change Change     `json:"change"`
@@ -112,9 +112,9 @@ type PodToday struct {
 }
 
 // Build decides the plan. It never fails: what it cannot know (no live pods to time) it says.
-func Build(in Input) Plan {
+func Assess(in Snapshot) Impact {
 	ds := in.After
-	p := Plan{Namespace: ds.Namespace, Name: ds.Name, Operation: "create", NewRevision: in.NewRevision || in.Live == nil, Nodes: []NodePlan{}, Problems: in.Problems}
+	p := Impact{Namespace: ds.Namespace, Name: ds.Name, Operation: "create", NewRevision: in.NewRevision || in.Live == nil, Nodes: []NodeImpact{}, Problems: in.Problems}
 	if in.Live != nil {
 		p.Operation = "update"
 		if p.NewRevision {
@@ -135,7 +135,7 @@ func Build(in Input) Plan {
 	sorted := append([]*corev1.Node(nil), in.Nodes...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for _, node := range sorted {
-		np := NodePlan{Node: node.Name}
+		np := NodeImpact{Node: node.Name}
 		own := daemonPods[node.Name]
 		if len(own) > 0 {
 			pod := own[0]
@@ -170,7 +170,7 @@ func Build(in Input) Plan {
 	return p
 }
 
-func (s *Summary) add(np NodePlan) {
+func (s *Summary) add(np NodeImpact) {
 	s.Nodes++
 	switch np.Change {
 	case Gains:
@@ -316,7 +316,7 @@ func ReadyAfter(pods []*corev1.Pod) (time.Duration, bool) {
 }
 
 // managedRollout is the managed rollout, as the controller's planner runs it.
-func managedRollout(in Input) (*rolloutplan.Timeline, error) {
+func managedRollout(in Snapshot) (*rolloutplan.Timeline, error) {
 	f, err := rolloutplan.Forecast(rolloutplan.ForecastInput{DaemonSet: in.After, Pods: in.DaemonPods, Nodes: in.Nodes, ReadyAfter: in.ReadyAfter, Now: in.Now})
 	if err != nil {
 		return nil, fmt.Errorf("rollout settings: %w", err)
