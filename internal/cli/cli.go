@@ -1,5 +1,11 @@
 // Package cli defines the daemonguard command tree. Each subcommand is a thin layer over a package
 // that does the work, so the same logic serves the binary, the kubectl plugin and the tests.
+//
+// cli.go is the root (New), version and the exit status main returns (IsReported, ExitCode);
+// webhook.go and controller.go run the components; check.go, mutate.go and audit.go evaluate
+// manifests or a cluster against the policies, with manifests.go's offline admission of one
+// manifest document; policytest.go and policyexport.go are `policy test` and `policy export`;
+// rollout.go is `rollout` and its verbs over internal/rolloutcli, whose plan.go is `rollout plan`.
 package cli
 
 import (

@@ -1,8 +1,13 @@
-// Package preflight answers what a DaemonSet change will do before it is applied: node by node,
-// which nodes gain, lose or replace the daemon pod and why, where the new pod will not fit or
-// will preempt other pods, and how the rollout will proceed. Build is a pure planner over plain
-// data and a clock; the CLI (`daemonguard rollout plan`) gathers the cluster's objects and runs
-// admission first, and render.go writes the plan for people and for CI.
+// Package preflight is `daemonguard rollout plan`: what a DaemonSet change will do before it is
+// applied. plan.go gathers the cluster's objects, merges each manifest into the live DaemonSet as
+// kubectl apply does, runs admission through daemonguard's admission core as the cluster would,
+// and assesses the object as it would be stored (PlanManifests, one Report per DaemonSet, and
+// ExitStatus); render.go writes the reports as a table, markdown or JSON (Render). The rest is
+// pure, over plain data and a clock: preflight.go decides node by node which nodes gain, lose or
+// replace the daemon pod and why (Assess, an Impact); fit.go whether the new pod fits or preempts
+// (Fit); rollout.go how the rollout proceeds, for managed DaemonSets with the controller's own
+// planner (rolloutplan.Forecast); changes.go which template fields change. The cobra command is
+// internal/rolloutcli/plan.go.
 package preflight
 
 import (
