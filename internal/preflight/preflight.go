@@ -4,14 +4,16 @@
 // and assesses the object as it would be stored (PlanManifests, one Report per DaemonSet, and
 // ExitStatus); render.go writes the reports as a table, markdown or JSON (Render). The rest is
 // pure, over plain data and a clock: preflight.go decides node by node which nodes gain, lose or
-// replace the daemon pod and why (Assess, an Impact); fit.go whether the new pod fits or preempts
-// (Fit); rollout.go how the rollout proceeds, for managed DaemonSets with the controller's own
-// planner (rolloutplan.Forecast); changes.go which template fields change. The cobra command is
+// replace the daemon pod and why, and which template fields change (Assess, an Impact); fit.go
+// whether the new pod fits or preempts (Fit); rollout.go how the rollout proceeds, for managed
+// DaemonSets with the controller's own planner (rolloutplan.Forecast). The cobra command is
 // internal/rolloutcli/plan.go.
 package preflight
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"time"
 
@@ -327,4 +329,60 @@ func managedRollout(in Snapshot) (*rolloutplan.Timeline, error) {
 		return nil, fmt.Errorf("rollout settings: %w", err)
 	}
 	return &f, nil
+}
+
+// maxTemplateChanges bounds the paths listed: a rewritten template names its first ones.
+const maxTemplateChanges = 20
+
+// templateChanges lists the paths, below spec.template, where after differs from live: a field
+// set, changed or removed, a list that changed length, or the differing elements of one that did
+// not. Both come from the API server's (after: merged with) live object, so defaults match.
+func templateChanges(live, after *corev1.PodTemplateSpec) []string {
+	var a, b any
+	if toGeneric(live, &a) != nil || toGeneric(after, &b) != nil {
+		return []string{"spec.template"}
+	}
+	var out []string
+	diffPaths("spec.template", a, b, &out)
+	sort.Strings(out)
+	if len(out) > maxTemplateChanges {
+		out = append(out[:maxTemplateChanges], fmt.Sprintf("and %d more", len(out)-maxTemplateChanges))
+	}
+	return out
+}
+
+func toGeneric(v any, out *any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, out)
+}
+
+func diffPaths(path string, a, b any, out *[]string) {
+	if reflect.DeepEqual(a, b) {
+		return
+	}
+	am, aok := a.(map[string]any)
+	bm, bok := b.(map[string]any)
+	if aok && bok {
+		for k, av := range am {
+			diffPaths(path+"."+k, av, bm[k], out)
+		}
+		for k, bv := range bm {
+			if _, ok := am[k]; !ok {
+				diffPaths(path+"."+k, nil, bv, out)
+			}
+		}
+		return
+	}
+	al, aok := a.([]any)
+	bl, bok := b.([]any)
+	if aok && bok && len(al) == len(bl) {
+		for i := range al {
+			diffPaths(fmt.Sprintf("%s[%d]", path, i), al[i], bl[i], out)
+		}
+		return
+	}
+	*out = append(*out, path)
 }
