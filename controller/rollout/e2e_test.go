@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
@@ -127,7 +128,7 @@ func waitSettled(t *testing.T, ns string, image string, want int) {
 		}
 		reachable, settled := 0, 0
 		for i := range nodes.Items {
-			if !nodeReachable(&nodes.Items[i]) {
+			if !rolloutplan.Reachable(&nodes.Items[i]) {
 				continue
 			}
 			reachable++
@@ -144,22 +145,6 @@ func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 			return true
-		}
-	}
-	return false
-}
-
-// nodeReachable is a Ready node without the node lifecycle controller's not-ready or unreachable
-// taints: one the rollout counts.
-func nodeReachable(n *corev1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady {
-			return false
-		}
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
 		}
 	}
 	return false
@@ -261,7 +246,7 @@ func (s *sampler) sample() {
 	}
 	unavailable := 0
 	for name, n := range s.nodes {
-		if nodeReachable(n) && !availableOn[name] {
+		if rolloutplan.Reachable(n) && !availableOn[name] {
 			unavailable++
 		}
 	}

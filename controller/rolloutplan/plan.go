@@ -161,7 +161,7 @@ func StateOf(o Observed) State {
 		}
 		_, cp := n.Labels["node-role.kubernetes.io/control-plane"]
 		in.Nodes = append(in.Nodes, NodeState{
-			Name: n.Name, ControlPlane: cp, Reachable: reachable(n),
+			Name: n.Name, ControlPlane: cp, Reachable: Reachable(n),
 			Domain: topologyDomain(n, o.Settings.TopologyKey), Pods: podsByNode[n.Name],
 		})
 	}
@@ -245,8 +245,9 @@ func eligible(m *nodes.Matcher, n *corev1.Node) bool {
 	return m.Eligible(&healthy)
 }
 
-// reachable is false when the node is not Ready or carries the unreachable or not-ready taint.
-func reachable(n *corev1.Node) bool {
+// Reachable is false when the node is not Ready or carries the unreachable or not-ready taint:
+// its kubelet will not act on a deletion, so the rollout leaves the node out.
+func Reachable(n *corev1.Node) bool {
 	for _, t := range n.Spec.Taints {
 		if t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady {
 			return false
