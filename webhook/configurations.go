@@ -28,9 +28,8 @@ type ConfigurationOptions struct {
 	InProcessInjection bool
 }
 
-// The names of the DaemonSet webhooks, as the chart registers them too
-// (charts/daemonguard/templates/webhook-configurations.yaml); `rollout plan` finds daemonguard's
-// admission in a cluster by them.
+// The names of the DaemonSet webhooks. The chart registers the same (charts/webhook_test.go holds
+// it to Configurations); `rollout plan` finds daemonguard's admission in a cluster by them.
 const (
 	MutateDaemonSetWebhook   = "daemonsets.mutate.daemonguard.io"
 	ValidateDaemonSetWebhook = "daemonsets.validate.daemonguard.io"

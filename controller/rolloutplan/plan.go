@@ -82,7 +82,7 @@ type Plan struct {
 	Skipped      []string      // nodes left out: unreachable, or pods stuck terminating
 	RequeueAfter time.Duration // when the plan would change without any event (pauses, deadlines)
 	// Event is what the rollout's Event says when the phase, reason or step changes: the same
-	// reason and message as the condition. Decide records it on a transition.
+	// reason and message as the condition. The controller records it on a transition.
 	Event Event
 }
 
