@@ -42,7 +42,7 @@ func workers(pods ...string) []rolloutplan.NodeState {
 
 // shown is what a DaemonSet shows after the writes of a decision for in: its status annotations
 // and conditions.
-func shown(t *testing.T, in rolloutplan.State) (map[string]string, []appsv1.DaemonSetCondition) {
+func shown(t *testing.T, in rolloutplan.RolloutState) (map[string]string, []appsv1.DaemonSetCondition) {
 	t.Helper()
 	d := decide(factsOf(in, nil, nil))
 	annotations := map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged}
@@ -61,7 +61,7 @@ func TestDecide(t *testing.T) {
 		t.Fatal(err)
 	}
 	// progressing replaces the first of four nodes; moved is one node further, in the same step.
-	progressing := rolloutplan.State{TargetRevision: newRev, Nodes: workers("old ready", "old ready", "old ready", "old ready"), Settings: oneAtATime, Status: running, Now: t0}
+	progressing := rolloutplan.RolloutState{TargetRevision: newRev, Nodes: workers("old ready", "old ready", "old ready", "old ready"), Settings: oneAtATime, Status: running, Now: t0}
 	moved := progressing
 	moved.Nodes = workers("new ready", "old ready", "old ready", "old ready")
 	complete := progressing
@@ -263,7 +263,7 @@ func reportedAt(f Facts, at time.Time) Facts {
 // factsOf is what gather reads of a cluster in which in holds: the DaemonSet showing annotations
 // and conditions, and its nodes and pods as the API server holds them, so that rolloutplan.StateOf
 // has them to classify.
-func factsOf(in rolloutplan.State, annotations map[string]string, conds []appsv1.DaemonSetCondition) Facts {
+func factsOf(in rolloutplan.RolloutState, annotations map[string]string, conds []appsv1.DaemonSetCondition) Facts {
 	ds := showing(annotations, conds)
 	ds.Name, ds.Namespace, ds.Spec.MinReadySeconds = in.Name, in.Namespace, in.MinReadySeconds
 	f := Facts{Observed: rolloutplan.Observed{Now: in.Now, DaemonSet: ds, Settings: in.Settings, Status: in.Status, TargetRevision: in.TargetRevision}}

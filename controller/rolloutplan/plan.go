@@ -40,8 +40,9 @@ type NodeState struct {
 	Pods      []PodState
 }
 
-// State is everything the planner needs: plain data and the reconcile's reading of the clock.
-type State struct {
+// RolloutState is everything the planner needs: plain data and the reconcile's reading of the
+// clock.
+type RolloutState struct {
 	// Name and Namespace of the DaemonSet, for the commands a message suggests.
 	Name, Namespace string
 	TargetRevision  string
@@ -96,8 +97,8 @@ type Event struct {
 // revisionLabel is the label the DaemonSet controller puts on pods and ControllerRevisions.
 const revisionLabel = appsv1.DefaultDaemonSetUniqueLabelKey
 
-// Observed is what the planner's State is classified from: the objects one reconcile (or one
-// run of a forecast) read, plain data, no client.
+// Observed is what the planner's RolloutState is classified from: the objects one reconcile (or
+// one run of a forecast) read, plain data, no client.
 type Observed struct {
 	Now time.Time // the one reading of the clock
 	// DaemonSet is as read: its annotations and conditions are the last report.
@@ -123,11 +124,11 @@ var failureReasons = map[string]bool{
 	"CrashLoopBackOff": true, "CreateContainerConfigError": true, "CreateContainerError": true,
 }
 
-// StateOf classifies what was read into the planner's State: the nodes the DaemonSet should run
-// on (eligible), whether each is reachable, and each pod's revision, readiness and failure.
-func StateOf(o Observed) State {
+// StateOf classifies what was read into the planner's RolloutState: the nodes the DaemonSet should
+// run on (eligible), whether each is reachable, and each pod's revision, readiness and failure.
+func StateOf(o Observed) RolloutState {
 	ds := o.DaemonSet
-	in := State{
+	in := RolloutState{
 		Name: ds.Name, Namespace: ds.Namespace,
 		TargetRevision:  o.TargetRevision,
 		Settings:        o.Settings,
@@ -311,7 +312,7 @@ type nodeView struct {
 //   - Pods on unreachable nodes are never deleted, and such nodes (and nodes whose pods are stuck
 //     terminating) count neither as desired nor as unavailable (see newPlanner).
 //   - At most budget nodes are unavailable after the plan, unless more were before (see replace).
-func Compute(in State) Plan {
+func Compute(in RolloutState) Plan {
 	p := newPlanner(in)
 	if p.plan.Updated == p.plan.Desired {
 		return p.complete()
@@ -332,7 +333,7 @@ func Compute(in State) Plan {
 // planner is one Compute under way: the input, the status it is deciding, the reachable nodes
 // in rollout order and the plan so far.
 type planner struct {
-	in     State
+	in     RolloutState
 	status rolloutapi.Status
 	views  []nodeView // reachable nodes not stuck terminating, in rollout order
 	plan   Plan
@@ -351,7 +352,7 @@ type planner struct {
 //     at most once against the budget whatever pods it holds.
 //   - Progress moves to Now whenever Updated grows: the progress deadline runs from the last
 //     growth, so a long step that keeps moving never times out.
-func newPlanner(in State) *planner {
+func newPlanner(in RolloutState) *planner {
 	p := &planner{in: in, status: in.Status}
 	if p.status.Revision != in.TargetRevision {
 		p.status = rolloutapi.Status{Revision: in.TargetRevision, StepStarted: in.Now, PauseToken: in.Settings.ResumeToken,

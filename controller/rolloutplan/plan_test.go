@@ -200,7 +200,7 @@ func TestCompute(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			p := Compute(State{TargetRevision: newRev, Nodes: tc.nodes, Settings: tc.settings, Status: tc.state, Now: t0})
+			p := Compute(RolloutState{TargetRevision: newRev, Nodes: tc.nodes, Settings: tc.settings, Status: tc.state, Now: t0})
 			if got := deletedNodes(p); !slices.Equal(got, tc.wantDelete) {
 				t.Errorf("deleted on %v, want %v (%s)", got, tc.wantDelete, p.Message)
 			}
@@ -281,7 +281,7 @@ func TestHaltMessages(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			p := Compute(State{Name: "agent", Namespace: "mon", TargetRevision: newRev, Nodes: tc.nodes, Settings: settings("1", tc.steps),
+			p := Compute(RolloutState{Name: "agent", Namespace: "mon", TargetRevision: newRev, Nodes: tc.nodes, Settings: settings("1", tc.steps),
 				Status: tc.state, PreviousFailure: tc.previous, Now: t0})
 			if p.Phase != rolloutapi.PhaseFailed || p.Reason != tc.reason {
 				t.Fatalf("phase %s/%s, want Failed/%s: %s", p.Phase, p.Reason, tc.reason, p.Message)
@@ -302,7 +302,7 @@ func TestHaltMessages(t *testing.T) {
 // A controller restarted at any point gets the same plan from the same cluster state and status
 // annotations: the plan depends on nothing else.
 func TestComputeIsDeterministic(t *testing.T) {
-	in := State{TargetRevision: newRev, Nodes: olds(10), Settings: settings("3", "2,pause:1m,100%"), Status: rolloutapi.Status{}, Now: t0}
+	in := RolloutState{TargetRevision: newRev, Nodes: olds(10), Settings: settings("3", "2,pause:1m,100%"), Status: rolloutapi.Status{}, Now: t0}
 	first := Compute(in)
 	for range 20 {
 		if again := Compute(in); !slices.Equal(deletedNodes(again), deletedNodes(first)) || again.Message != first.Message {
@@ -350,7 +350,7 @@ func TestComputePropertiesHoldForRandomStates(t *testing.T) {
 		if rng.IntN(5) == 0 {
 			state = rolloutapi.Status{}
 		}
-		in := State{TargetRevision: newRev, Nodes: nodes, Settings: s, Status: state, Now: t0}
+		in := RolloutState{TargetRevision: newRev, Nodes: nodes, Settings: s, Status: state, Now: t0}
 		p := Compute(in)
 
 		byUID := map[string]struct {

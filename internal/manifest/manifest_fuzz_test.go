@@ -26,8 +26,8 @@ var (
 	readErrRE = regexp.MustCompile(`^-#[1-9][0-9]*(\.items\[[0-9]+\])*: `)
 )
 
-// FuzzRead feeds arbitrary bytes to the manifest reader of `daemonguard check`, `mutate` and `rollout plan`, as
-// stdin (go test -fuzz FuzzRead ./internal/manifest/). It must never panic, and:
+// FuzzRead feeds arbitrary bytes to the manifest reader of `daemonguard check`, `mutate` and
+// `rollout plan`, as stdin (go test -fuzz FuzzRead ./internal/manifest/). It must never panic, and:
 //
 //   - every object it returns came from the input: its Source names a document of the stream
 //     (and the path through the lists that held it), and the object is exactly that document
