@@ -14,9 +14,9 @@ func readOnly(rule rbacv1.PolicyRule) bool {
 }
 
 // TestPreflightRBAC checks the pre-flight roles: read-only, and bound (preflight.subjects) they
-// allow the requests `daemonguard rollout plan` makes (internal/cli/plan.go) and nothing that
+// allow the requests `daemonguard rollout plan` makes (internal/preflight/plan.go) and nothing that
 // writes or reads beyond them. The same roles, rendered by helm, run the plan against the local
-// cluster in internal/cli's TestPlanMatchesTheCluster.
+// cluster in internal/preflight's TestPlanMatchesTheCluster.
 func TestPreflightRBAC(t *testing.T) {
 	for name, c := range renderCases {
 		t.Run(name, func(t *testing.T) {

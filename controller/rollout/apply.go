@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -65,7 +66,7 @@ const maxParallelDeletes = 32
 // deletePods deletes the plan's pods concurrently, each with its UID as precondition, and
 // remembers every pod deleted (or already gone) so the next plan counts it as terminating even
 // if the cache lags.
-func (r *Reconciler) deletePods(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet, refs []PodRef, now time.Time) error {
+func (r *Reconciler) deletePods(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet, refs []rolloutplan.PodRef, now time.Time) error {
 	if len(refs) == 0 {
 		return nil
 	}
@@ -176,7 +177,7 @@ func init() {
 }
 
 // observe records the plan's counts and phase in the rollout gauges.
-func observe(ds *appsv1.DaemonSet, plan Plan) {
+func observe(ds *appsv1.DaemonSet, plan rolloutplan.Plan) {
 	rolloutUpdated.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Updated))
 	rolloutDesired.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Desired))
 	rolloutUnavailable.WithLabelValues(ds.Namespace, ds.Name).Set(float64(plan.Unavailable))

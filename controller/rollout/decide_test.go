@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,15 +13,38 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/daemonguard/daemonguard/internal/nodes"
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
+var t0 = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+
+const newRev = "new"
+
+// workers is one reachable worker per pod, w00, w01, ..., each running the pod given as
+// "revision state", the state one of ready, notready and failing.
+func workers(pods ...string) []rolloutplan.NodeState {
+	out := make([]rolloutplan.NodeState, len(pods))
+	for i, p := range pods {
+		rev, state, _ := strings.Cut(p, " ")
+		name := fmt.Sprintf("w%02d", i)
+		ps := rolloutplan.PodState{Name: name + "-" + rev, UID: "uid-" + name, Revision: rev}
+		switch state {
+		case "ready":
+			ps.Ready, ps.ReadySince = true, t0.Add(-time.Hour)
+		case "failing":
+			ps.Failure = "ImagePullBackOff"
+		}
+		out[i] = rolloutplan.NodeState{Name: name, Reachable: true, Pods: []rolloutplan.PodState{ps}}
+	}
+	return out
+}
+
 // shown is what a DaemonSet shows after the writes of a decision for in: its status annotations
 // and conditions.
-func shown(t *testing.T, in Input) (map[string]string, []appsv1.DaemonSetCondition) {
+func shown(t *testing.T, in rolloutplan.RolloutState) (map[string]string, []appsv1.DaemonSetCondition) {
 	t.Helper()
-	d := Decide(factsOf(in, nil, nil))
+	d := decide(factsOf(in, nil, nil))
 	annotations := map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged}
 	for k, v := range d.Annotations {
 		if v != nil {
@@ -32,14 +56,18 @@ func shown(t *testing.T, in Input) (map[string]string, []appsv1.DaemonSetConditi
 
 func TestDecide(t *testing.T) {
 	running := rolloutapi.Status{Revision: newRev, StepStarted: t0.Add(-time.Minute), Progress: t0.Add(-time.Minute)}
+	oneAtATime, err := rolloutapi.ParseSettings(map[string]string{rolloutapi.AnnotationMaxUnavailable: "1", rolloutapi.AnnotationSteps: ""})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// progressing replaces the first of four nodes; moved is one node further, in the same step.
-	progressing := Input{TargetRevision: newRev, Nodes: olds(4), Settings: settings("1", ""), Status: running, Now: t0}
+	progressing := rolloutplan.RolloutState{TargetRevision: newRev, Nodes: workers("old ready", "old ready", "old ready", "old ready"), Settings: oneAtATime, Status: running, Now: t0}
 	moved := progressing
-	moved.Nodes = append([]NodeState{node("w00", pod(newRev, "ready"))}, olds(4)[1:]...)
+	moved.Nodes = workers("new ready", "old ready", "old ready", "old ready")
 	complete := progressing
-	complete.Nodes = []NodeState{node("w00", pod(newRev, "ready")), node("w01", pod(newRev, "ready"))}
+	complete.Nodes = workers("new ready", "new ready")
 	failing := progressing
-	failing.Nodes = append([]NodeState{node("w00", pod(newRev, "failing"))}, olds(4)[1:]...)
+	failing.Nodes = workers("new failing", "old ready", "old ready", "old ready")
 	slowPods := progressing
 	slowPods.MinReadySeconds = 30
 
@@ -59,14 +87,14 @@ func TestDecide(t *testing.T) {
 		wantRequeue     time.Duration // when to look again without an event
 	}{
 		"settings that do not parse: Failed with InvalidSettings, and nothing else": {
-			facts:         Facts{Now: t0, DaemonSet: showing(shownAnnotations, shownConditions), SettingsErr: invalid},
+			facts:         Facts{Observed: rolloutplan.Observed{Now: t0, DaemonSet: showing(shownAnnotations, shownConditions)}, SettingsErr: invalid},
 			wantCondition: "Failed/InvalidSettings",
 		},
 		"invalid settings already reported: nothing to write": {
-			facts: Facts{Now: t0, DaemonSet: showing(shownAnnotations, invalidShown), SettingsErr: invalid},
+			facts: Facts{Observed: rolloutplan.Observed{Now: t0, DaemonSet: showing(shownAnnotations, invalidShown)}, SettingsErr: invalid},
 		},
 		"the current template's revision not known yet: look again soon": {
-			facts:       Facts{Now: t0, DaemonSet: showing(shownAnnotations, shownConditions)},
+			facts:       Facts{Observed: rolloutplan.Observed{Now: t0, DaemonSet: showing(shownAnnotations, shownConditions)}},
 			wantRequeue: revisionPending,
 		},
 		"the first report: written at once, with an Event": {
@@ -103,10 +131,12 @@ func TestDecide(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			d := Decide(tc.facts)
+			d := decide(tc.facts)
 			var deleted []string
 			if d.Plan != nil {
-				deleted = deletedNodes(*d.Plan)
+				for _, ref := range d.Plan.Delete {
+					deleted = append(deleted, ref.Node)
+				}
 			}
 			if !slices.Equal(deleted, tc.wantDelete) {
 				t.Errorf("deleted on %v, want %v", deleted, tc.wantDelete)
@@ -142,17 +172,15 @@ func TestDecide(t *testing.T) {
 
 // trueMessage is the message of the True rollout condition of conds; "" for none.
 func trueMessage(conds []appsv1.DaemonSetCondition) string {
-	for _, c := range conds {
-		if isRolloutCondition(c.Type) && c.Status == corev1.ConditionTrue {
-			return c.Message
-		}
+	if c := rolloutplan.ActiveCondition(conds); c != nil {
+		return c.Message
 	}
 	return ""
 }
 
 // trueCondition is "<type>/<reason>" of the True rollout condition of conds; "" for none.
 func trueCondition(conds []appsv1.DaemonSetCondition) string {
-	if c := activeCondition(conds); c != nil {
+	if c := rolloutplan.ActiveCondition(conds); c != nil {
 		return string(c.Type) + "/" + c.Reason
 	}
 	return ""
@@ -233,12 +261,12 @@ func reportedAt(f Facts, at time.Time) Facts {
 }
 
 // factsOf is what gather reads of a cluster in which in holds: the DaemonSet showing annotations
-// and conditions, and its nodes and pods as the API server holds them, so that plannerInput has
-// them to classify.
-func factsOf(in Input, annotations map[string]string, conds []appsv1.DaemonSetCondition) Facts {
+// and conditions, and its nodes and pods as the API server holds them, so that rolloutplan.StateOf
+// has them to classify.
+func factsOf(in rolloutplan.RolloutState, annotations map[string]string, conds []appsv1.DaemonSetCondition) Facts {
 	ds := showing(annotations, conds)
 	ds.Name, ds.Namespace, ds.Spec.MinReadySeconds = in.Name, in.Namespace, in.MinReadySeconds
-	f := Facts{Now: in.Now, DaemonSet: ds, Settings: in.Settings, Status: in.Status, TargetRevision: in.TargetRevision}
+	f := Facts{Observed: rolloutplan.Observed{Now: in.Now, DaemonSet: ds, Settings: in.Settings, Status: in.Status, TargetRevision: in.TargetRevision}}
 	for _, n := range in.Nodes {
 		ready := corev1.ConditionTrue
 		if !n.Reachable {
@@ -255,7 +283,7 @@ func factsOf(in Input, annotations map[string]string, conds []appsv1.DaemonSetCo
 		f.Nodes = append(f.Nodes, node)
 		for _, p := range n.Pods {
 			pod := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: types.UID(p.UID), Labels: map[string]string{revisionLabel: p.Revision}},
+				ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: types.UID(p.UID), Labels: map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: p.Revision}},
 				Spec:       corev1.PodSpec{NodeName: n.Name},
 			}
 			if p.Terminating {
@@ -276,32 +304,13 @@ func factsOf(in Input, annotations map[string]string, conds []appsv1.DaemonSetCo
 	return f
 }
 
-func TestEligibleKeepsNodesTheDaemonSetControllerKeepsRunningOn(t *testing.T) {
-	unreachable := corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule}
-	notReady := corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}
-	dedicated := corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}
-	spec := &corev1.PodSpec{NodeSelector: map[string]string{"pool": "a"}}
-	tests := map[string]struct {
-		labels map[string]string
-		taints []corev1.Taint
-		want   bool
-	}{
-		"selected and untainted":                          {labels: map[string]string{"pool": "a"}, want: true},
-		"selected and tainted unreachable":                {labels: map[string]string{"pool": "a"}, taints: []corev1.Taint{unreachable}, want: true},
-		"selected and tainted not-ready":                  {labels: map[string]string{"pool": "a"}, taints: []corev1.Taint{notReady}, want: true},
-		"unreachable but with a taint it never tolerated": {labels: map[string]string{"pool": "a"}, taints: []corev1.Taint{unreachable, dedicated}},
-		"unreachable but not selected":                    {labels: map[string]string{"pool": "b"}, taints: []corev1.Taint{unreachable}},
-		"a taint it never tolerated":                      {labels: map[string]string{"pool": "a"}, taints: []corev1.Taint{dedicated}},
+func TestInvalidSettingsMessageSaysWhatToDo(t *testing.T) {
+	_, err := rolloutapi.ParseSettings(map[string]string{rolloutapi.AnnotationProgressDeadline: "soon"})
+	if err == nil {
+		t.Fatal("a progress deadline of \"soon\" parsed")
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: tc.labels}, Spec: corev1.NodeSpec{Taints: tc.taints}}
-			if got := eligible(nodes.NewMatcher(spec), n); got != tc.want {
-				t.Errorf("eligible = %v, want %v", got, tc.want)
-			}
-			if len(n.Spec.Taints) != len(tc.taints) {
-				t.Errorf("eligible changed the node's taints to %v", n.Spec.Taints)
-			}
-		})
+	want := `daemonguard.io/progress-deadline "soon": must be a positive Go duration; no pods are replaced until the annotation is fixed: correct it in the manifest and apply it`
+	if got := InvalidSettingsMessage(err); got != want {
+		t.Errorf("message\n %q\nwant\n %q", got, want)
 	}
 }

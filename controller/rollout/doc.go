@@ -5,9 +5,11 @@
 // and when to stop. Settings are annotations (in git, next to the manifest); state and status live
 // on the DaemonSet itself, so a restarted controller resumes from cluster state alone.
 //
-// One reconcile reads four files: reconciler.go gathers (reads only, into Facts), decide.go
-// classifies nodes and pods and decides what to write and report (pure), plan.go plans the
-// deletions as a chain of named checks (pure, plain data and a clock), and apply.go does every
-// write and records the metrics. The settings, the status codec and the rest of the vocabulary
-// are internal/rolloutapi's; manager.go wires the controller into a process.
+// One reconcile reads five files: reconciler.go gathers (reads only, into Facts) through the
+// Store, which manager.go implements over the informers' caches; decide.go decides what to write
+// and report (pure); controller/rolloutplan's plan.go classifies the nodes and pods and plans the
+// deletions as a chain of named checks (pure, plain data and a clock); and apply.go does every
+// write and records the metrics. manager.go also wires the process: the cache and its strip
+// transforms, the manager with leader election, the watches and the Event broadcaster. The
+// settings, the status codec and the rest of the vocabulary are internal/rolloutapi's.
 package rollout

@@ -24,8 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/kubeevents"
 	"github.com/daemonguard/daemonguard/internal/leadership"
+	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/serving"
 )
@@ -53,8 +55,8 @@ func Run(ctx context.Context, opts Options) error {
 	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		// Keep only what the planner reads: at 5,000 nodes and pods the cache is most of the
 		// controller's memory.
-		&corev1.Pod{}:                {Transform: stripPod},
-		&corev1.Node{}:               {Transform: stripNode},
+		&corev1.Pod{}:                {Transform: rolloutplan.StripPod},
+		&corev1.Node{}:               {Transform: nodes.Strip},
 		&appsv1.ControllerRevision{}: {Transform: stripRevision},
 	}}
 	if opts.Namespace != "" {
@@ -145,46 +147,6 @@ func allManaged(c client.Client) handler.MapFunc {
 		}
 		return reqs
 	}
-}
-
-func stripPod(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	p.ManagedFields = nil
-	p.Annotations = nil
-	// The planner reads one label; pods are found by controller, not by label selector.
-	p.Labels = map[string]string{revisionLabel: p.Labels[revisionLabel]}
-	slim := corev1.PodSpec{NodeName: p.Spec.NodeName, Affinity: p.Spec.Affinity}
-	p.Spec = slim
-	status := corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions}
-	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
-		for _, cs := range list {
-			if cs.State.Waiting != nil {
-				status.ContainerStatuses = append(status.ContainerStatuses, corev1.ContainerStatus{Name: cs.Name, State: corev1.ContainerState{Waiting: cs.State.Waiting}})
-			}
-		}
-	}
-	p.Status = status
-	return p, nil
-}
-
-func stripNode(obj any) (any, error) {
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return obj, nil
-	}
-	n.ManagedFields = nil
-	n.Annotations = nil
-	var ready []corev1.NodeCondition
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			ready = append(ready, corev1.NodeCondition{Type: c.Type, Status: c.Status})
-		}
-	}
-	n.Status = corev1.NodeStatus{Conditions: ready}
-	return n, nil
 }
 
 func stripRevision(obj any) (any, error) {

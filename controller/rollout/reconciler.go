@@ -16,14 +16,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
-// revisionLabel is the label the DaemonSet controller puts on pods and ControllerRevisions.
-const revisionLabel = appsv1.DefaultDaemonSetUniqueLabelKey
-
-// Reconciler rolls out one managed DaemonSet per call: gather (this file, reads only), Decide
-// (decide.go, pure, with the planner of plan.go) and apply (apply.go, every write and metric).
+// Reconciler rolls out one managed DaemonSet per call: gather (this file, reads only), decide
+// (decide.go, pure, with the planner of controller/rolloutplan) and apply (apply.go, every write
+// and metric).
 type Reconciler struct {
 	Client   client.Client // reads from the cache, writes to the API server
 	Store    Store         // pods and nodes, read from the cache without copies
@@ -54,7 +53,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	d := Decide(facts)
+	d := decide(facts)
 	if err := r.apply(ctx, log, &ds, d, facts.Now); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -74,9 +73,9 @@ type Store interface {
 // gather reads what one reconcile of ds needs, reading the clock once: the settings, the status
 // annotations, the last report, the pods this process deleted and, once the current template's
 // revision is known, the DaemonSet's pods and every node. It only reads: classifying what it read
-// is Decide's. Settings that do not parse end the reading.
+// is decide's. Settings that do not parse end the reading.
 func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet) (Facts, error) {
-	f := Facts{Now: r.Clock.Now(), DaemonSet: ds}
+	f := Facts{Observed: rolloutplan.Observed{Now: r.Clock.Now(), DaemonSet: ds}}
 	r.mu.Lock()
 	f.LastReport = r.reported[client.ObjectKeyFromObject(ds)]
 	f.Deleted = maps.Clone(r.deleted)

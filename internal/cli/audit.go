@@ -125,7 +125,7 @@ func printAudit(w io.Writer, findings []audit.Finding) error {
 			violating++
 		}
 		for _, v := range f.Violations {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", ref, label(v.Action), v)
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", ref, v.Action.Label(), v)
 		}
 	}
 	if err := tw.Flush(); err != nil {

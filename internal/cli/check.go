@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/daemonguard/daemonguard/internal/manifest"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -63,11 +64,11 @@ func (o *checkOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	namespaces := NamespaceLabels(docs)
+	namespaces := manifest.NamespaceLabels(docs)
 	var reports []checkReport
 	denied := false
 	for _, d := range docs {
-		if !IsDaemonSet(d) {
+		if !manifest.IsDaemonSet(d) {
 			continue
 		}
 		r := simulate(cmd.Context(), set, d, namespaces)
@@ -111,7 +112,7 @@ func printCheck(w io.Writer, reports []checkReport) {
 			continue
 		}
 		for _, v := range r.Violations {
-			fmt.Fprintf(w, "%-6s %s: %s\n", label(v.Action), ref, v)
+			fmt.Fprintf(w, "%-6s %s: %s\n", v.Action.Label(), ref, v)
 			switch v.Action {
 			case policy.Deny:
 				deny++
@@ -121,16 +122,6 @@ func printCheck(w io.Writer, reports []checkReport) {
 		}
 	}
 	fmt.Fprintf(w, "%d DaemonSets checked: %d denials, %d warnings\n", len(reports), deny, warn)
-}
-
-func label(a policy.Action) string {
-	switch a {
-	case policy.Deny:
-		return "DENY"
-	case policy.Warn:
-		return "WARN"
-	}
-	return "DRYRUN"
 }
 
 func name(ns, n string) string {
@@ -152,7 +143,7 @@ func (m *manifestFlags) add(f *pflag.FlagSet) {
 
 // load compiles the policy set (built-ins plus --policies) and reads the -f manifests: the common
 // start of check and mutate.
-func (m *manifestFlags) load(cmd *cobra.Command) (*policy.Set, []Document, error) {
+func (m *manifestFlags) load(cmd *cobra.Command) (*policy.Set, []manifest.Document, error) {
 	if len(m.files) == 0 {
 		return nil, nil, fmt.Errorf("-f is required (a file, a directory or - for stdin)")
 	}
@@ -160,7 +151,7 @@ func (m *manifestFlags) load(cmd *cobra.Command) (*policy.Set, []Document, error
 	if err != nil {
 		return nil, nil, err
 	}
-	docs, err := Read(m.files, cmd.InOrStdin())
+	docs, err := manifest.Read(m.files, cmd.InOrStdin())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,5 +1,11 @@
 // Package cli defines the daemonguard command tree. Each subcommand is a thin layer over a package
 // that does the work, so the same logic serves the binary, the kubectl plugin and the tests.
+//
+// cli.go is the root (New), version and the exit status main returns (IsReported, ExitCode);
+// webhook.go and controller.go run the components; check.go, mutate.go and audit.go evaluate
+// manifests or a cluster against the policies, with manifests.go's offline admission of one
+// manifest document; policytest.go and policyexport.go are `policy test` and `policy export`;
+// rollout.go is `rollout` and its verbs over internal/rolloutcli, whose plan.go is `rollout plan`.
 package cli
 
 import (
@@ -14,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/daemonguard/daemonguard/internal/exitcode"
 	"github.com/daemonguard/daemonguard/internal/serving"
 )
 
@@ -69,7 +76,22 @@ func Main(root *cobra.Command) {
 
 // IsReported tells errors whose story the command already printed (a denial report), so main
 // exits non-zero without an extra error line.
-func IsReported(err error) bool { return errors.Is(err, errDenied) || errors.As(err, new(ExitError)) }
+func IsReported(err error) bool {
+	return errors.Is(err, errDenied) || errors.As(err, new(exitcode.Error))
+}
+
+// ExitCode is the process exit code for err returned by the root command: 0 for nil, the
+// exitcode.Error's code, else 1.
+func ExitCode(err error) int {
+	var e exitcode.Error
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &e):
+		return e.Code
+	}
+	return 1
+}
 
 // addServingFlags registers the flags of internal/serving's options, which both components share.
 // addPoliciesFlag adds --policies to a command that compiles the policy set.

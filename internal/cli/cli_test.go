@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/daemonguard/daemonguard/internal/exitcode"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -224,5 +225,11 @@ violation contains {"field": "metadata.name", "msg": "sent"} if {
 				t.Errorf("the listener received %d requests", n)
 			}
 		})
+	}
+}
+
+func TestExitCodePassesTheReportedCodeThrough(t *testing.T) {
+	if ExitCode(exitcode.Error{Code: 3}) != 3 || ExitCode(nil) != 0 || ExitCode(errDenied) != 1 {
+		t.Error("ExitCode does not pass exitcode.Error's code through")
 	}
 }

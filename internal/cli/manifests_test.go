@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/daemonguard/daemonguard/internal/admission"
+	"github.com/daemonguard/daemonguard/internal/manifest"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -43,7 +44,7 @@ func TestFixtures(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				docs, err := Read([]string{f}, nil)
+				docs, err := manifest.Read([]string{f}, nil)
 				if err != nil || len(docs) != 1 {
 					t.Fatalf("read: %v (%d docs)", err, len(docs))
 				}
@@ -76,46 +77,12 @@ func TestFixtures(t *testing.T) {
 	}
 }
 
-func TestReadSplitsStreamsAndLists(t *testing.T) {
-	stream := `# leading comment only
----
-apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: a, namespace: x}
----
-apiVersion: v1
-kind: List
-items:
-- {apiVersion: apps/v1, kind: DaemonSet, metadata: {name: b}}
-- {apiVersion: v1, kind: ConfigMap, metadata: {name: c}}
-`
-	docs, err := Read([]string{"-"}, strings.NewReader(stream))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var refs []string
-	for _, d := range docs {
-		refs = append(refs, d.Ref())
-	}
-	want := "-#2 DaemonSet x/a|-#3.items[0] DaemonSet default/b|-#3.items[1] ConfigMap default/c"
-	if got := strings.Join(refs, "|"); got != want {
-		t.Errorf("refs = %s\nwant  %s", got, want)
-	}
-}
-
-func TestReadRejectsBrokenYAML(t *testing.T) {
-	_, err := Read([]string{"-"}, strings.NewReader("kind: DaemonSet\nmetadata: [unclosed\n"))
-	if err == nil || !strings.Contains(err.Error(), "-#1") {
-		t.Errorf("error %v does not name the document", err)
-	}
-}
-
 // markedDefault is what check knows when the manifests hold the Namespace default marked for node
 // agents.
 var markedDefault = map[string]map[string]string{"default": {admission.NodeAgentsLabel: "true"}}
 
 func TestSeedIsMutatedAndAllowed(t *testing.T) {
-	docs, err := Read([]string{filepath.Join("..", "..", "testdata", "demo", "nginx-ds.yaml")}, nil)
+	docs, err := manifest.Read([]string{filepath.Join("..", "..", "testdata", "demo", "nginx-ds.yaml")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,12 +136,12 @@ func TestInjectionOnlyInMarkedNamespaces(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			docs, err := Read([]string{"-"}, strings.NewReader(tc.manifests))
+			docs, err := manifest.Read([]string{"-"}, strings.NewReader(tc.manifests))
 			if err != nil {
 				t.Fatal(err)
 			}
 			ds := docs[len(docs)-1]
-			r := simulate(context.Background(), builtinSet(t), ds, NamespaceLabels(docs))
+			r := simulate(context.Background(), builtinSet(t), ds, manifest.NamespaceLabels(docs))
 			if err := r.Err(); err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,8 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/manifest"
 )
 
 // mutateOptions are the flags of mutate.
@@ -36,11 +38,11 @@ func (o *mutateOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	namespaces := NamespaceLabels(docs)
+	namespaces := manifest.NamespaceLabels(docs)
 	out := cmd.OutOrStdout()
 	for i, d := range docs {
 		mutated := d.Raw
-		if IsDaemonSet(d) {
+		if manifest.IsDaemonSet(d) {
 			r := simulate(cmd.Context(), set, d, namespaces)
 			if err := r.Err(); err != nil {
 				return fmt.Errorf("%s: %w", d.Ref(), err)
@@ -69,7 +71,7 @@ func (o *mutateOptions) run(cmd *cobra.Command) error {
 	return nil
 }
 
-func printDiff(w io.Writer, d Document, mutated []byte) error {
+func printDiff(w io.Writer, d manifest.Document, mutated []byte) error {
 	before, err := yaml.JSONToYAML(d.Raw)
 	if err != nil {
 		return err

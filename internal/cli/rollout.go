@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/daemonguard/daemonguard/internal/kubetext"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/rolloutcli"
 )
@@ -88,7 +89,7 @@ and behave as with kubectl.`,
 		newRolloutPauseCommand(k),
 		newRolloutResumeCommand(k),
 		newRolloutRestartCommand(k),
-		newRolloutPlanCommand(k),
+		rolloutcli.NewPlanCommand(k.connect),
 	)
 	return cmd
 }
@@ -192,7 +193,7 @@ func newRolloutHistoryCommand(k *kubeFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				_, err = fmt.Fprintf(out, "daemonset.apps/%s with revision #%d\nPod Template:\n%s", ds.Name, revision, indent(text, "  "))
+				_, err = fmt.Fprintf(out, "daemonset.apps/%s with revision #%d\nPod Template:\n%s", ds.Name, revision, kubetext.Indent(text, "  "))
 				return err
 			}
 			return fmt.Errorf("unable to find revision %d of daemon set %q (see daemonguard rollout history ds/%s)", revision, ds.Name, ds.Name)
@@ -266,7 +267,7 @@ overwrites an undo made in the cluster.`,
 				if err != nil {
 					return err
 				}
-				_, err = fmt.Fprintf(out, "daemonset.apps/%s will roll back to revision %d (client dry run)\nPod Template:\n%s", ds.Name, res.To, indent(text, "  "))
+				_, err = fmt.Fprintf(out, "daemonset.apps/%s will roll back to revision %d (client dry run)\nPod Template:\n%s", ds.Name, res.To, kubetext.Indent(text, "  "))
 				return err
 			}
 			fmt.Fprintf(out, "daemonset.apps/%s rolled back to revision %d%s\n", ds.Name, res.To, dryRunSuffix(mode))
@@ -391,17 +392,4 @@ func noteAfterTemplateChange(w io.Writer, ds *appsv1.DaemonSet) {
 	case ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType && !rolloutapi.IsManaged(ds):
 		fmt.Fprintf(w, "note: daemon set %q uses updateStrategy OnDelete without %s: %q, so nothing replaces its pods until they are deleted\n", ds.Name, rolloutapi.AnnotationRollout, rolloutapi.RolloutManaged)
 	}
-}
-
-func indent(text, prefix string) string {
-	var out []byte
-	start := true
-	for i := 0; i < len(text); i++ {
-		if start && text[i] != '\n' {
-			out = append(out, prefix...)
-		}
-		out = append(out, text[i])
-		start = text[i] == '\n'
-	}
-	return string(out)
 }

@@ -1,5 +1,6 @@
-// Package kubetext bounds the free text daemonguard writes into Kubernetes objects (annotation
-// values, report descriptions), whose size the API server and etcd limit.
+// Package kubetext shapes the free text daemonguard writes: Truncate bounds what goes into
+// Kubernetes objects (annotation values, report descriptions), whose size the API server and etcd
+// limit; Indent lays out multi-line text (a pod template, a diff) inside the CLI's reports.
 package kubetext
 
 import "unicode/utf8"
@@ -15,4 +16,18 @@ func Truncate(s string, maxBytes int) string {
 		cut--
 	}
 	return s[:max(cut, 0)] + "…"
+}
+
+// Indent puts prefix before every line of text that is not empty.
+func Indent(text, prefix string) string {
+	var out []byte
+	start := true
+	for i := 0; i < len(text); i++ {
+		if start && text[i] != '\n' {
+			out = append(out, prefix...)
+		}
+		out = append(out, text[i])
+		start = text[i] == '\n'
+	}
+	return string(out)
 }

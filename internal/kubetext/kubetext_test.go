@@ -42,3 +42,17 @@ func TestTruncateProperties(t *testing.T) {
 		}
 	}
 }
+
+func TestIndent(t *testing.T) {
+	cases := map[string]struct{ in, want string }{
+		"every line gets the prefix":      {in: "a\nb\n", want: "> a\n> b\n"},
+		"an empty line stays empty":       {in: "a\n\nb", want: "> a\n\n> b"},
+		"no text, no prefix":              {in: "", want: ""},
+		"a last line without a line feed": {in: "a", want: "> a"},
+	}
+	for name, c := range cases {
+		if got := Indent(c.in, "> "); got != c.want {
+			t.Errorf("%s: Indent(%q) = %q, want %q", name, c.in, got, c.want)
+		}
+	}
+}

@@ -1,6 +1,8 @@
 // Package nodes answers which nodes a DaemonSet's pod template targets, by the DaemonSet
 // controller's own rules (NodeShouldRunDaemonPod). The admission webhook counts them for
 // policies, the rollout controller rolls them, and the pre-flight plan explains them node by node.
+// eligible.go holds the rules (Matcher); strip.go what of a node the components that watch nodes
+// keep in their caches (Strip).
 package nodes
 
 import (

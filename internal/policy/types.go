@@ -26,6 +26,17 @@ const (
 	DryRun Action = "dryrun"
 )
 
+// Label is the action as the CLI's reports print it: DENY, WARN or DRYRUN.
+func (a Action) Label() string {
+	switch a {
+	case Deny:
+		return "DENY"
+	case Warn:
+		return "WARN"
+	}
+	return "DRYRUN"
+}
+
 func parseAction(s string) (Action, error) {
 	switch a := Action(s); a {
 	case Deny, Warn, DryRun:

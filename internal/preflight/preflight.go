@@ -1,12 +1,19 @@
-// Package preflight answers what a DaemonSet change will do before it is applied: node by node,
-// which nodes gain, lose or replace the daemon pod and why, where the new pod will not fit or
-// will preempt other pods, and how the rollout will proceed. Build is a pure planner over plain
-// data and a clock; the CLI (`daemonguard rollout plan`) gathers the cluster's objects and runs
-// admission first, and render.go writes the plan for people and for CI.
+// Package preflight is `daemonguard rollout plan`: what a DaemonSet change will do before it is
+// applied. plan.go gathers the cluster's objects, merges each manifest into the live DaemonSet as
+// kubectl apply does, runs admission through daemonguard's admission core as the cluster would,
+// and assesses the object as it would be stored (PlanManifests, one Report per DaemonSet, and
+// ExitStatus); render.go writes the reports as a table, markdown or JSON (Render). The rest is
+// pure, over plain data and a clock: preflight.go decides node by node which nodes gain, lose or
+// replace the daemon pod and why, and which template fields change (Assess, an Impact); fit.go
+// whether the new pod fits or preempts (Fit); rollout.go how the rollout proceeds, for managed
+// DaemonSets with the controller's own planner (rolloutplan.Forecast). The cobra command is
+// internal/rolloutcli/plan.go.
 package preflight
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"time"
 
@@ -15,13 +22,13 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/daemonguard/daemonguard/controller/rollout"
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
-// Input is everything Build needs.
-type Input struct {
+// Snapshot is everything Build needs.
+type Snapshot struct {
 	// After is the DaemonSet as the API server would store it: merged with the live object and
 	// mutated by admission.
 	After *appsv1.DaemonSet
@@ -64,8 +71,8 @@ const (
 	None      Change = "none"      // no daemon pod, today or after
 )
 
-// Plan is the pre-flight answer for one DaemonSet.
-type Plan struct {
+// Impact is what applying a DaemonSet change does: node by node, summed, and the rollout.
+type Impact struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	// Operation is "create" or "update".
@@ -75,10 +82,10 @@ type Plan struct {
 	// TemplateChanges are the pod template's changed fields, as paths (update only).
 	TemplateChanges []string `json:"templateChanges,omitempty"`
 	// Problems stop every new pod, whatever the node.
-	Problems []string   `json:"problems,omitempty"`
-	Nodes    []NodePlan `json:"nodes"`
-	Summary  Summary    `json:"summary"`
-	Rollout  Rollout    `json:"rollout"`
+	Problems []string     `json:"problems,omitempty"`
+	Nodes    []NodeImpact `json:"nodes"`
+	Summary  Summary      `json:"summary"`
+	Rollout  Rollout      `json:"rollout"`
 }
 
 // Summary counts nodes by change and problem.
@@ -95,8 +102,8 @@ type Summary struct {
 	Preempting int `json:"preempting"`
 }
 
-// NodePlan is one node: its daemon pod today and what happens to it.
-type NodePlan struct {
+// NodeImpact is one node: its daemon pod today and what happens to it.
+type NodeImpact struct {
 	Node   string     `json:"node"`
 	Today  *PodToday  `json:"today,omitempty"`
 	Change Change     `json:"change"`
@@ -112,9 +119,9 @@ type PodToday struct {
 }
 
 // Build decides the plan. It never fails: what it cannot know (no live pods to time) it says.
-func Build(in Input) Plan {
+func Assess(in Snapshot) Impact {
 	ds := in.After
-	p := Plan{Namespace: ds.Namespace, Name: ds.Name, Operation: "create", NewRevision: in.NewRevision || in.Live == nil, Nodes: []NodePlan{}, Problems: in.Problems}
+	p := Impact{Namespace: ds.Namespace, Name: ds.Name, Operation: "create", NewRevision: in.NewRevision || in.Live == nil, Nodes: []NodeImpact{}, Problems: in.Problems}
 	if in.Live != nil {
 		p.Operation = "update"
 		if p.NewRevision {
@@ -135,7 +142,7 @@ func Build(in Input) Plan {
 	sorted := append([]*corev1.Node(nil), in.Nodes...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for _, node := range sorted {
-		np := NodePlan{Node: node.Name}
+		np := NodeImpact{Node: node.Name}
 		own := daemonPods[node.Name]
 		if len(own) > 0 {
 			pod := own[0]
@@ -170,7 +177,7 @@ func Build(in Input) Plan {
 	return p
 }
 
-func (s *Summary) add(np NodePlan) {
+func (s *Summary) add(np NodeImpact) {
 	s.Nodes++
 	switch np.Change {
 	case Gains:
@@ -316,10 +323,66 @@ func ReadyAfter(pods []*corev1.Pod) (time.Duration, bool) {
 }
 
 // managedRollout is the managed rollout, as the controller's planner runs it.
-func managedRollout(in Input) (*rollout.Forecast, error) {
-	f, err := rollout.ForecastRollout(rollout.ForecastInput{DaemonSet: in.After, Pods: in.DaemonPods, Nodes: in.Nodes, ReadyAfter: in.ReadyAfter, Now: in.Now})
+func managedRollout(in Snapshot) (*rolloutplan.Timeline, error) {
+	f, err := rolloutplan.Forecast(rolloutplan.ForecastInput{DaemonSet: in.After, Pods: in.DaemonPods, Nodes: in.Nodes, ReadyAfter: in.ReadyAfter, Now: in.Now})
 	if err != nil {
 		return nil, fmt.Errorf("rollout settings: %w", err)
 	}
 	return &f, nil
+}
+
+// maxTemplateChanges bounds the paths listed: a rewritten template names its first ones.
+const maxTemplateChanges = 20
+
+// templateChanges lists the paths, below spec.template, where after differs from live: a field
+// set, changed or removed, a list that changed length, or the differing elements of one that did
+// not. Both come from the API server's (after: merged with) live object, so defaults match.
+func templateChanges(live, after *corev1.PodTemplateSpec) []string {
+	var a, b any
+	if toGeneric(live, &a) != nil || toGeneric(after, &b) != nil {
+		return []string{"spec.template"}
+	}
+	var out []string
+	diffPaths("spec.template", a, b, &out)
+	sort.Strings(out)
+	if len(out) > maxTemplateChanges {
+		out = append(out[:maxTemplateChanges], fmt.Sprintf("and %d more", len(out)-maxTemplateChanges))
+	}
+	return out
+}
+
+func toGeneric(v any, out *any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, out)
+}
+
+func diffPaths(path string, a, b any, out *[]string) {
+	if reflect.DeepEqual(a, b) {
+		return
+	}
+	am, aok := a.(map[string]any)
+	bm, bok := b.(map[string]any)
+	if aok && bok {
+		for k, av := range am {
+			diffPaths(path+"."+k, av, bm[k], out)
+		}
+		for k, bv := range bm {
+			if _, ok := am[k]; !ok {
+				diffPaths(path+"."+k, nil, bv, out)
+			}
+		}
+		return
+	}
+	al, aok := a.([]any)
+	bl, bok := b.([]any)
+	if aok && bok && len(al) == len(bl) {
+		for i := range al {
+			diffPaths(fmt.Sprintf("%s[%d]", path, i), al[i], bl[i], out)
+		}
+		return
+	}
+	*out = append(*out, path)
 }

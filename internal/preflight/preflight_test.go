@@ -139,7 +139,7 @@ func cluster(live *appsv1.DaemonSet) ([]*corev1.Node, []*corev1.Pod) {
 	return nodes, pods
 }
 
-func changes(p Plan) map[string]string {
+func changes(p Impact) map[string]string {
 	out := map[string]string{}
 	for _, n := range p.Nodes {
 		out[n.Node] = string(n.Change)
@@ -212,13 +212,13 @@ func TestBuildNodeChanges(t *testing.T) {
 					o(n)
 				}
 			}
-			in := Input{After: tc.after, Live: tc.live, NewRevision: tc.newRevision, Nodes: nodes, Pods: pods, Now: t0}
+			in := Snapshot{After: tc.after, Live: tc.live, NewRevision: tc.newRevision, Nodes: nodes, Pods: pods, Now: t0}
 			if tc.live != nil {
 				in.DaemonPods = pods
 			} else {
 				in.Pods = nil
 			}
-			p := Build(in)
+			p := Assess(in)
 			if got := changes(p); !mapsEqual(got, tc.want) {
 				t.Fatalf("changes = %v, want %v", got, tc.want)
 			}
@@ -412,14 +412,14 @@ func TestBuildFitCountsTheReplacedPodAsGone(t *testing.T) {
 	nodes := []*corev1.Node{mkNode("n", allocatable("4", 10))}
 	own := mkPod("default", "agent-n", "n", daemonPod(live, "old", time.Second), requests("2"))
 	filler := mkPod("x", "filler", "n", requests("1"))
-	in := Input{After: daemonSet(cpuRequest("3")), Live: live, NewRevision: true, Nodes: nodes, Pods: []*corev1.Pod{own, filler}, DaemonPods: []*corev1.Pod{own}, Now: t0}
-	if p := Build(in); p.Summary.NotFit != 0 {
+	in := Snapshot{After: daemonSet(cpuRequest("3")), Live: live, NewRevision: true, Nodes: nodes, Pods: []*corev1.Pod{own, filler}, DaemonPods: []*corev1.Pod{own}, Now: t0}
+	if p := Assess(in); p.Summary.NotFit != 0 {
 		t.Fatalf("3 CPUs next to a 1-CPU filler on 4 must fit once the 2-CPU old pod is gone: %+v", p.Nodes[0].Fit)
 	}
 	in.After = daemonSet(cpuRequest("3"), func(ds *appsv1.DaemonSet) {
 		ds.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateDaemonSet{MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0))}
 	})
-	if p := Build(in); p.Summary.NotFit != 1 {
+	if p := Assess(in); p.Summary.NotFit != 1 {
 		t.Fatalf("with maxSurge the old pod stays while the new one starts: %+v", p.Nodes[0].Fit)
 	}
 }
@@ -428,8 +428,8 @@ func TestRequestsDefaultToLimits(t *testing.T) {
 	ds := daemonSet(func(ds *appsv1.DaemonSet) {
 		ds.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5")}
 	})
-	in := Input{After: ds, Nodes: []*corev1.Node{mkNode("n")}, Now: t0}
-	p := Build(in)
+	in := Snapshot{After: ds, Nodes: []*corev1.Node{mkNode("n")}, Now: t0}
+	p := Assess(in)
 	if p.Summary.NotFit != 1 || !strings.Contains(strings.Join(p.Nodes[0].Fit.Insufficient, ""), "cpu: asks 5") {
 		t.Fatalf("a 5-CPU limit without requests asks 5 CPUs: %+v", p.Nodes[0].Fit)
 	}
@@ -452,7 +452,7 @@ func TestRollingUpdateWaves(t *testing.T) {
 	if !known || ready != 14*time.Second {
 		t.Fatalf("ReadyAfter = %v %v, want the median 14s", ready, known)
 	}
-	p := Build(Input{After: after, Live: live, NewRevision: true, Nodes: nodes, Pods: pods, DaemonPods: pods, ReadyAfter: ready, ReadyKnown: known, Now: t0})
+	p := Assess(Snapshot{After: after, Live: live, NewRevision: true, Nodes: nodes, Pods: pods, DaemonPods: pods, ReadyAfter: ready, ReadyKnown: known, Now: t0})
 	r := p.Rollout
 	if r.Strategy != "RollingUpdate" || r.Batch != 2 || r.Waves != 4 || r.Estimate != 4*(14+5)*time.Second {
 		t.Fatalf("rollout = %+v, want 4 waves of 2 taking 4×19s", r)
@@ -469,7 +469,7 @@ func TestManagedRolloutFollowsTheController(t *testing.T) {
 	nodes, pods := cluster(live)
 	cp := mkPod("default", "agent-cp-0", "cp-0", daemonPod(live, "old", 10*time.Second))
 	pods = append(pods, cp)
-	p := Build(Input{After: daemonSet(managed, image("agent:2")), Live: live, NewRevision: true, Nodes: nodes, Pods: pods, DaemonPods: pods, ReadyAfter: 10 * time.Second, ReadyKnown: true, Now: t0})
+	p := Assess(Snapshot{After: daemonSet(managed, image("agent:2")), Live: live, NewRevision: true, Nodes: nodes, Pods: pods, DaemonPods: pods, ReadyAfter: 10 * time.Second, ReadyKnown: true, Now: t0})
 	f := p.Rollout.Managed
 	if f == nil || !f.Complete {
 		t.Fatalf("managed forecast = %+v, want a complete rollout", f)

@@ -7,7 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/daemonguard/daemonguard/controller/rollout"
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -25,7 +25,7 @@ type Rollout struct {
 	// nothing is replaced or it does not end by itself (OnDelete).
 	Estimate time.Duration `json:"estimate"`
 	// Managed is the controller's rollout, wave by wave (managed only).
-	Managed *rollout.Forecast `json:"managed,omitempty"`
+	Managed *rolloutplan.Timeline `json:"managed,omitempty"`
 	// Batches is how many nodes the rolling update replaces at once, and Waves how many times
 	// (RollingUpdate only).
 	Batch int `json:"batch,omitempty"`
@@ -46,7 +46,7 @@ type Rollout struct {
 // scheduled never becomes available, so it holds one unit of the budget for good: without surge
 // every such pod does (gained nodes too), with surge those replacing an old pod. When they are at
 // least the budget, the update stops once it has reached that many of them.
-func planRollout(in Input, p Plan) Rollout {
+func planRollout(in Snapshot, p Impact) Rollout {
 	ds := in.After
 	r := Rollout{ReadyAfter: in.ReadyAfter, ReadyKnown: in.ReadyKnown}
 	replaced := p.Summary.Replaced
@@ -97,7 +97,7 @@ func planRollout(in Input, p Plan) Rollout {
 
 // stuckPods counts the new pods that cannot be scheduled and hold the rolling update's budget:
 // every one without surge, those replacing an old pod with surge.
-func stuckPods(p Plan, surge bool) int {
+func stuckPods(p Impact, surge bool) int {
 	n := 0
 	for _, np := range p.Nodes {
 		if np.Fit != nil && !np.Fit.Schedulable && (np.Change == Replaced || !surge) {

@@ -32,6 +32,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/kubeevents"
 	"github.com/daemonguard/daemonguard/internal/leadership"
+	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/internal/serving"
@@ -107,9 +108,8 @@ func Run(ctx context.Context, opts Options) error {
 	byObject := map[client.Object]cache.ByObject{
 		// Only the policy ConfigMaps of our own namespace: no cluster-wide ConfigMap access.
 		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}, Label: policySelector},
-		// Nodes are needed for labels and taints only; dropping status and managed fields keeps
-		// the cache small at thousands of nodes.
-		&corev1.Node{}: {Transform: stripNode},
+		// Nodes are needed for labels and taints only (see nodes.Strip).
+		&corev1.Node{}: {Transform: nodes.Strip},
 	}
 	if opts.SelfManagedTLS != nil {
 		tlsOpts := *opts.SelfManagedTLS
@@ -257,13 +257,4 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	log.Info("Starting admission webhooks", "port", opts.Port, "namespace", opts.Namespace, "policies", len(initial.Modules()))
 	return mgr.Start(ctx)
-}
-
-func stripNode(obj any) (any, error) {
-	if n, ok := obj.(*corev1.Node); ok {
-		n.ManagedFields = nil
-		n.Status = corev1.NodeStatus{}
-		n.Annotations = nil
-	}
-	return obj, nil
 }

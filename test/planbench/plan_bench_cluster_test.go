@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/daemonguard/daemonguard/internal/cli"
+	"github.com/daemonguard/daemonguard/internal/preflight"
 	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
@@ -151,7 +152,7 @@ func plan(ctx context.Context, b *testing.B, kubeconfig, file string) []byte {
 // nodes' low-priority pods preempted, and for the managed DaemonSet a forecast that completes.
 func check(b *testing.B, out []byte, managed bool) {
 	var doc struct {
-		Items []cli.PlanReport `json:"items"`
+		Items []preflight.Report `json:"items"`
 	}
 	if err := json.Unmarshal(out, &doc); err != nil {
 		b.Fatalf("decode the plan: %v", err)

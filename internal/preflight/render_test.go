@@ -1,25 +1,25 @@
-package cli
+package preflight
 
 import (
 	"reflect"
 	"testing"
 	"time"
 
-	"github.com/daemonguard/daemonguard/controller/rollout"
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 )
 
 func TestForecastLinesListsPausesInTheOrderTheyHappen(t *testing.T) {
 	tests := map[string]struct {
-		forecast rollout.Forecast
+		forecast rolloutplan.Timeline
 		want     []string
 	}{
 		"a timed pause reached as soon as the canary is Ready follows the canary": {
-			forecast: rollout.Forecast{
-				Waves: []rollout.Wave{
+			forecast: rolloutplan.Timeline{
+				Waves: []rolloutplan.Wave{
 					{At: 0, Step: "1/4: 1", StepIndex: 0, Nodes: []string{"worker-0"}},
 					{At: 5 * time.Minute, Step: "3/4: 50%", StepIndex: 2, Nodes: []string{"worker-1"}},
 				},
-				Pauses: []rollout.Pause{{At: 0, Step: "2/4: pause:5m", StepIndex: 1, Duration: 5 * time.Minute}},
+				Pauses: []rolloutplan.PauseStep{{At: 0, Step: "2/4: pause:5m", StepIndex: 1, Duration: 5 * time.Minute}},
 			},
 			want: []string{
 				"  at 0s, step 1/4: 1: worker-0",
@@ -28,9 +28,9 @@ func TestForecastLinesListsPausesInTheOrderTheyHappen(t *testing.T) {
 			},
 		},
 		"a manual pause resumed at once precedes the wave of the next step": {
-			forecast: rollout.Forecast{
-				Waves:  []rollout.Wave{{At: 0, Step: "2/2: 100%", StepIndex: 1, Nodes: []string{"worker-0"}}},
-				Pauses: []rollout.Pause{{At: 0, Step: "1/2: pause", StepIndex: 0, Manual: true}},
+			forecast: rolloutplan.Timeline{
+				Waves:  []rolloutplan.Wave{{At: 0, Step: "2/2: 100%", StepIndex: 1, Nodes: []string{"worker-0"}}},
+				Pauses: []rolloutplan.PauseStep{{At: 0, Step: "1/2: pause", StepIndex: 0, Manual: true}},
 			},
 			want: []string{
 				"  at 0s, step 1/2: pause: waits for `daemonguard rollout resume` (counted as no time)",
@@ -38,9 +38,9 @@ func TestForecastLinesListsPausesInTheOrderTheyHappen(t *testing.T) {
 			},
 		},
 		"a pause after the last wave comes last": {
-			forecast: rollout.Forecast{
-				Waves:  []rollout.Wave{{At: 0, Step: "1/2: 1", StepIndex: 0, Nodes: []string{"worker-0"}}},
-				Pauses: []rollout.Pause{{At: time.Minute, Step: "2/2: pause", StepIndex: 1, Manual: true}},
+			forecast: rolloutplan.Timeline{
+				Waves:  []rolloutplan.Wave{{At: 0, Step: "1/2: 1", StepIndex: 0, Nodes: []string{"worker-0"}}},
+				Pauses: []rolloutplan.PauseStep{{At: time.Minute, Step: "2/2: pause", StepIndex: 1, Manual: true}},
 			},
 			want: []string{
 				"  at 0s, step 1/2: 1: worker-0",

@@ -1,18 +1,16 @@
-package cli
+package preflight
 
-// This file is `daemonguard rollout plan`: it gathers what the cluster runs (nodes, pods, pod
-// disruption budgets, priority classes, daemonguard's webhooks and policy ConfigMaps, the live
-// DaemonSet), merges the manifest into the live object as kubectl apply does, runs admission as
-// the cluster would, and hands plain data to internal/preflight. It only reads.
+// This file is the run of `daemonguard rollout plan`: it gathers what the cluster runs (nodes,
+// pods, pod disruption budgets, priority classes, daemonguard's webhooks and policy ConfigMaps,
+// the live DaemonSet), merges the manifest into the live object as kubectl apply does, runs
+// admission as the cluster would, and assesses the stored object (Assess). It only reads.
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,110 +24,30 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/daemonguard/daemonguard/internal/admission"
+	"github.com/daemonguard/daemonguard/internal/manifest"
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/internal/preflight"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
-// The exit codes of `rollout plan`, apart so CI can tell them: a denial is worse than a pod that
-// will not fit, which is worse than fine. 1 is any error (the plan could not be made).
+// The exit statuses of `rollout plan`, apart so CI can tell them: a denial is worse than a pod
+// that will not fit, which is worse than fine. 1 is any error (the plan could not be made).
 const (
 	exitPlanDenied = 2
 	exitPlanNotFit = 3
-)
-
-// ExitError carries a process exit code for an outcome already reported on stdout.
-type ExitError struct{ Code int }
-
-func (e ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
-
-// ExitCode is the process exit code for err returned by the root command: 0 for nil, the
-// ExitError's code, else 1.
-func ExitCode(err error) int {
-	var e ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &e):
-		return e.Code
-	}
-	return 1
-}
-
-// The webhook names the chart registers for DaemonSets (charts/daemonguard's
-// webhook-configurations.yaml); the plan finds daemonguard's admission by them.
-const (
-	mutateWebhookName   = "daemonsets.mutate.daemonguard.io"
-	validateWebhookName = "daemonsets.validate.daemonguard.io"
 )
 
 // lastAppliedAnnotation is kubectl's record of the last client-side apply, the "original" of its
 // three-way merge.
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
-func newRolloutPlanCommand(k *kubeFlags) *cobra.Command {
-	var files []string
-	var output, policyNamespace string
-	cmd := &cobra.Command{
-		Use:   "plan -f FILE|DIR|- [-f ...]",
-		Short: "Show what applying DaemonSet manifests would do, node by node, before they are applied",
-		Long: `plan reads the target cluster (it never writes) and tells, for every DaemonSet in the manifests:
-
-  - admission as the cluster runs it: the object after daemonguard's injection (webhook or
-    in-process policy), the warnings or the denial, a diff against the live object, and whether
-    the pod template changes at all (no new revision: no pod is touched);
-  - every node: its pod today, and whether it gains, loses, replaces or keeps it, and why; where the
-    new pod will not fit or collides on a host port, and which lower-priority pods it preempts;
-  - the rollout: daemonguard's waves and pauses for managed DaemonSets, the built-in strategy's
-    otherwise, with an estimate from how long this DaemonSet's pods took to become ready.
-
-The manifest is merged into the live DaemonSet as kubectl apply does (three-way, with the
-last-applied annotation). Exit status: 0 fine, 2 some DaemonSet would be denied, 3 some new pod would
-not fit or would preempt other pods, 1 the plan could not be made.
-
-  helm template my-release ./chart | daemonguard rollout plan -f - -o markdown`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" && output != "markdown" {
-				return fmt.Errorf("--output %q is not one of table, json, markdown", output)
-			}
-			if len(files) == 0 {
-				return fmt.Errorf("-f is required (a file, a directory or - for stdin)")
-			}
-			docs, err := Read(files, cmd.InOrStdin())
-			if err != nil {
-				return err
-			}
-			client, ns, err := k.connect()
-			if err != nil {
-				return err
-			}
-			reports, err := planDocuments(cmd.Context(), client, ns, policyNamespace, docs, time.Now())
-			if err != nil {
-				return err
-			}
-			if err := renderPlans(cmd.OutOrStdout(), output, reports); err != nil {
-				return err
-			}
-			if code := planExitCode(reports); code != 0 {
-				return ExitError{Code: code}
-			}
-			return nil
-		},
-	}
-	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable); kinds other than DaemonSet are skipped")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or markdown")
-	cmd.Flags().StringVar(&policyNamespace, "daemonguard-namespace", "", "namespace of daemonguard's policy ConfigMaps (default: the namespace of the service its validating webhook calls)")
-	return cmd
-}
-
-// PlanReport is one DaemonSet's pre-flight: admission, then the plan when admitted.
-type PlanReport struct {
+// Report is one DaemonSet's pre-flight: admission, then the plan when admitted.
+type Report struct {
 	Source    string          `json:"source"`
 	Namespace string          `json:"namespace"`
 	Name      string          `json:"name"`
 	Admission AdmissionReport `json:"admission"`
 	// Plan is nil when the object would be denied or could not be evaluated.
-	Plan *preflight.Plan `json:"plan,omitempty"`
+	Plan *Impact `json:"plan,omitempty"`
 	// Error is why the DaemonSet could not be planned (malformed manifest, policy error).
 	Error string `json:"error,omitempty"`
 }
@@ -169,21 +87,24 @@ type clusterView struct {
 	namespaces      map[string]map[string]string
 }
 
-func planDocuments(ctx context.Context, client kubernetes.Interface, defaultNS, policyNS string, docs []Document, now time.Time) ([]PlanReport, error) {
-	var daemonSets []Document
+// PlanManifests plans every DaemonSet of docs against the cluster: admission, then, when admitted,
+// the assessment of the object as it would be stored. defaultNS is the namespace of documents
+// without one; policyNS that of daemonguard's policy ConfigMaps, found from its webhooks when "".
+func PlanManifests(ctx context.Context, client kubernetes.Interface, defaultNS, policyNS string, docs []manifest.Document, now time.Time) ([]Report, error) {
+	var daemonSets []manifest.Document
 	for _, d := range docs {
-		if IsDaemonSet(d) {
+		if manifest.IsDaemonSet(d) {
 			daemonSets = append(daemonSets, d)
 		}
 	}
 	if len(daemonSets) == 0 {
-		return []PlanReport{}, nil
+		return []Report{}, nil
 	}
 	view, err := readCluster(ctx, client, policyNS)
 	if err != nil {
 		return nil, err
 	}
-	reports := make([]PlanReport, 0, len(daemonSets))
+	reports := make([]Report, 0, len(daemonSets))
 	for _, d := range daemonSets {
 		ns := d.Namespace
 		if ns == "" {
@@ -257,7 +178,7 @@ func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Inter
 	}
 	for i := range mutating.Items {
 		for j := range mutating.Items[i].Webhooks {
-			if w := &mutating.Items[i].Webhooks[j]; w.Name == mutateWebhookName {
+			if w := &mutating.Items[i].Webhooks[j]; w.Name == webhook.MutateDaemonSetWebhook {
 				v.mutating, service = w, w.ClientConfig.Service
 			}
 		}
@@ -268,7 +189,7 @@ func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Inter
 	}
 	for i := range validating.Items {
 		for j := range validating.Items[i].Webhooks {
-			if w := &validating.Items[i].Webhooks[j]; w.Name == validateWebhookName {
+			if w := &validating.Items[i].Webhooks[j]; w.Name == webhook.ValidateDaemonSetWebhook {
 				v.validating, service = w, orService(w.ClientConfig.Service, service)
 			}
 		}
@@ -326,8 +247,8 @@ func (v *clusterView) namespaceLabels(ctx context.Context, client kubernetes.Int
 }
 
 // planDocument plans one DaemonSet manifest.
-func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterView, d Document, ns string, now time.Time) (PlanReport, error) {
-	rep := PlanReport{Source: d.Source, Namespace: ns, Name: d.Name, Admission: AdmissionReport{Injection: "none", Validation: "none", Allowed: true, Violations: []policy.Violation{}, Policies: v.policySource}}
+func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterView, d manifest.Document, ns string, now time.Time) (Report, error) {
+	rep := Report{Source: d.Source, Namespace: ns, Name: d.Name, Admission: AdmissionReport{Injection: "none", Validation: "none", Allowed: true, Violations: []policy.Violation{}, Policies: v.policySource}}
 	raw, err := withNamespace(d.Raw, ns)
 	if err != nil {
 		rep.Error = err.Error()
@@ -379,11 +300,11 @@ func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterVi
 		rep.Error = fmt.Sprintf("decode DaemonSet: %v", err)
 		return rep, nil
 	}
-	in := preflight.Input{After: &after, Live: live, Nodes: v.nodes, Pods: v.pods, Budgets: v.budgets, Now: now}
+	in := Snapshot{After: &after, Live: live, Nodes: v.nodes, Pods: v.pods, Budgets: v.budgets, Now: now}
 	if live != nil {
 		in.NewRevision = !apiequality.Semantic.DeepEqual(live.Spec.Template, after.Spec.Template)
 		in.DaemonPods = ownedBy(v.pods, live.UID)
-		in.ReadyAfter, in.ReadyKnown = preflight.ReadyAfter(in.DaemonPods)
+		in.ReadyAfter, in.ReadyKnown = ReadyAfter(in.DaemonPods)
 	}
 	class := after.Spec.Template.Spec.PriorityClassName
 	if class == "" {
@@ -402,8 +323,8 @@ func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterVi
 	if p := after.Spec.Template.Spec.PreemptionPolicy; p != nil {
 		in.PreemptionPolicy = *p
 	}
-	plan := preflight.Build(in)
-	rep.Plan = &plan
+	impact := Assess(in)
+	rep.Plan = &impact
 	return rep, nil
 }
 
@@ -544,9 +465,10 @@ func ownedBy(pods []*corev1.Pod, uid types.UID) []*corev1.Pod {
 	return out
 }
 
-// planExitCode is the most serious outcome of the reports: 1 when some DaemonSet could not be
-// planned, 2 when one would be denied, 3 when a new pod would not fit, collide or preempt, else 0.
-func planExitCode(reports []PlanReport) int {
+// ExitStatus is the most serious outcome of the reports, as the command's exit status: 1 when
+// some DaemonSet could not be planned, 2 when one would be denied, 3 when a new pod would not
+// fit, collide or preempt, else 0.
+func ExitStatus(reports []Report) int {
 	code := 0
 	for _, r := range reports {
 		switch {

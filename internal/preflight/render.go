@@ -1,7 +1,7 @@
-package cli
+package preflight
 
 // This file writes `rollout plan` reports: a table for people, markdown for a pull-request
-// comment, JSON for programs (the schema is PlanReport's, documented in docs/preflight.md).
+// comment, JSON for programs (the schema is Report's, documented in docs/preflight.md).
 
 import (
 	"encoding/json"
@@ -14,29 +14,30 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daemonguard/daemonguard/controller/rollout"
-	"github.com/daemonguard/daemonguard/internal/preflight"
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
+	"github.com/daemonguard/daemonguard/internal/kubetext"
 )
 
 // markdownNodeRows bounds the node table of a pull-request comment; -o json has every node.
 const markdownNodeRows = 50
 
-func renderPlans(w io.Writer, format string, reports []PlanReport) error {
+// Render writes the reports as format: "table", "markdown" or "json".
+func Render(w io.Writer, format string, reports []Report) error {
 	switch format {
 	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
-			Items    []PlanReport `json:"items"`
-			ExitCode int          `json:"exitCode"`
-		}{reports, planExitCode(reports)})
+			Items    []Report `json:"items"`
+			ExitCode int      `json:"exitCode"`
+		}{reports, ExitStatus(reports)})
 	case "markdown":
 		return renderMarkdown(w, reports)
 	}
 	return renderTable(w, reports)
 }
 
-func renderTable(w io.Writer, reports []PlanReport) error {
+func renderTable(w io.Writer, reports []Report) error {
 	if len(reports) == 0 {
 		_, err := fmt.Fprintln(w, "no DaemonSet in the manifests")
 		return err
@@ -79,13 +80,13 @@ func renderTable(w io.Writer, reports []PlanReport) error {
 		}
 		if r.Admission.Diff != "" {
 			fmt.Fprintln(w, "  diff:")
-			fmt.Fprint(w, indent(r.Admission.Diff, "    "))
+			fmt.Fprint(w, kubetext.Indent(r.Admission.Diff, "    "))
 		}
 	}
 	return nil
 }
 
-func renderMarkdown(w io.Writer, reports []PlanReport) error {
+func renderMarkdown(w io.Writer, reports []Report) error {
 	fmt.Fprintln(w, "### daemonguard rollout plan")
 	if len(reports) == 0 {
 		_, err := fmt.Fprintln(w, "\nNo DaemonSet in the manifests.")
@@ -132,7 +133,7 @@ func renderMarkdown(w io.Writer, reports []PlanReport) error {
 	return nil
 }
 
-func admissionLines(r PlanReport) []string {
+func admissionLines(r Report) []string {
 	a := r.Admission
 	var out []string
 	switch {
@@ -151,7 +152,7 @@ func admissionLines(r PlanReport) []string {
 		}
 	}
 	for _, v := range a.Violations {
-		out = append(out, fmt.Sprintf("%s %s", label(v.Action), v))
+		out = append(out, fmt.Sprintf("%s %s", v.Action.Label(), v))
 	}
 	if !a.Allowed {
 		out = append(out, "WOULD BE DENIED: nothing is applied")
@@ -159,7 +160,7 @@ func admissionLines(r PlanReport) []string {
 	return out
 }
 
-func planHeadLines(p *preflight.Plan) []string {
+func planHeadLines(p *Impact) []string {
 	var out []string
 	if !p.NewRevision {
 		out = append(out, "pod template unchanged: no new revision, no pod is touched")
@@ -180,17 +181,17 @@ func planHeadLines(p *preflight.Plan) []string {
 }
 
 // listedNodes are the nodes worth a row: those that change, and any with a fit issue.
-func listedNodes(p *preflight.Plan) []preflight.NodePlan {
-	var out []preflight.NodePlan
+func listedNodes(p *Impact) []NodeImpact {
+	var out []NodeImpact
 	for _, n := range p.Nodes {
-		if n.Change != preflight.Unchanged && n.Change != preflight.None || len(fitLines(n.Fit)) > 0 {
+		if n.Change != Unchanged && n.Change != None || len(fitLines(n.Fit)) > 0 {
 			out = append(out, n)
 		}
 	}
 	return out
 }
 
-func today(n preflight.NodePlan) string {
+func today(n NodeImpact) string {
 	if n.Today == nil {
 		return "-"
 	}
@@ -201,7 +202,7 @@ func today(n preflight.NodePlan) string {
 	return fmt.Sprintf("%s (%s, %s)", n.Today.Name, n.Today.Revision, state)
 }
 
-func fitLines(f *preflight.FitResult) []string {
+func fitLines(f *FitResult) []string {
 	if f == nil {
 		return nil
 	}
@@ -221,7 +222,7 @@ func fitLines(f *preflight.FitResult) []string {
 	return out
 }
 
-func rolloutLines(r preflight.Rollout) []string {
+func rolloutLines(r Rollout) []string {
 	out := []string{"rollout: " + r.Summary}
 	if r.Estimate > 0 {
 		basis := "pods assumed ready at once: no pod of this DaemonSet is ready to time"
@@ -245,7 +246,7 @@ const shownWaves = 10
 
 // forecastLines lists a managed rollout's waves and pauses in the order they happen; waves past
 // the first shownWaves are counted between pauses, not listed.
-func forecastLines(f *rollout.Forecast) []string {
+func forecastLines(f *rolloutplan.Timeline) []string {
 	var out []string
 	shown, skipped := 0, 0
 	var from, to time.Duration
@@ -282,14 +283,14 @@ func forecastLines(f *rollout.Forecast) []string {
 // pauseFirst says whether pause p happens before wave w. At the same moment either can be first:
 // a manual pause is resumed at once and the next step's wave follows it, while a pause reached as
 // soon as the wave before it is Ready (pods Ready at once) follows that wave. Their steps tell.
-func pauseFirst(p rollout.Pause, w rollout.Wave) bool {
+func pauseFirst(p rolloutplan.PauseStep, w rolloutplan.Wave) bool {
 	if p.At != w.At {
 		return p.At < w.At
 	}
 	return p.StepIndex < w.StepIndex
 }
 
-func pauseLine(p rollout.Pause) string {
+func pauseLine(p rolloutplan.PauseStep) string {
 	what := fmt.Sprintf("pauses %s", p.Duration)
 	if p.Manual {
 		what = "waits for `daemonguard rollout resume` (counted as no time)"

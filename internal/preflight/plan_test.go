@@ -1,4 +1,4 @@
-package cli
+package preflight
 
 import (
 	"bytes"
@@ -11,9 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/daemonguard/daemonguard/controller/rollout"
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/internal/preflight"
 )
 
 // TestApplyMergeIsKubectlApply holds the plan's merge to kubectl apply's three-way semantics: a
@@ -59,56 +58,53 @@ func TestApplyMergeIsKubectlApply(t *testing.T) {
 	}
 }
 
-func TestPlanExitCode(t *testing.T) {
-	fine := PlanReport{Admission: AdmissionReport{Allowed: true}, Plan: &preflight.Plan{}}
-	notFit := PlanReport{Admission: AdmissionReport{Allowed: true}, Plan: &preflight.Plan{Summary: preflight.Summary{NotFit: 1}}}
-	preempts := PlanReport{Admission: AdmissionReport{Allowed: true}, Plan: &preflight.Plan{Summary: preflight.Summary{Preempting: 1}}}
-	denied := PlanReport{Admission: AdmissionReport{Allowed: false}}
-	broken := PlanReport{Error: "decode object"}
+func TestExitStatus(t *testing.T) {
+	fine := Report{Admission: AdmissionReport{Allowed: true}, Plan: &Impact{}}
+	notFit := Report{Admission: AdmissionReport{Allowed: true}, Plan: &Impact{Summary: Summary{NotFit: 1}}}
+	preempts := Report{Admission: AdmissionReport{Allowed: true}, Plan: &Impact{Summary: Summary{Preempting: 1}}}
+	denied := Report{Admission: AdmissionReport{Allowed: false}}
+	broken := Report{Error: "decode object"}
 	cases := []struct {
 		name    string
-		reports []PlanReport
+		reports []Report
 		want    int
 	}{
 		{"nothing to plan", nil, 0},
-		{"fine", []PlanReport{fine, fine}, 0},
-		{"not fit", []PlanReport{fine, notFit}, exitPlanNotFit},
-		{"preempts", []PlanReport{preempts}, exitPlanNotFit},
-		{"a denial outranks a pod that does not fit", []PlanReport{notFit, denied}, exitPlanDenied},
-		{"an error outranks everything", []PlanReport{denied, broken, notFit}, 1},
+		{"fine", []Report{fine, fine}, 0},
+		{"not fit", []Report{fine, notFit}, exitPlanNotFit},
+		{"preempts", []Report{preempts}, exitPlanNotFit},
+		{"a denial outranks a pod that does not fit", []Report{notFit, denied}, exitPlanDenied},
+		{"an error outranks everything", []Report{denied, broken, notFit}, 1},
 	}
 	for _, tc := range cases {
-		if got := planExitCode(tc.reports); got != tc.want {
+		if got := ExitStatus(tc.reports); got != tc.want {
 			t.Errorf("%s: exit %d, want %d", tc.name, got, tc.want)
 		}
-	}
-	if ExitCode(ExitError{Code: 3}) != 3 || ExitCode(nil) != 0 || ExitCode(errDenied) != 1 {
-		t.Error("ExitCode does not pass ExitError's code through")
 	}
 }
 
 func TestRenderPlans(t *testing.T) {
-	plan := &preflight.Plan{
+	plan := &Impact{
 		Namespace: "default", Name: "agent", Operation: "update", NewRevision: true,
 		TemplateChanges: []string{"spec.template.spec.containers[0].image"},
-		Nodes: []preflight.NodePlan{
-			{Node: "w1", Today: &preflight.PodToday{Name: "agent-1", Revision: "r1", Ready: true}, Change: preflight.Replaced, Reason: "new revision",
-				Fit: &preflight.FitResult{Schedulable: true, Insufficient: []string{"cpu: asks 2, 1 free of 4"}, Preempts: []preflight.Victim{{Namespace: "x", Name: "low|pod", Priority: 0}}}},
-			{Node: "w2", Today: &preflight.PodToday{Name: "agent-2", Revision: "r1", Ready: true}, Change: preflight.Unchanged},
+		Nodes: []NodeImpact{
+			{Node: "w1", Today: &PodToday{Name: "agent-1", Revision: "r1", Ready: true}, Change: Replaced, Reason: "new revision",
+				Fit: &FitResult{Schedulable: true, Insufficient: []string{"cpu: asks 2, 1 free of 4"}, Preempts: []Victim{{Namespace: "x", Name: "low|pod", Priority: 0}}}},
+			{Node: "w2", Today: &PodToday{Name: "agent-2", Revision: "r1", Ready: true}, Change: Unchanged},
 		},
-		Summary: preflight.Summary{Nodes: 2, Replaced: 1, Unchanged: 1, Preempting: 1},
-		Rollout: preflight.Rollout{Strategy: "managed", Summary: "daemonguard replaces 1 nodes", Estimate: time.Minute, Managed: &rollout.Forecast{
+		Summary: Summary{Nodes: 2, Replaced: 1, Unchanged: 1, Preempting: 1},
+		Rollout: Rollout{Strategy: "managed", Summary: "daemonguard replaces 1 nodes", Estimate: time.Minute, Managed: &rolloutplan.Timeline{
 			Order:  "by name",
-			Waves:  []rollout.Wave{{At: 0, Step: "1/3: 1", StepIndex: 0, Nodes: []string{"w1"}}, {At: 2 * time.Minute, Step: "3/3: 100%", StepIndex: 2, Nodes: []string{"w2"}}},
-			Pauses: []rollout.Pause{{At: time.Minute, Step: "2/3: pause:1m", StepIndex: 1, Duration: time.Minute}},
+			Waves:  []rolloutplan.Wave{{At: 0, Step: "1/3: 1", StepIndex: 0, Nodes: []string{"w1"}}, {At: 2 * time.Minute, Step: "3/3: 100%", StepIndex: 2, Nodes: []string{"w2"}}},
+			Pauses: []rolloutplan.PauseStep{{At: time.Minute, Step: "2/3: pause:1m", StepIndex: 1, Duration: time.Minute}},
 		}},
 	}
-	reports := []PlanReport{{Source: "ds.yaml#1", Namespace: "default", Name: "agent", Plan: plan,
+	reports := []Report{{Source: "ds.yaml#1", Namespace: "default", Name: "agent", Plan: plan,
 		Admission: AdmissionReport{Injection: "webhook", Validation: "webhook", Mutated: true, Allowed: true, Policies: "built-in policies",
 			Violations: []policy.Violation{{Policy: "budget", Action: policy.Warn, Message: "wide"}}}}}
 
 	var table bytes.Buffer
-	if err := renderPlans(&table, "table", reports); err != nil {
+	if err := Render(&table, "table", reports); err != nil {
 		t.Fatal(err)
 	}
 	out := table.String()
@@ -126,7 +122,7 @@ func TestRenderPlans(t *testing.T) {
 	}
 
 	var md bytes.Buffer
-	if err := renderPlans(&md, "markdown", reports); err != nil {
+	if err := Render(&md, "markdown", reports); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(md.String(), "| w1 |") || !strings.Contains(md.String(), `low\|pod`) {
@@ -134,12 +130,12 @@ func TestRenderPlans(t *testing.T) {
 	}
 
 	var js bytes.Buffer
-	if err := renderPlans(&js, "json", reports); err != nil {
+	if err := Render(&js, "json", reports); err != nil {
 		t.Fatal(err)
 	}
 	var decoded struct {
-		Items    []PlanReport `json:"items"`
-		ExitCode int          `json:"exitCode"`
+		Items    []Report `json:"items"`
+		ExitCode int      `json:"exitCode"`
 	}
 	if err := json.Unmarshal(js.Bytes(), &decoded); err != nil {
 		t.Fatal(err)

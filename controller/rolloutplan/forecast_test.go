@@ -1,4 +1,4 @@
-package rollout
+package rolloutplan
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
-// TestForecastSkipsNoReplanThatMatters holds ForecastRollout's shortcut to what it assumes of the
+// TestForecastSkipsNoReplanThatMatters holds Forecast's shortcut to what it assumes of the
 // planner: after a write, planning again at the same moment on replacements not yet Ready deletes
 // nothing more and moves no step, so skipping that run leaves the forecast as it was.
 func TestForecastSkipsNoReplanThatMatters(t *testing.T) {
@@ -117,7 +117,7 @@ func TestForecastRollout(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := ForecastRollout(forecastCluster(4, tc.annotations))
+			f, err := Forecast(forecastCluster(4, tc.annotations))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,7 +146,7 @@ func TestForecastRollout(t *testing.T) {
 }
 
 func TestForecastRejectsInvalidSettings(t *testing.T) {
-	if _, err := ForecastRollout(forecastCluster(2, map[string]string{rolloutapi.AnnotationSteps: "50%"})); err == nil {
+	if _, err := Forecast(forecastCluster(2, map[string]string{rolloutapi.AnnotationSteps: "50%"})); err == nil {
 		t.Fatal("steps that never reach 100% must be an error")
 	}
 }

@@ -1,4 +1,4 @@
-package rollout
+package rolloutplan
 
 import (
 	"fmt"
@@ -7,8 +7,11 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -37,8 +40,9 @@ type NodeState struct {
 	Pods      []PodState
 }
 
-// Input is everything the planner needs: plain data and the reconcile's reading of the clock.
-type Input struct {
+// RolloutState is everything the planner needs: plain data and the reconcile's reading of the
+// clock.
+type RolloutState struct {
 	// Name and Namespace of the DaemonSet, for the commands a message suggests.
 	Name, Namespace string
 	TargetRevision  string
@@ -79,8 +83,201 @@ type Plan struct {
 	Skipped      []string      // nodes left out: unreachable, or pods stuck terminating
 	RequeueAfter time.Duration // when the plan would change without any event (pauses, deadlines)
 	// Event is what the rollout's Event says when the phase, reason or step changes: the same
-	// reason and message as the condition. Decide records it on a transition.
+	// reason and message as the condition. The controller records it on a transition.
 	Event Event
+}
+
+// Event is a rollout Event on the DaemonSet, worded by the planner (Plan.Event).
+type Event struct {
+	Type, Reason, Note string
+	// FailureReason, when set, counts the Event in daemonguard_rollout_failures_total.
+	FailureReason string
+}
+
+// revisionLabel is the label the DaemonSet controller puts on pods and ControllerRevisions.
+const revisionLabel = appsv1.DefaultDaemonSetUniqueLabelKey
+
+// Observed is what the planner's RolloutState is classified from: the objects one reconcile (or
+// one run of a forecast) read, plain data, no client.
+type Observed struct {
+	Now time.Time // the one reading of the clock
+	// DaemonSet is as read: its annotations and conditions are the last report.
+	DaemonSet *appsv1.DaemonSet
+	Settings  rolloutapi.Settings
+	// Status is the status annotations decoded; a malformed value is left out, and the rollout
+	// resumes as if it had not been written.
+	Status rolloutapi.Status
+	// TargetRevision is the controller-revision-hash of the current template; "" while unknown,
+	// and then Pods and Nodes are not read.
+	TargetRevision string
+	// Pods are the DaemonSet's pods and Nodes every node, shared with the cache: read only.
+	Pods  []*corev1.Pod
+	Nodes []*corev1.Node
+	// Deleted holds the pods this process deleted, and when, until the cache shows them
+	// terminating or gone: they count as terminating even while the cache lags.
+	Deleted map[types.UID]time.Time
+}
+
+// failureReasons are container waiting reasons that do not fix themselves without a new template.
+var failureReasons = map[string]bool{
+	"ImagePullBackOff": true, "ErrImagePull": true, "InvalidImageName": true,
+	"CrashLoopBackOff": true, "CreateContainerConfigError": true, "CreateContainerError": true,
+}
+
+// StateOf classifies what was read into the planner's RolloutState: the nodes the DaemonSet should
+// run on (eligible), whether each is reachable, and each pod's revision, readiness and failure.
+func StateOf(o Observed) RolloutState {
+	ds := o.DaemonSet
+	in := RolloutState{
+		Name: ds.Name, Namespace: ds.Namespace,
+		TargetRevision:  o.TargetRevision,
+		Settings:        o.Settings,
+		MinReadySeconds: ds.Spec.MinReadySeconds,
+		Status:          o.Status,
+		Now:             o.Now,
+	}
+	if c := ActiveCondition(ds.Status.Conditions); c != nil && c.Type == rolloutapi.ConditionFailed {
+		in.PreviousFailure = c.Reason
+	}
+	// A node's pods start as a one-element window of states, so the usual node with one pod
+	// costs no allocation of its own; a second pod appends past the window into a new array.
+	// A forecast runs this about twice per node.
+	podsByNode := make(map[string][]PodState, len(o.Nodes))
+	states := make([]PodState, len(o.Pods))
+	for i, p := range o.Pods {
+		if nodeName := nodes.OfPod(p); nodeName != "" {
+			states[i] = podState(p, o.Deleted)
+			if onNode, ok := podsByNode[nodeName]; ok {
+				podsByNode[nodeName] = append(onNode, states[i])
+			} else {
+				podsByNode[nodeName] = states[i : i+1 : i+1]
+			}
+		}
+	}
+	matcher := nodes.NewMatcher(&ds.Spec.Template.Spec)
+	in.Nodes = make([]NodeState, 0, len(o.Nodes))
+	for _, n := range o.Nodes {
+		if !eligible(matcher, n) {
+			continue
+		}
+		_, cp := n.Labels["node-role.kubernetes.io/control-plane"]
+		in.Nodes = append(in.Nodes, NodeState{
+			Name: n.Name, ControlPlane: cp, Reachable: Reachable(n),
+			Domain: topologyDomain(n, o.Settings.TopologyKey), Pods: podsByNode[n.Name],
+		})
+	}
+	return in
+}
+
+// podState is what the planner knows of p; a pod in deleted counts as terminating since then.
+func podState(p *corev1.Pod, deleted map[types.UID]time.Time) PodState {
+	s := PodState{Name: p.Name, UID: string(p.UID), Revision: p.Labels[revisionLabel]}
+	if p.DeletionTimestamp != nil {
+		s.Terminating, s.DeletedAt = true, p.DeletionTimestamp.Time
+	} else if at, ok := deleted[p.UID]; ok {
+		s.Terminating, s.DeletedAt = true, at
+	}
+	s.NotReadySince = p.CreationTimestamp.Time
+	for _, c := range p.Status.Conditions {
+		if c.Type != corev1.PodReady {
+			continue
+		}
+		if c.Status == corev1.ConditionTrue {
+			s.Ready, s.ReadySince, s.NotReadySince = true, c.LastTransitionTime.Time, time.Time{}
+		} else if !c.LastTransitionTime.IsZero() {
+			s.NotReadySince = c.LastTransitionTime.Time
+		}
+	}
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for i := range list {
+			if w := list[i].State.Waiting; w != nil && failureReasons[w.Reason] {
+				s.Failure = w.Reason
+			}
+		}
+	}
+	return s
+}
+
+// StripPod is the cache transform that keeps of a pod what StateOf reads: the revision label,
+// the node (bound, or pinned by affinity), the phase, the conditions and the waiting containers.
+// The forecast strips its pods the same way, so it reads what the controller reads.
+func StripPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	p.ManagedFields = nil
+	p.Annotations = nil
+	// The planner reads one label; pods are found by controller, not by label selector.
+	p.Labels = map[string]string{revisionLabel: p.Labels[revisionLabel]}
+	slim := corev1.PodSpec{NodeName: p.Spec.NodeName, Affinity: p.Spec.Affinity}
+	p.Spec = slim
+	status := corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions}
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if cs.State.Waiting != nil {
+				status.ContainerStatuses = append(status.ContainerStatuses, corev1.ContainerStatus{Name: cs.Name, State: corev1.ContainerState{Waiting: cs.State.Waiting}})
+			}
+		}
+	}
+	p.Status = status
+	return p, nil
+}
+
+// eligible is the DaemonSet controller's "should continue running" (NodeShouldRunDaemonPod): the
+// not-ready and unreachable NoSchedule taints of the node lifecycle controller keep new daemon pods
+// off a node but not the pod it has, so such a node still belongs to the rollout. It is then
+// left out as unreachable and reported, not silently dropped.
+func eligible(m *nodes.Matcher, n *corev1.Node) bool {
+	if m.Eligible(n) {
+		return true
+	}
+	var kept []corev1.Taint
+	for _, t := range n.Spec.Taints {
+		if t.Key != corev1.TaintNodeUnreachable && t.Key != corev1.TaintNodeNotReady {
+			kept = append(kept, t)
+		}
+	}
+	if len(kept) == len(n.Spec.Taints) {
+		return false
+	}
+	healthy := *n
+	healthy.Spec.Taints = kept
+	return m.Eligible(&healthy)
+}
+
+// Reachable is false when the node is not Ready or carries the unreachable or not-ready taint:
+// its kubelet will not act on a deletion, so the rollout leaves the node out.
+func Reachable(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady {
+			return false
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func topologyDomain(n *corev1.Node, key string) string {
+	if key == "" {
+		return ""
+	}
+	return n.Labels[key]
+}
+
+// ActiveCondition is the True rollout condition of conds, nil when there is none.
+func ActiveCondition(conds []appsv1.DaemonSetCondition) *appsv1.DaemonSetCondition {
+	for i := range conds {
+		c := &conds[i]
+		if slices.Contains(rolloutapi.RolloutConditions, c.Type) && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
 }
 
 // stuckTerminatingAfter is how long a pod may take to terminate before its node is treated like
@@ -98,7 +295,7 @@ type nodeView struct {
 	terminating bool // a pod of the node is terminating
 }
 
-// BuildPlan decides which old-revision pods to delete now. It runs the named checks below in
+// Compute decides which old-revision pods to delete now. It runs the named checks below in
 // order; the first that decides the phase ends the plan.
 //
 // Assumptions:
@@ -115,7 +312,7 @@ type nodeView struct {
 //   - Pods on unreachable nodes are never deleted, and such nodes (and nodes whose pods are stuck
 //     terminating) count neither as desired nor as unavailable (see newPlanner).
 //   - At most budget nodes are unavailable after the plan, unless more were before (see replace).
-func BuildPlan(in Input) Plan {
+func Compute(in RolloutState) Plan {
 	p := newPlanner(in)
 	if p.plan.Updated == p.plan.Desired {
 		return p.complete()
@@ -133,10 +330,10 @@ func BuildPlan(in Input) Plan {
 	return p.replace()
 }
 
-// planner is one BuildPlan under way: the input, the status it is deciding, the reachable nodes
+// planner is one Compute under way: the input, the status it is deciding, the reachable nodes
 // in rollout order and the plan so far.
 type planner struct {
-	in     Input
+	in     RolloutState
 	status rolloutapi.Status
 	views  []nodeView // reachable nodes not stuck terminating, in rollout order
 	plan   Plan
@@ -155,7 +352,7 @@ type planner struct {
 //     at most once against the budget whatever pods it holds.
 //   - Progress moves to Now whenever Updated grows: the progress deadline runs from the last
 //     growth, so a long step that keeps moving never times out.
-func newPlanner(in Input) *planner {
+func newPlanner(in RolloutState) *planner {
 	p := &planner{in: in, status: in.Status}
 	if p.status.Revision != in.TargetRevision {
 		p.status = rolloutapi.Status{Revision: in.TargetRevision, StepStarted: in.Now, PauseToken: in.Settings.ResumeToken,
@@ -368,7 +565,7 @@ func (p *planner) deadlinePassed() (Plan, bool) {
 func (p *planner) replace() Plan {
 	s := p.in.Settings
 	unavailable := p.plan.Unavailable
-	var candidates []*nodeView // into p.views: a copy of each took a fifth of a forecast's allocations
+	var candidates []*nodeView // into p.views, not copies: a forecast plans about twice per node
 	domain := currentDomain(p.views, s.TopologyKey != "")
 	for i := range p.views {
 		v := &p.views[i]

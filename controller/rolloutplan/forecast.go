@@ -1,4 +1,4 @@
-package rollout
+package rolloutplan
 
 import (
 	"cmp"
@@ -37,8 +37,8 @@ type Wave struct {
 	Nodes     []string `json:"nodes"`
 }
 
-// Pause is a pause the rollout reaches.
-type Pause struct {
+// PauseStep is a pause step the rollout reaches.
+type PauseStep struct {
 	At        time.Duration `json:"at"`
 	Step      string        `json:"step"`
 	StepIndex int           `json:"stepIndex"`
@@ -47,14 +47,14 @@ type Pause struct {
 	Manual   bool          `json:"manual,omitempty"`
 }
 
-// Forecast is the rollout the controller would run, reconcile by reconcile.
-type Forecast struct {
-	Desired int      `json:"desired"` // reachable nodes the rollout covers
-	Budget  int      `json:"budget"`  // maxUnavailable as a node count
-	Order   string   `json:"order"`   // how nodes are ordered, in the controller's words
-	Skipped []string `json:"skipped,omitempty"`
-	Waves   []Wave   `json:"waves"`
-	Pauses  []Pause  `json:"pauses,omitempty"`
+// Timeline is the rollout the controller would run, reconcile by reconcile.
+type Timeline struct {
+	Desired int         `json:"desired"` // reachable nodes the rollout covers
+	Budget  int         `json:"budget"`  // maxUnavailable as a node count
+	Order   string      `json:"order"`   // how nodes are ordered, in the controller's words
+	Skipped []string    `json:"skipped,omitempty"`
+	Waves   []Wave      `json:"waves"`
+	Pauses  []PauseStep `json:"pauses,omitempty"`
 	// Duration is from the first deletion until every node runs an available new pod, pauses
 	// that wait for a resume counted as zero.
 	Duration time.Duration `json:"duration"`
@@ -67,7 +67,7 @@ type Forecast struct {
 // names only once it is applied; no live pod carries it.
 const forecastRevision = "new"
 
-// ForecastRollout runs the controller's own planner (plannerInput, BuildPlan) against a model of the
+// Forecast runs the controller's own planner (StateOf, Compute) against a model of the
 // cluster and records what it does: the rollout as the controller would run it, with its waves,
 // pauses and duration.
 //
@@ -85,31 +85,31 @@ const forecastRevision = "new"
 //   - Time moves only to the next moment something changes: a pod becomes Ready or available,
 //     a timed pause ends, a deadline passes. So the forecast ends after a bounded number of
 //     planner runs (each either deletes, advances a step or waits for one of those moments).
-func ForecastRollout(in ForecastInput) (Forecast, error) {
+func Forecast(in ForecastInput) (Timeline, error) {
 	return forecast(in, false)
 }
 
-// forecast is ForecastRollout; replanAlways (a test seam) plans again at the same moment after
+// forecast is Forecast; replanAlways (a test seam) plans again at the same moment after
 // every write, Ready replacements or not, which must not change the forecast.
-func forecast(in ForecastInput, replanAlways bool) (Forecast, error) {
+func forecast(in ForecastInput, replanAlways bool) (Timeline, error) {
 	settings, err := rolloutapi.ParseSettings(in.DaemonSet.Annotations)
 	if err != nil {
-		return Forecast{}, err
+		return Timeline{}, err
 	}
 	ds := in.DaemonSet.DeepCopy()
 	ds.Status.Conditions = nil // the last rollout's report does not bear on the next
-	in.Pods, in.Nodes = stripped(in.Pods, stripPod), stripped(in.Nodes, stripNode)
+	in.Pods, in.Nodes = stripped(in.Pods, StripPod), stripped(in.Nodes, nodes.Strip)
 	sim := newForecastSim(in, time.Duration(ds.Spec.MinReadySeconds)*time.Second)
-	facts := Facts{Now: in.Now, DaemonSet: ds, Settings: settings, TargetRevision: forecastRevision}
-	nodes := inRolloutOrder(facts, in.Nodes)
-	var out Forecast
+	seen := Observed{Now: in.Now, DaemonSet: ds, Settings: settings, TargetRevision: forecastRevision}
+	ordered := inRolloutOrder(seen, in.Nodes)
+	var out Timeline
 	lastStep := ""
 	runs := 8*len(in.Nodes) + 4*len(settings.Steps) + 32
 	for range runs {
-		facts.Pods = sim.pods(facts.Now)
-		facts.Nodes = nodes
-		pin := plannerInput(facts)
-		plan := BuildPlan(pin)
+		seen.Pods = sim.pods(seen.Now)
+		seen.Nodes = ordered
+		state := StateOf(seen)
+		plan := Compute(state)
 		if out.Waves == nil {
 			out.Desired, out.Budget, out.Skipped = plan.Desired, plan.Budget, plan.Skipped
 			out.Order = orderReason(settings.TopologyKey, "")
@@ -118,11 +118,11 @@ func forecast(in ForecastInput, replanAlways bool) (Forecast, error) {
 			}
 			out.Waves = []Wave{}
 		}
-		at := facts.Now.Sub(sim.start)
+		at := seen.Now.Sub(sim.start)
 		step := plan.Status.Step.String()
 		if step != lastStep && plan.Phase == rolloutapi.PhasePaused && plan.Reason != rolloutapi.ReasonPausedByAnnotation {
 			idx := plan.Status.Step.Index
-			ps := Pause{At: at, Step: step, StepIndex: idx}
+			ps := PauseStep{At: at, Step: step, StepIndex: idx}
 			if st := settings.Steps[idx]; st.Kind == rolloutapi.StepTimedPause {
 				ps.Duration = st.Duration
 			} else {
@@ -131,7 +131,7 @@ func forecast(in ForecastInput, replanAlways bool) (Forecast, error) {
 			out.Pauses = append(out.Pauses, ps)
 		}
 		lastStep = step
-		facts.Status = plan.Status
+		seen.Status = plan.Status
 		switch {
 		case plan.Phase == rolloutapi.PhaseComplete:
 			out.Duration, out.Outcome, out.Complete = at, plan.Message, true
@@ -140,7 +140,7 @@ func forecast(in ForecastInput, replanAlways bool) (Forecast, error) {
 			out.Duration, out.Outcome = at, plan.Message
 			return out, nil
 		case plan.Reason == rolloutapi.ReasonPausedAtStep:
-			facts.Settings.ResumeToken = fmt.Sprintf("forecast-resume-%d", len(out.Pauses))
+			seen.Settings.ResumeToken = fmt.Sprintf("forecast-resume-%d", len(out.Pauses))
 			continue
 		}
 		if len(plan.Delete) > 0 {
@@ -156,25 +156,23 @@ func forecast(in ForecastInput, replanAlways bool) (Forecast, error) {
 		// replace them would count, and moves steps only on available pods and on time. So the
 		// planner, run again at this moment on replacements not yet Ready, deletes nothing more
 		// and moves no step: only pods Ready at once (ReadyAfter zero) call for a second run now.
-		// With one node at a time this halves the runs: on 1,000 nodes 2,000 became 1,000.
-		created := sim.createMissing(pin.Nodes, facts.Now)
+		created := sim.createMissing(state.Nodes, seen.Now)
 		if (created || len(plan.Delete) > 0) && (in.ReadyAfter == 0 || replanAlways) {
 			continue // plan again at the same moment, on the pods as they are now
 		}
-		next, ok := sim.nextChange(facts.Now, plan.RequeueAfter)
+		next, ok := sim.nextChange(seen.Now, plan.RequeueAfter)
 		if !ok {
 			out.Duration, out.Outcome = at, "no progress: "+plan.Message
 			return out, nil
 		}
-		facts.Now = next
+		seen.Now = next
 	}
 	return out, fmt.Errorf("forecast did not end after %d planner runs", runs)
 }
 
-// stripped is copies of objs as the controller's informers keep them (stripPod, stripNode): the
+// stripped is copies of objs as the controller's informers keep them (StripPod, nodes.Strip): the
 // planner reads what the controller reads, and every run reads every pod and node, so a pod
-// with one label and no spec but its node is read faster than the API's. On 1,000 nodes this
-// took a third off the forecast.
+// with one label and no spec but its node is read faster than the API's.
 func stripped[T interface {
 	*corev1.Pod | *corev1.Node
 	DeepCopyObject() runtime.Object
@@ -188,12 +186,11 @@ func stripped[T interface {
 }
 
 // inRolloutOrder is the nodes in the order the planner sorts them into (rolloutCompare), the
-// nodes the DaemonSet does not target last. The planner sorts on every run; given sorted nodes,
-// each sort is one pass. With the default budget of one node, a forecast of 1,000 nodes runs the
-// planner about 2,000 times, and the sorts took a quarter of its CPU.
-func inRolloutOrder(f Facts, nodes []*corev1.Node) []*corev1.Node {
-	f.Nodes, f.Pods = nodes, nil
-	targeted := plannerInput(f).Nodes
+// nodes the DaemonSet does not target last. The planner sorts on every run, about twice per
+// node with the default budget of one node; given sorted nodes, each sort is one pass.
+func inRolloutOrder(o Observed, nodes []*corev1.Node) []*corev1.Node {
+	o.Nodes, o.Pods = nodes, nil
+	targeted := StateOf(o).Nodes
 	slices.SortFunc(targeted, func(a, b NodeState) int { return rolloutCompare(&a, &b) })
 	rank := make(map[string]int, len(targeted))
 	for i, n := range targeted {

@@ -1,4 +1,4 @@
-package rollout
+package rolloutplan
 
 import (
 	"fmt"
@@ -17,13 +17,13 @@ import (
 // on 1,000 ready nodes, steps "1,10%,pause:5m,100%": with the default budget of one node the
 // planner runs about twice per node, with 10% about twice per wave. No cluster is needed:
 //
-//	go test -short -run '^$' -bench ForecastRollout -benchmem ./controller/rollout/
+//	go test -short -run '^$' -bench Forecast -benchmem ./controller/rolloutplan/
 func BenchmarkForecastRollout(b *testing.B) {
 	for name, budget := range map[string]string{"budget=1": "", "budget=10%": "10%"} {
 		b.Run(name, func(b *testing.B) {
 			in := forecastInput(1000, budget)
 			for b.Loop() {
-				f, err := ForecastRollout(in)
+				f, err := Forecast(in)
 				if err != nil {
 					b.Fatal(err)
 				}

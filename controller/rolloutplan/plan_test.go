@@ -1,4 +1,4 @@
-package rollout
+package rolloutplan
 
 import (
 	"fmt"
@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -74,7 +78,7 @@ func deletedNodes(p Plan) []string {
 	return out
 }
 
-func TestBuildPlan(t *testing.T) {
+func TestCompute(t *testing.T) {
 	running := rolloutapi.Status{Revision: newRev, StepStarted: t0.Add(-time.Minute), Progress: t0.Add(-time.Minute)}
 	tests := map[string]struct {
 		nodes       []NodeState
@@ -196,7 +200,7 @@ func TestBuildPlan(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			p := BuildPlan(Input{TargetRevision: newRev, Nodes: tc.nodes, Settings: tc.settings, Status: tc.state, Now: t0})
+			p := Compute(RolloutState{TargetRevision: newRev, Nodes: tc.nodes, Settings: tc.settings, Status: tc.state, Now: t0})
 			if got := deletedNodes(p); !slices.Equal(got, tc.wantDelete) {
 				t.Errorf("deleted on %v, want %v (%s)", got, tc.wantDelete, p.Message)
 			}
@@ -277,7 +281,7 @@ func TestHaltMessages(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			p := BuildPlan(Input{Name: "agent", Namespace: "mon", TargetRevision: newRev, Nodes: tc.nodes, Settings: settings("1", tc.steps),
+			p := Compute(RolloutState{Name: "agent", Namespace: "mon", TargetRevision: newRev, Nodes: tc.nodes, Settings: settings("1", tc.steps),
 				Status: tc.state, PreviousFailure: tc.previous, Now: t0})
 			if p.Phase != rolloutapi.PhaseFailed || p.Reason != tc.reason {
 				t.Fatalf("phase %s/%s, want Failed/%s: %s", p.Phase, p.Reason, tc.reason, p.Message)
@@ -295,24 +299,13 @@ func TestHaltMessages(t *testing.T) {
 	}
 }
 
-func TestInvalidSettingsMessageSaysWhatToDo(t *testing.T) {
-	_, err := rolloutapi.ParseSettings(map[string]string{rolloutapi.AnnotationProgressDeadline: "soon"})
-	if err == nil {
-		t.Fatal("a progress deadline of \"soon\" parsed")
-	}
-	want := `daemonguard.io/progress-deadline "soon": must be a positive Go duration; no pods are replaced until the annotation is fixed: correct it in the manifest and apply it`
-	if got := InvalidSettingsMessage(err); got != want {
-		t.Errorf("message\n %q\nwant\n %q", got, want)
-	}
-}
-
 // A controller restarted at any point gets the same plan from the same cluster state and status
 // annotations: the plan depends on nothing else.
-func TestBuildPlanIsDeterministic(t *testing.T) {
-	in := Input{TargetRevision: newRev, Nodes: olds(10), Settings: settings("3", "2,pause:1m,100%"), Status: rolloutapi.Status{}, Now: t0}
-	first := BuildPlan(in)
+func TestComputeIsDeterministic(t *testing.T) {
+	in := RolloutState{TargetRevision: newRev, Nodes: olds(10), Settings: settings("3", "2,pause:1m,100%"), Status: rolloutapi.Status{}, Now: t0}
+	first := Compute(in)
 	for range 20 {
-		if again := BuildPlan(in); !slices.Equal(deletedNodes(again), deletedNodes(first)) || again.Message != first.Message {
+		if again := Compute(in); !slices.Equal(deletedNodes(again), deletedNodes(first)) || again.Message != first.Message {
 			t.Fatalf("plans differ: %v vs %v", deletedNodes(again), deletedNodes(first))
 		}
 	}
@@ -321,7 +314,7 @@ func TestBuildPlanIsDeterministic(t *testing.T) {
 // Property: for random node, pod and revision states, a plan never deletes a pod at the target
 // revision, never deletes on an unreachable node or a terminating pod, deletes nothing when paused
 // or failed, and never takes more nodes down than the budget allows.
-func TestBuildPlanPropertiesHoldForRandomStates(t *testing.T) {
+func TestComputePropertiesHoldForRandomStates(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	states := []string{"ready", "ready", "ready", "notready", "terminating", "stuck", "failing"}
 	for i := range 5000 {
@@ -357,8 +350,8 @@ func TestBuildPlanPropertiesHoldForRandomStates(t *testing.T) {
 		if rng.IntN(5) == 0 {
 			state = rolloutapi.Status{}
 		}
-		in := Input{TargetRevision: newRev, Nodes: nodes, Settings: s, Status: state, Now: t0}
-		p := BuildPlan(in)
+		in := RolloutState{TargetRevision: newRev, Nodes: nodes, Settings: s, Status: state, Now: t0}
+		p := Compute(in)
 
 		byUID := map[string]struct {
 			pod  PodState
@@ -407,5 +400,35 @@ func TestBuildPlanPropertiesHoldForRandomStates(t *testing.T) {
 		if availableDeleted > 0 && p.Unavailable+availableDeleted > p.Budget {
 			t.Fatalf("case %d: %d unavailable + %d available pods deleted exceeds budget %d: %s\nnodes: %+v", i, p.Unavailable, availableDeleted, p.Budget, p.Message, nodes)
 		}
+	}
+}
+
+func TestEligibleKeepsNodesTheDaemonSetControllerKeepsRunningOn(t *testing.T) {
+	unreachable := corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule}
+	notReady := corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}
+	dedicated := corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}
+	spec := &corev1.PodSpec{NodeSelector: map[string]string{"pool": "a"}}
+	tests := map[string]struct {
+		labels map[string]string
+		taints []corev1.Taint
+		want   bool
+	}{
+		"selected and untainted":                          {labels: map[string]string{"pool": "a"}, want: true},
+		"selected and tainted unreachable":                {labels: map[string]string{"pool": "a"}, taints: []corev1.Taint{unreachable}, want: true},
+		"selected and tainted not-ready":                  {labels: map[string]string{"pool": "a"}, taints: []corev1.Taint{notReady}, want: true},
+		"unreachable but with a taint it never tolerated": {labels: map[string]string{"pool": "a"}, taints: []corev1.Taint{unreachable, dedicated}},
+		"unreachable but not selected":                    {labels: map[string]string{"pool": "b"}, taints: []corev1.Taint{unreachable}},
+		"a taint it never tolerated":                      {labels: map[string]string{"pool": "a"}, taints: []corev1.Taint{dedicated}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: tc.labels}, Spec: corev1.NodeSpec{Taints: tc.taints}}
+			if got := eligible(nodes.NewMatcher(spec), n); got != tc.want {
+				t.Errorf("eligible = %v, want %v", got, tc.want)
+			}
+			if len(n.Spec.Taints) != len(tc.taints) {
+				t.Errorf("eligible changed the node's taints to %v", n.Spec.Taints)
+			}
+		})
 	}
 }

@@ -1,4 +1,4 @@
-package cli_test
+package preflight_test
 
 // The plan as a read-only identity: bound only to the chart's pre-flight roles, rendered by the
 // real helm, it makes the same plan as the admin; a missing rule fails it, naming what is

@@ -1,4 +1,4 @@
-package cli_test
+package preflight_test
 
 // A differential test of `daemonguard rollout plan`: on the local cluster (the real DaemonSet
 // controller and scheduler, kwok nodes, daemonguard's webhook registered as the cluster runs it),
@@ -741,7 +741,7 @@ func (c *planCluster) outcomes(t *testing.T, ns string, before state) map[string
 }
 
 // planned is the plan's outcome for every node.
-func planned(t *testing.T, r cli.PlanReport) map[string]outcome {
+func planned(t *testing.T, r preflight.Report) map[string]outcome {
 	t.Helper()
 	out := map[string]outcome{}
 	for _, n := range r.Plan.Nodes {
@@ -792,15 +792,15 @@ func compareOutcomes(t *testing.T, when string, plan, real map[string]outcome) {
 
 // plan runs `daemonguard rollout plan -f file -o json` with kubeconfig, in namespace ns, and
 // returns the one DaemonSet's report; it fails the test unless the plan was made.
-func (c *planCluster) plan(t *testing.T, kubeconfig, ns, file string) cli.PlanReport {
+func (c *planCluster) plan(t *testing.T, kubeconfig, ns, file string) preflight.Report {
 	t.Helper()
 	out, err := runPlan(kubeconfig, ns, file)
 	if code := cli.ExitCode(err); code != 0 && code != 3 {
 		t.Fatalf("rollout plan: %v (exit code %d)\n%s", err, code, out)
 	}
 	var doc struct {
-		Items    []cli.PlanReport `json:"items"`
-		ExitCode int              `json:"exitCode"`
+		Items    []preflight.Report `json:"items"`
+		ExitCode int                `json:"exitCode"`
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("decode the plan: %v\n%s", err, out)

@@ -1,4 +1,4 @@
-package cli
+package manifest
 
 import (
 	"bufio"
@@ -26,8 +26,8 @@ var (
 	readErrRE = regexp.MustCompile(`^-#[1-9][0-9]*(\.items\[[0-9]+\])*: `)
 )
 
-// FuzzRead feeds arbitrary bytes to the manifest reader of `daemonguard check` and `mutate`, as
-// stdin (go test -fuzz FuzzRead ./internal/cli/). It must never panic, and:
+// FuzzRead feeds arbitrary bytes to the manifest reader of `daemonguard check`, `mutate` and
+// `rollout plan`, as stdin (go test -fuzz FuzzRead ./internal/manifest/). It must never panic, and:
 //
 //   - every object it returns came from the input: its Source names a document of the stream
 //     (and the path through the lists that held it), and the object is exactly that document
@@ -35,7 +35,7 @@ var (
 //   - objects come in the order of the input, and reading them back gives the same objects;
 //   - an error names the document it is about (-#N).
 func FuzzRead(f *testing.F) {
-	// Every manifest of the repository's fixtures and demo, and the streams of manifests_test.go.
+	// Every manifest of the repository's fixtures and demo, and the streams of manifest_test.go.
 	for _, pattern := range []string{"policies/*/*.yaml", "demo/*.yaml", "demo-rollout/*.yaml", "preflight/*.yaml"} {
 		files, err := filepath.Glob(filepath.Join("..", "..", "testdata", pattern))
 		if err != nil || len(files) == 0 {

@@ -1,0 +1,25 @@
+package nodes
+
+import corev1 "k8s.io/api/core/v1"
+
+// Strip is the cache transform of the components that watch nodes (the admission webhook, the
+// rollout controller): it keeps what they read, the name, labels and spec (the DaemonSet
+// controller's rules) and whether the node is Ready (the rollout's reachability), and drops the
+// rest, which at thousands of nodes is most of the cache. The forecast strips its nodes the same
+// way, so it reads what the controller reads.
+func Strip(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	n.ManagedFields = nil
+	n.Annotations = nil
+	var ready []corev1.NodeCondition
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = append(ready, corev1.NodeCondition{Type: c.Type, Status: c.Status})
+		}
+	}
+	n.Status = corev1.NodeStatus{Conditions: ready}
+	return n, nil
+}
