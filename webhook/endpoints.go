@@ -64,11 +64,8 @@ func (m DaemonSetMutator) Handle(ctx context.Context, req cradmission.Request) c
 }
 
 func (m DaemonSetMutator) mutate(ctx context.Context, req cradmission.Request) cradmission.Response {
-	if resp, ok := daemonSetOnly(req); !ok {
-		return resp
-	}
-	r := m.reviewer().Mutate(ctx, m.Engine.Set(), reviewOf(req))
-	if resp, ended := m.ended(req, r); ended {
+	r, resp, ended := m.review(ctx, req, (*admission.Reviewer).Mutate)
+	if ended {
 		return resp
 	}
 	if len(r.Patch) > 0 {
@@ -89,11 +86,8 @@ func (v DaemonSetValidator) Handle(ctx context.Context, req cradmission.Request)
 }
 
 func (v DaemonSetValidator) validate(ctx context.Context, req cradmission.Request) cradmission.Response {
-	if resp, ok := daemonSetOnly(req); !ok {
-		return resp
-	}
-	r := v.reviewer().Validate(ctx, v.Engine.Set(), reviewOf(req))
-	if resp, ended := v.ended(req, r); ended {
+	r, resp, ended := v.review(ctx, req, (*admission.Reviewer).Validate)
+	if ended {
 		return resp
 	}
 	for _, x := range r.Violations {
@@ -105,14 +99,19 @@ func (v DaemonSetValidator) validate(ctx context.Context, req cradmission.Reques
 	return answer(r.Verdict)
 }
 
-// reviewer is the core the handlers adapt.
-func (h *Handlers) reviewer() *admission.Reviewer {
-	return &admission.Reviewer{Exempt: h.ExemptNamespaces, FailureMode: h.FailureMode, Lookups: h.Lookups, Log: h.Log}
-}
-
-// reviewOf is the core's view of an admission request.
-func reviewOf(req cradmission.Request) admission.Review {
-	return admission.Review{Operation: policy.Operation(req.Operation), Namespace: req.Namespace, Object: req.Object.Raw, OldObject: req.OldObject.Raw}
+// review runs one of the core's DaemonSet reviews (Mutate or Validate) on a request and answers
+// it when the review ended early; otherwise the caller answers from the outcome.
+func (h *Handlers) review(ctx context.Context, req cradmission.Request,
+	run func(*admission.Reviewer, context.Context, *policy.Set, admission.Review) admission.Outcome,
+) (admission.Outcome, cradmission.Response, bool) {
+	if resp, ok := daemonSetOnly(req); !ok {
+		return admission.Outcome{}, resp, true
+	}
+	reviewer := &admission.Reviewer{Exempt: h.ExemptNamespaces, FailureMode: h.FailureMode, Lookups: h.Lookups, Log: h.Log}
+	review := admission.Review{Operation: policy.Operation(req.Operation), Namespace: req.Namespace, Object: req.Object.Raw, OldObject: req.OldObject.Raw}
+	r := run(reviewer, ctx, h.Engine.Set(), review)
+	resp, ended := h.ended(req, r)
+	return r, resp, ended
 }
 
 // daemonSetOnly answers a request for anything but an apps/v1 DaemonSet with a bad request.

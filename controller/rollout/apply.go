@@ -152,24 +152,12 @@ func (r *Reconciler) writeConditions(ctx context.Context, ds *appsv1.DaemonSet, 
 }
 
 var (
-	rolloutUpdated = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "daemonguard_rollout_updated_nodes", Help: "Nodes running an available pod of the target revision.",
-	}, []string{"namespace", "name"})
-	rolloutDesired = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "daemonguard_rollout_desired_nodes", Help: "Reachable nodes the rollout covers.",
-	}, []string{"namespace", "name"})
-	rolloutUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "daemonguard_rollout_unavailable_nodes", Help: "Reachable nodes without an available pod.",
-	}, []string{"namespace", "name"})
-	rolloutPhase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "daemonguard_rollout_phase", Help: "1 for the rollout's current phase (Progressing, Paused, Failed, Complete).",
-	}, []string{"namespace", "name", "phase"})
-	rolloutDeletions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "daemonguard_rollout_pod_deletions_total", Help: "Old-revision pods deleted by the rollout controller.",
-	}, []string{"namespace", "name"})
-	rolloutFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "daemonguard_rollout_failures_total", Help: "Rollouts halted, by reason.",
-	}, []string{"namespace", "name", "reason"})
+	rolloutUpdated     = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_rollout_updated_nodes", Help: "Nodes running an available pod of the target revision."}, []string{"namespace", "name"})
+	rolloutDesired     = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_rollout_desired_nodes", Help: "Reachable nodes the rollout covers."}, []string{"namespace", "name"})
+	rolloutUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_rollout_unavailable_nodes", Help: "Reachable nodes without an available pod."}, []string{"namespace", "name"})
+	rolloutPhase       = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_rollout_phase", Help: "1 for the rollout's current phase (Progressing, Paused, Failed, Complete)."}, []string{"namespace", "name", "phase"})
+	rolloutDeletions   = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "daemonguard_rollout_pod_deletions_total", Help: "Old-revision pods deleted by the rollout controller."}, []string{"namespace", "name"})
+	rolloutFailures    = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "daemonguard_rollout_failures_total", Help: "Rollouts halted, by reason."}, []string{"namespace", "name", "reason"})
 )
 
 func init() {

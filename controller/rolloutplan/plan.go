@@ -206,8 +206,7 @@ func StripPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	p.ManagedFields = nil
-	p.Annotations = nil
+	p.ManagedFields, p.Annotations = nil, nil
 	// The planner reads one label; pods are found by controller, not by label selector.
 	p.Labels = map[string]string{revisionLabel: p.Labels[revisionLabel]}
 	slim := corev1.PodSpec{NodeName: p.Spec.NodeName, Affinity: p.Spec.Affinity}

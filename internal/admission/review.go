@@ -239,11 +239,8 @@ func (a *Reviewer) inject(ctx context.Context, set *policy.Set, r *Outcome) {
 		r.Inject = policy.InjectDecision{Reason: reason}
 		return
 	}
-	err := expired(ctx)
-	if err == nil {
-		r.Inject, err = set.Inject(ctx, r.Input)
-	}
-	if err != nil {
+	var err error
+	if r.Inject, err = evaluate(ctx, r.Input, set.Inject); err != nil {
 		a.fail(r, err)
 		return
 	}
@@ -253,15 +250,21 @@ func (a *Reviewer) inject(ctx context.Context, set *policy.Set, r *Outcome) {
 }
 
 func (a *Reviewer) validate(ctx context.Context, set *policy.Set, r *Outcome) {
-	err := expired(ctx)
-	if err == nil {
-		r.Violations, err = set.Validate(ctx, r.Input)
-	}
-	if err != nil {
+	var err error
+	if r.Violations, err = evaluate(ctx, r.Input, set.Validate); err != nil {
 		a.fail(r, err)
 		return
 	}
 	r.Verdict = VerdictOf(r.Violations)
+}
+
+// evaluate runs one policy query unless the review's deadline has already passed (expired).
+func evaluate[T any](ctx context.Context, in *policy.Input, query func(context.Context, *policy.Input) (T, error)) (T, error) {
+	if err := expired(ctx); err != nil {
+		var zero T
+		return zero, err
+	}
+	return query(ctx, in)
 }
 
 // fail ends a review whose policies could not be evaluated with the failure mode's verdict.

@@ -167,6 +167,18 @@ func readCluster(ctx context.Context, client kubernetes.Interface, policyNS stri
 	return v, nil
 }
 
+// lastNamed is the configuration's webhook with the given name, or nil. The API server keeps
+// webhook names unique within a configuration (v1), so the last match is the only one.
+func lastNamed[W any](webhooks []W, want string, name func(*W) string) *W {
+	var found *W
+	for i := range webhooks {
+		if name(&webhooks[i]) == want {
+			found = &webhooks[i]
+		}
+	}
+	return found
+}
+
 // readAdmission finds daemonguard's DaemonSet webhooks and compiles the policy set it serves: the
 // built-ins with the policy ConfigMaps of its namespace over them.
 func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Interface, policyNS string) error {
@@ -177,10 +189,8 @@ func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Inter
 		return fmt.Errorf("list mutating webhook configurations: %w", err)
 	}
 	for i := range mutating.Items {
-		for j := range mutating.Items[i].Webhooks {
-			if w := &mutating.Items[i].Webhooks[j]; w.Name == webhook.MutateDaemonSetWebhook {
-				v.mutating, service = w, w.ClientConfig.Service
-			}
+		if w := lastNamed(mutating.Items[i].Webhooks, webhook.MutateDaemonSetWebhook, func(w *admissionregistrationv1.MutatingWebhook) string { return w.Name }); w != nil {
+			v.mutating, service = w, w.ClientConfig.Service
 		}
 	}
 	validating, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
@@ -188,10 +198,8 @@ func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Inter
 		return fmt.Errorf("list validating webhook configurations: %w", err)
 	}
 	for i := range validating.Items {
-		for j := range validating.Items[i].Webhooks {
-			if w := &validating.Items[i].Webhooks[j]; w.Name == webhook.ValidateDaemonSetWebhook {
-				v.validating, service = w, orService(w.ClientConfig.Service, service)
-			}
+		if w := lastNamed(validating.Items[i].Webhooks, webhook.ValidateDaemonSetWebhook, func(w *admissionregistrationv1.ValidatingWebhook) string { return w.Name }); w != nil {
+			v.validating, service = w, orService(w.ClientConfig.Service, service)
 		}
 	}
 	if v.validating == nil && v.mutating == nil {

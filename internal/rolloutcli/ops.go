@@ -104,28 +104,24 @@ func Resume(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, n
 }
 
 func patchAnnotations(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, annotations map[string]string, dryRun DryRun) error {
-	if dryRun == DryRunClient {
-		return nil
-	}
 	patch, err := AnnotationsPatch(annotations)
-	if err != nil {
-		return err
-	}
-	_, err = c.AppsV1().DaemonSets(ds.Namespace).Patch(ctx, ds.Name, types.MergePatchType, patch, patchOptions(dryRun))
-	return err
+	return patchDaemonSet(ctx, c, ds, types.MergePatchType, patch, err, dryRun)
 }
 
 // Restart sets the restartedAt pod template annotation, so the template changes and the DaemonSet
 // (managed or not) rolls every pod, like `kubectl rollout restart`.
 func Restart(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, now time.Time, dryRun DryRun) error {
-	if dryRun == DryRunClient {
-		return nil
-	}
 	patch, err := RestartPatch(now)
-	if err != nil {
-		return err
+	return patchDaemonSet(ctx, c, ds, types.StrategicMergePatchType, patch, err, dryRun)
+}
+
+// patchDaemonSet sends a patch the caller built (or the error building it), unless the dry run
+// is the client's.
+func patchDaemonSet(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, pt types.PatchType, patch []byte, buildErr error, dryRun DryRun) error {
+	if dryRun == DryRunClient || buildErr != nil {
+		return buildErr
 	}
-	_, err = c.AppsV1().DaemonSets(ds.Namespace).Patch(ctx, ds.Name, types.StrategicMergePatchType, patch, patchOptions(dryRun))
+	_, err := c.AppsV1().DaemonSets(ds.Namespace).Patch(ctx, ds.Name, pt, patch, patchOptions(dryRun))
 	return err
 }
 

@@ -163,7 +163,7 @@ func Ensure(ctx context.Context, log io.Writer, names ...string) (*Binaries, err
 	if err != nil {
 		return nil, err
 	}
-	cacheRoot, err := binaryCacheDir()
+	cacheRoot, err := CacheDir("DAEMONGUARD_BIN_CACHE", "bin", "test binaries")
 	if err != nil {
 		return nil, err
 	}
@@ -273,15 +273,18 @@ func (s buildStep) missing() []outputSet {
 	return missing
 }
 
-func binaryCacheDir() (string, error) {
-	if dir := os.Getenv("DAEMONGUARD_BIN_CACHE"); dir != "" {
+// CacheDir is the folder named by the environment variable env, else the user cache dir's
+// daemonguard/name: where the tools (bin) and the test images (images) are kept between runs.
+// what says what is kept there, for the error.
+func CacheDir(env, name, what string) (string, error) {
+	if dir := os.Getenv(env); dir != "" {
 		return dir, nil
 	}
 	base, err := os.UserCacheDir()
 	if err != nil {
-		return "", fmt.Errorf("find user cache dir for test binaries (set DAEMONGUARD_BIN_CACHE): %w", err)
+		return "", fmt.Errorf("find user cache dir for %s (set %s): %w", what, env, err)
 	}
-	return filepath.Join(base, "daemonguard", "bin"), nil
+	return filepath.Join(base, "daemonguard", name), nil
 }
 
 // build builds the missing sets of step n of of with one `go build`, and moves the binaries and

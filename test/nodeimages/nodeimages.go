@@ -122,14 +122,7 @@ var goBuildFlags = []string{"-trimpath", "-buildvcs=false", "-ldflags=-s -w"}
 // CacheDir is where tests keep the built images between runs, beside the test binaries of
 // internal/toolbin: $DAEMONGUARD_IMAGE_CACHE, else the user cache dir's daemonguard/images.
 func CacheDir() (string, error) {
-	if dir := os.Getenv("DAEMONGUARD_IMAGE_CACHE"); dir != "" {
-		return dir, nil
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("find user cache dir for node images (set DAEMONGUARD_IMAGE_CACHE): %w", err)
-	}
-	return filepath.Join(base, "daemonguard", "images"), nil
+	return toolbin.CacheDir("DAEMONGUARD_IMAGE_CACHE", "images", "node images")
 }
 
 // Build writes the archives of PauseRef, AgentV1, AgentV2 and AgentCrash into dir, in that
