@@ -48,16 +48,7 @@ func TestExecNamesAreUniquePerModule(t *testing.T) {
 func TestEnsureBuildsEachSetOnce(t *testing.T) {
 	root := t.TempDir()
 	moduleDir := filepath.Join(root, "tools", "hello")
-	write := func(name, content string) {
-		t.Helper()
-		path := filepath.Join(moduleDir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(name, content string) { writeFile(t, moduleDir, name, content) }
 	write("go.mod", "module example.com/hello\n\ngo 1.26\n")
 	write("go.sum", "")
 	for _, dir := range []string{"cmd/a", "cmd/b", "server/v2"} {

@@ -11,16 +11,7 @@ import (
 // build is not repeated for a comment.
 func TestModuleKeyFollowsOwnCode(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) {
-		t.Helper()
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(name, content string) { writeFile(t, dir, name, content) }
 	write("go.mod", "module x\nrequire a v1\n")
 	write("go.sum", "a v1 h1:x\n")
 	write("cmd/x/main.go", "package main\n")
@@ -84,5 +75,17 @@ func TestModuleKeyFollowsPins(t *testing.T) {
 	m.ldflags = "-s -X v=2"
 	if k3, _ := moduleKey(dir, m); k3 == k2 {
 		t.Error("key did not change with ldflags")
+	}
+}
+
+// writeFile writes content to name below dir, making the folders it needs.
+func writeFile(t *testing.T, dir, name, content string) {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
