@@ -1,15 +1,14 @@
 package apibench
 
 import (
-	"fmt"
 	"io"
 	"math"
 	"sort"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
+	"github.com/daemonguard/daemonguard/test/webhookreg"
 )
 
 // webhookDurationMetric is the API server's histogram of each webhook call, by webhook name,
@@ -30,10 +29,9 @@ type webhookKey struct{ webhook, operation string }
 // parseWebhookDurations reads the API server's metrics (Prometheus text format) and returns the
 // webhook duration histograms by webhook and operation, rejected and admitted calls together.
 func parseWebhookDurations(r io.Reader) (map[webhookKey]histogram, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(r)
+	families, err := webhookreg.ParseMetrics(r)
 	if err != nil {
-		return nil, fmt.Errorf("parse API server metrics: %w", err)
+		return nil, err
 	}
 	out := map[webhookKey]histogram{}
 	family, ok := families[webhookDurationMetric]

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -216,10 +217,9 @@ func scrape(ctx context.Context, client kubernetes.Interface) (map[string]calls,
 // parseCalls reads the webhook call counters, by webhook name, from metrics in the Prometheus
 // text format.
 func parseCalls(r io.Reader) (map[string]calls, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(r)
+	families, err := ParseMetrics(r)
 	if err != nil {
-		return nil, fmt.Errorf("parse API server metrics: %w", err)
+		return nil, err
 	}
 	out := map[string]calls{}
 	for _, m := range families[requestMetric].GetMetric() {
@@ -240,4 +240,14 @@ func parseCalls(r io.Reader) (map[string]calls, error) {
 		out[name] = c
 	}
 	return out, nil
+}
+
+// ParseMetrics reads the API server's metrics, in the Prometheus text format, by family name.
+func ParseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parse API server metrics: %w", err)
+	}
+	return families, nil
 }
