@@ -120,6 +120,16 @@ func setAgentImage(t *testing.T, ns, image string) {
 	clustertest.Kubectl(t, cluster, "", "set", "image", "-n", ns, "ds/agent", "app="+image)
 }
 
+// resumeThroughPause rolls agent out to nginx:1.25.5, waits for the rollout to pause for reason,
+// resumes it and waits for the rollout to complete.
+func resumeThroughPause(t *testing.T, ns, reason string) {
+	t.Helper()
+	setAgentImage(t, ns, "nginx:1.25.5")
+	waitCondition(t, ns, "agent", rolloutapi.ConditionPaused, reason)
+	mustRun(t, "resume", "ds/agent", "-n", ns)
+	waitCondition(t, ns, "agent", rolloutapi.ConditionComplete, "")
+}
+
 func waitCondition(t *testing.T, ns, name string, ct appsv1.DaemonSetConditionType, reason string) {
 	t.Helper()
 	clustertest.WaitDaemonSet(t, cluster, ns, name, 2*time.Minute, fmt.Sprintf("%s condition %s %s", name, ct, reason), func(ds *appsv1.DaemonSet) (bool, string) {
@@ -147,10 +157,7 @@ func TestRecordStatusSequences(t *testing.T) {
 		applyAgent(t, ns, "OnDelete", map[string]string{
 			rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationSteps: "1,pause:3s,50%,pause,100%"})
 		complete(ns, "agent")
-		setAgentImage(t, ns, "nginx:1.25.5")
-		waitCondition(t, ns, "agent", rolloutapi.ConditionPaused, "PausedAtStep")
-		mustRun(t, "resume", "ds/agent", "-n", ns)
-		complete(ns, "agent")
+		resumeThroughPause(t, ns, "PausedAtStep")
 		r.finish(t, "progressive")
 	})
 	t.Run("paused-by-annotation", func(t *testing.T) {
@@ -159,10 +166,7 @@ func TestRecordStatusSequences(t *testing.T) {
 		complete(ns, "agent")
 		r := record(t, ns, "agent")
 		mustRun(t, "pause", "ds/agent", "-n", ns)
-		setAgentImage(t, ns, "nginx:1.25.5")
-		waitCondition(t, ns, "agent", rolloutapi.ConditionPaused, "PausedByAnnotation")
-		mustRun(t, "resume", "ds/agent", "-n", ns)
-		complete(ns, "agent")
+		resumeThroughPause(t, ns, "PausedByAnnotation")
 		r.finish(t, "paused-by-annotation")
 	})
 	t.Run("never-ready", func(t *testing.T) {
