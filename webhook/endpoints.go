@@ -60,14 +60,11 @@ type DaemonSetMutator struct{ *Handlers }
 
 // Handle implements controller-runtime's admission.Handler.
 func (m DaemonSetMutator) Handle(ctx context.Context, req cradmission.Request) cradmission.Response {
-	return m.observe("mutate-daemonset", m.mutate(ctx, req))
+	return m.observe("mutate-daemonset", m.review(ctx, req, (*admission.Reviewer).Mutate, patched))
 }
 
-func (m DaemonSetMutator) mutate(ctx context.Context, req cradmission.Request) cradmission.Response {
-	r, resp, ended := m.review(ctx, req, (*admission.Reviewer).Mutate)
-	if ended {
-		return resp
-	}
+// patched answers an injection: the patch, or why there is none.
+func patched(_ cradmission.Request, r admission.Outcome) cradmission.Response {
 	if len(r.Patch) > 0 {
 		return cradmission.Patched("", r.Patch...)
 	}
@@ -82,14 +79,11 @@ type DaemonSetValidator struct{ *Handlers }
 
 // Handle implements controller-runtime's admission.Handler.
 func (v DaemonSetValidator) Handle(ctx context.Context, req cradmission.Request) cradmission.Response {
-	return v.observe("validate-daemonset", v.validate(ctx, req))
+	return v.observe("validate-daemonset", v.review(ctx, req, (*admission.Reviewer).Validate, v.judged))
 }
 
-func (v DaemonSetValidator) validate(ctx context.Context, req cradmission.Request) cradmission.Response {
-	r, resp, ended := v.review(ctx, req, (*admission.Reviewer).Validate)
-	if ended {
-		return resp
-	}
+// judged answers a validation with its verdict, counting the violations and logging the dry runs.
+func (v DaemonSetValidator) judged(req cradmission.Request, r admission.Outcome) cradmission.Response {
 	for _, x := range r.Violations {
 		violationsTotal.WithLabelValues(x.Policy, string(x.Action)).Inc()
 	}
@@ -99,19 +93,22 @@ func (v DaemonSetValidator) validate(ctx context.Context, req cradmission.Reques
 	return answer(r.Verdict)
 }
 
-// review runs one of the core's DaemonSet reviews (Mutate or Validate) on a request and answers
-// it when the review ended early; otherwise the caller answers from the outcome.
+// review runs one of the core's DaemonSet reviews (Mutate or Validate) on a request. A review
+// the core ended early is answered here; any other is answered from its outcome by respond.
 func (h *Handlers) review(ctx context.Context, req cradmission.Request,
 	run func(*admission.Reviewer, context.Context, *policy.Set, admission.Review) admission.Outcome,
-) (admission.Outcome, cradmission.Response, bool) {
+	respond func(cradmission.Request, admission.Outcome) cradmission.Response,
+) cradmission.Response {
 	if resp, ok := daemonSetOnly(req); !ok {
-		return admission.Outcome{}, resp, true
+		return resp
 	}
 	reviewer := &admission.Reviewer{Exempt: h.ExemptNamespaces, FailureMode: h.FailureMode, Lookups: h.Lookups, Log: h.Log}
 	review := admission.Review{Operation: policy.Operation(req.Operation), Namespace: req.Namespace, Object: req.Object.Raw, OldObject: req.OldObject.Raw}
 	r := run(reviewer, ctx, h.Engine.Set(), review)
-	resp, ended := h.ended(req, r)
-	return r, resp, ended
+	if resp, ended := h.ended(req, r); ended {
+		return resp
+	}
+	return respond(req, r)
 }
 
 // daemonSetOnly answers a request for anything but an apps/v1 DaemonSet with a bad request.

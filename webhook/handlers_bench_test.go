@@ -143,8 +143,10 @@ func BenchmarkPolicies(b *testing.B) {
 			b.Fatal(err)
 		}
 		// Validate gathers the most: the namespace's labels and the nodes.
-		r, _, ended := h.review(b.Context(), cradmission.Request{AdmissionRequest: *review.Request}, (*admission.Reviewer).Validate)
-		if ended || r.Skip != "" || r.Err() != nil {
+		var r admission.Outcome
+		h.review(b.Context(), cradmission.Request{AdmissionRequest: *review.Request}, (*admission.Reviewer).Validate,
+			func(_ cradmission.Request, o admission.Outcome) cradmission.Response { r = o; return cradmission.Response{} })
+		if r.Input == nil || r.Skip != "" || r.Err() != nil {
 			b.Fatalf("%s: ended early: %+v", name, r)
 		}
 		set := h.Engine.Set()
