@@ -145,7 +145,10 @@ func BenchmarkPolicies(b *testing.B) {
 		// Validate gathers the most: the namespace's labels and the nodes.
 		var r admission.Outcome
 		h.review(b.Context(), cradmission.Request{AdmissionRequest: *review.Request}, (*admission.Reviewer).Validate,
-			func(_ cradmission.Request, o admission.Outcome) cradmission.Response { r = o; return cradmission.Response{} })
+			func(_ cradmission.Request, o admission.Outcome) cradmission.Response {
+				r = o
+				return cradmission.Response{}
+			})
 		if r.Input == nil || r.Skip != "" || r.Err() != nil {
 			b.Fatalf("%s: ended early: %+v", name, r)
 		}
