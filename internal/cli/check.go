@@ -144,8 +144,8 @@ func (m *manifestFlags) add(f *pflag.FlagSet) {
 // load compiles the policy set (built-ins plus --policies) and reads the -f manifests: the common
 // start of check and mutate.
 func (m *manifestFlags) load(cmd *cobra.Command) (*policy.Set, []manifest.Document, error) {
-	if len(m.files) == 0 {
-		return nil, nil, fmt.Errorf("-f is required (a file, a directory or - for stdin)")
+	if err := manifest.RequirePaths(m.files); err != nil {
+		return nil, nil, err
 	}
 	set, err := policy.CompileDirs(cmd.Context(), m.policyDirs)
 	if err != nil {

@@ -41,6 +41,15 @@ func (d Document) Ref() string {
 	return fmt.Sprintf("%s %s %s/%s", d.Source, d.Kind, ns, d.Name)
 }
 
+// RequirePaths is the error of a command that reads manifests (check, mutate, rollout plan)
+// and was given none.
+func RequirePaths(paths []string) error {
+	if len(paths) == 0 {
+		return fmt.Errorf("-f is required (a file, a directory or - for stdin)")
+	}
+	return nil
+}
+
 // Read reads every document of the given paths: files, directories (every .yaml, .yml and .json
 // below them, in lexical order) and "-" for stdin. Lists (kind: List) are unpacked.
 func Read(paths []string, stdin io.Reader) ([]Document, error) {

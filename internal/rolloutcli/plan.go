@@ -41,8 +41,8 @@ not fit or would preempt other pods, 1 the plan could not be made.
 			if output != "table" && output != "json" && output != "markdown" {
 				return fmt.Errorf("--output %q is not one of table, json, markdown", output)
 			}
-			if len(files) == 0 {
-				return fmt.Errorf("-f is required (a file, a directory or - for stdin)")
+			if err := manifest.RequirePaths(files); err != nil {
+				return err
 			}
 			docs, err := manifest.Read(files, cmd.InOrStdin())
 			if err != nil {
