@@ -138,6 +138,15 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	reader := mgr.GetCache()
+	// Reviews read namespaces and nodes from the cache. Registering their informers now starts
+	// them with the cache, so the first policy reload, which waits for the cache to sync, waits for
+	// them too: a new replica is not Ready while its first review would still have to list every
+	// namespace and node inside the API server's webhook timeout.
+	for _, obj := range []client.Object{&corev1.Namespace{}, &corev1.Node{}} {
+		if _, err := reader.GetInformer(ctx, obj, cache.BlockUntilSynced(false)); err != nil {
+			return fmt.Errorf("watch %T: %w", obj, err)
+		}
+	}
 	exempt := admission.ExemptNamespaces(opts.Namespace, opts.ExemptNamespaces)
 	handlers := &webhook.Handlers{
 		Engine:           engine,
