@@ -18,6 +18,10 @@ type Settings struct {
 	ResumeToken      string
 	ProgressDeadline time.Duration
 	TopologyKey      string
+	// Gates are the analysis gates (AnnotationAnalysis); none without the annotation.
+	Gates []Gate
+	// RollbackOnAnalysisFailure is AnnotationOnAnalysisFailure "rollback".
+	RollbackOnAnalysisFailure bool
 }
 
 // DefaultProgressDeadline bounds each step of a DaemonSet without AnnotationProgressDeadline.
@@ -58,6 +62,12 @@ func ParseSettings(annotations map[string]string) (Settings, error) {
 			return s, fmt.Errorf("%s %q: must be a positive Go duration", AnnotationProgressDeadline, v)
 		}
 		s.ProgressDeadline = d
+	}
+	if s.Gates, err = ParseGates(annotations[AnnotationAnalysis]); err != nil {
+		return s, fmt.Errorf("%s: %w", AnnotationAnalysis, err)
+	}
+	if s.RollbackOnAnalysisFailure, err = ParseOnAnalysisFailure(annotations[AnnotationOnAnalysisFailure]); err != nil {
+		return s, err
 	}
 	return s, nil
 }

@@ -24,6 +24,8 @@ type Status struct {
 	// (StatusProgress, to the second).
 	Progress        time.Time
 	ProgressUpdated int
+	// Analysis is StatusAnalysis; nil when absent.
+	Analysis *AnalysisStatus
 }
 
 // Counts is "<updated>/<desired>" nodes: reachable nodes whose pod runs the target revision and
@@ -70,7 +72,7 @@ func (p StepPosition) String() string {
 // statusKeys are the keys EncodeStatus may write, so that StatusChanges can remove stale ones.
 var statusKeys = []string{
 	StatusRevision, StatusStep, StatusStepStarted, StatusPauseToken, StatusUpdated,
-	StatusNextNodes, StatusProgress, StatusFailedRevision,
+	StatusNextNodes, StatusProgress, StatusFailedRevision, StatusAnalysis,
 }
 
 // EncodeStatus renders s as status annotations; zero fields are left out.
@@ -99,6 +101,7 @@ func EncodeStatus(s Status) map[string]string {
 		set(StatusProgress, fmt.Sprintf("%d@%s", s.ProgressUpdated, s.Progress.UTC().Format(time.RFC3339)))
 	}
 	set(StatusFailedRevision, s.FailedRevision)
+	set(StatusAnalysis, encodeAnalysis(s.Analysis))
 	return a
 }
 
@@ -159,6 +162,13 @@ func DecodeStatus(a map[string]string) (Status, error) {
 		} else {
 			s.ProgressUpdated, s.Progress = count, t
 		}
+	}
+	if v, ok := a[StatusAnalysis]; ok {
+		analysis, err := decodeAnalysis(v)
+		if err != nil {
+			fail(StatusAnalysis, "want the analysis as JSON: "+err.Error())
+		}
+		s.Analysis = analysis
 	}
 	return s, errors.Join(errs...)
 }

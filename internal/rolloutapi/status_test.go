@@ -162,6 +162,20 @@ func randomStatus(r *rand.Rand) Status {
 	if len(s.NextNodes) > 0 {
 		s.NextReason = pick("", "workers before control-plane nodes, then by name", `one zone at a time (now "z"), then by name`)
 	}
+	if r.IntN(2) == 0 {
+		a := &AnalysisStatus{VerifiedAt: at(), Wave: r.IntN(5)}
+		for i := range r.IntN(3) {
+			g := GateStatus{Name: fmt.Sprintf("gate-%d", i), Passed: r.IntN(4), Next: at()}
+			if r.IntN(2) == 0 {
+				g.Last = &GateMeasurement{At: t0, Result: pick(MeasurementPassed, MeasurementFailed, MeasurementInconclusive), Message: pick("", "worker-1=0.5 above max 0.1")}
+			}
+			a.Gates = append(a.Gates, g)
+		}
+		if a.VerifiedAt.IsZero() && a.Wave == 0 && len(a.Gates) == 0 {
+			a = nil // written as no annotation, read as nil
+		}
+		s.Analysis = a
+	}
 	return s
 }
 
