@@ -57,7 +57,10 @@ type RolloutState struct {
 	// reconcile halted the rollout, which later ones keep naming when the cause no longer shows
 	// (a crash-looping pod between two crashes).
 	PreviousFailure string
-	Now             time.Time
+	// Measurements are the answers to DueAnalysis's request, taken by this reconcile; nil when
+	// none was due.
+	Measurements []Measurement
+	Now          time.Time
 }
 
 // PodRef names a pod to delete; the UID is used as a precondition so a pod recreated under the
@@ -85,6 +88,9 @@ type Plan struct {
 	// Event is what the rollout's Event says when the phase, reason or step changes: the same
 	// reason and message as the condition. The controller records it on a transition.
 	Event Event
+	// RollbackTo is the revision whose template the controller puts back, when a failed
+	// analysis halts a rollout that opted in to roll back; "" otherwise.
+	RollbackTo string
 }
 
 // Event is a rollout Event on the DaemonSet, worded by the planner (Plan.Event).
@@ -116,6 +122,8 @@ type Observed struct {
 	// Deleted holds the pods this process deleted, and when, until the cache shows them
 	// terminating or gone: they count as terminating even while the cache lags.
 	Deleted map[types.UID]time.Time
+	// Measurements are the analysis gates' measurements this reconcile took (DueAnalysis).
+	Measurements []Measurement
 }
 
 // failureReasons are container waiting reasons that do not fix themselves without a new template.
@@ -134,6 +142,7 @@ func StateOf(o Observed) RolloutState {
 		Settings:        o.Settings,
 		MinReadySeconds: ds.Spec.MinReadySeconds,
 		Status:          o.Status,
+		Measurements:    o.Measurements,
 		Now:             o.Now,
 	}
 	if c := ActiveCondition(ds.Status.Conditions); c != nil && c.Type == rolloutapi.ConditionFailed {
@@ -295,7 +304,8 @@ type nodeView struct {
 }
 
 // Compute decides which old-revision pods to delete now. It runs the named checks below in
-// order; the first that decides the phase ends the plan.
+// order; the first that decides the phase ends the plan. With analysis gates, a wave of new pods
+// is measured (analyse, analysis.go) before the rollout completes or deletes more.
 //
 // Assumptions:
 //   - The built-in DaemonSet controller, under OnDelete, recreates every deleted pod at the
@@ -306,18 +316,24 @@ type nodeView struct {
 //
 // Invariants:
 //   - A pod at the target revision is never deleted.
-//   - Nothing is deleted while the rollout is paused or failed: only replace deletes, and it
-//     runs after every check that pauses or halts.
+//   - Nothing is deleted while the rollout is paused, failed or analysing a wave: only replace
+//     deletes, and it runs after every check that pauses, halts or holds.
 //   - Pods on unreachable nodes are never deleted, and such nodes (and nodes whose pods are stuck
 //     terminating) count neither as desired nor as unavailable (see newPlanner).
 //   - At most budget nodes are unavailable after the plan, unless more were before (see replace).
 func Compute(in RolloutState) Plan {
 	p := newPlanner(in)
-	if p.plan.Updated == p.plan.Desired {
+	if p.plan.Updated == p.plan.Desired && !p.awaitingAnalysis() {
 		return p.complete()
 	}
 	if plan, halted := p.failed(); halted {
 		return plan
+	}
+	if plan, held := p.analyse(); held {
+		return plan
+	}
+	if p.plan.Updated == p.plan.Desired {
+		return p.complete()
 	}
 	p.advanceSteps()
 	if plan, held := p.paused(); held {
@@ -356,6 +372,14 @@ func newPlanner(in RolloutState) *planner {
 	if p.status.Revision != in.TargetRevision {
 		p.status = rolloutapi.Status{Revision: in.TargetRevision, StepStarted: in.Now, PauseToken: in.Settings.ResumeToken,
 			FailedRevision: in.Status.FailedRevision, Progress: in.Now}
+		if len(in.Settings.Gates) > 0 {
+			// Pods already Ready at the new revision when its rollout begins (a rollback, nodes
+			// updated by hand) ran before: the first wave is what this rollout replaces.
+			p.status.Analysis = &rolloutapi.AnalysisStatus{VerifiedAt: in.Now}
+		}
+	}
+	if len(in.Settings.Gates) == 0 {
+		p.status.Analysis = nil
 	}
 	p.views, p.plan.Skipped = p.classifyNodes()
 	p.plan.Desired = len(p.views)
@@ -468,6 +492,8 @@ func (p *planner) failed() (Plan, bool) {
 	switch {
 	case p.in.PreviousFailure == rolloutapi.ReasonPodFailure:
 		return p.halt(rolloutapi.ReasonPodFailure, "new pods failed"), true
+	case p.in.PreviousFailure == rolloutapi.ReasonAnalysisFailed:
+		return p.halt(rolloutapi.ReasonAnalysisFailed, analysisFailedCause(p.status.Analysis)), true
 	case p.in.PreviousFailure == rolloutapi.ReasonProgressDeadline || !p.in.Now.Before(p.status.Progress.Add(deadline)):
 		return p.halt(rolloutapi.ReasonProgressDeadline, deadlineCause(deadline)), true
 	}

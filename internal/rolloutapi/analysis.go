@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -288,7 +289,7 @@ func encodeAnalysis(a *AnalysisStatus) string {
 	if a == nil || (a.VerifiedAt.IsZero() && a.Wave == 0 && len(a.Gates) == 0) {
 		return ""
 	}
-	b, err := json.Marshal(a)
+	b, err := json.Marshal(normalised(*a))
 	if err != nil {
 		return "" // plain data of strings, numbers and times always marshals
 	}
@@ -303,20 +304,29 @@ func decodeAnalysis(v string) (*AnalysisStatus, error) {
 	if err := json.Unmarshal([]byte(v), &a); err != nil {
 		return nil, err
 	}
+	if a = normalised(a); encodeAnalysis(&a) == "" {
+		return nil, nil
+	}
+	return &a, nil
+}
+
+// normalised is a as the annotation holds it: times in UTC to the second, no empty list. a is
+// not modified.
+func normalised(a AnalysisStatus) AnalysisStatus {
 	second := func(t time.Time) time.Time { return t.UTC().Truncate(time.Second) }
 	a.VerifiedAt = second(a.VerifiedAt)
 	if len(a.Gates) == 0 {
 		a.Gates = nil
 	}
+	a.Gates = slices.Clone(a.Gates)
 	for i := range a.Gates {
 		g := &a.Gates[i]
 		g.Next = second(g.Next)
 		if g.Last != nil {
-			g.Last.At = second(g.Last.At)
+			last := *g.Last
+			last.At = second(last.At)
+			g.Last = &last
 		}
 	}
-	if encodeAnalysis(&a) == "" {
-		return nil, nil
-	}
-	return &a, nil
+	return a
 }
