@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -116,10 +117,11 @@ type printer struct {
 	terminal bool
 	width    int
 
-	drawn   bool // a progress line is on screen without its newline
-	message string
-	warning string
-	phase   rolloutapi.Phase
+	drawn        bool // a progress line is on screen without its newline
+	message      string
+	warning      string
+	measurements string // the analysis lines last printed
+	phase        rolloutapi.Phase
 }
 
 func (p *printer) show(s Status) {
@@ -127,6 +129,12 @@ func (p *printer) show(s Status) {
 		p.newline()
 		fmt.Fprintln(p.out, "Warning: "+s.Warning)
 		p.warning = s.Warning
+	}
+	// Each new measurement of a gate is a line of the rollout's record, on a terminal too.
+	if m := strings.Join(s.Measurements, "\n"); m != "" && m != p.measurements {
+		p.newline()
+		fmt.Fprintln(p.out, m)
+		p.measurements = m
 	}
 	if !p.terminal {
 		if !s.Failed {

@@ -92,6 +92,16 @@ func TestFollow(t *testing.T) {
 				"\r\033[K[##########----------] 2/4 nodes updated, step 2/3 (pause), paused" +
 				"\r\033[K[#####---------------] 1/4 nodes updated, failed\n",
 		},
+		"each new measurement of a gate is printed once, before the status": {
+			updates: []Update{
+				withMeasurements(progress(1, 4), "gate errors: Passed at 2026-11-26T21:00:00Z: 1 nodes within bounds (max 0.1)"),
+				withMeasurements(progress(1, 4), "gate errors: Passed at 2026-11-26T21:00:00Z: 1 nodes within bounds (max 0.1)"),
+				withMeasurements(failedUpdate, "gate errors: Failed at 2026-11-26T21:00:30Z: 1 of 1 nodes out of bounds (max 0.1): w1=0.3"),
+			},
+			wantErr: func(err error) bool { var f *FailedError; return errors.As(err, &f) },
+			wantOut: "gate errors: Passed at 2026-11-26T21:00:00Z: 1 nodes within bounds (max 0.1)\nWaiting: 1 updated\n" +
+				"gate errors: Failed at 2026-11-26T21:00:30Z: 1 of 1 nodes out of bounds (max 0.1): w1=0.3\n",
+		},
 		"a terminal with --watch=false ends the line and prints the message": {
 			updates: []Update{progress(1, 4)}, terminal: true, noWatch: true,
 			wantOut: "\r\033[K[#####---------------] 1/4 updated, 1 available\nWaiting: 1 updated\n",
@@ -109,6 +119,11 @@ func TestFollow(t *testing.T) {
 			}
 		})
 	}
+}
+
+func withMeasurements(u Update, lines ...string) Update {
+	u.Status.Measurements = lines
+	return u
 }
 
 func withWarning(u Update, w string) Update {

@@ -3,6 +3,7 @@ package rolloutcli
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +41,10 @@ type Status struct {
 	// Next lists the nodes replaced next ("worker-3, worker-4") and NextReason why in that order,
 	// from status.daemonguard.io/next-nodes.
 	Next, NextReason string
+	// Measurements are the analysis gates' last measurements, one line each, from
+	// status.daemonguard.io/analysis: "gate errors: Passed at 2026-11-26T21:00:00Z: 3 nodes
+	// within bounds (max 0.1)".
+	Measurements []string
 }
 
 // Evaluate reports the rollout state of ds. currentRevision is the controller-revision-hash of
@@ -117,6 +122,7 @@ func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
 		}
 		s.Step, s.StepSpec = rep.Step.Position(), rep.Step.Label()
 		s.Next, s.NextReason = strings.Join(rep.NextNodes, ", "), rep.NextReason
+		s.Measurements = measurementLines(rep.Analysis)
 		switch {
 		case rep.Step.Done():
 		case rep.FailedRevision != "" && rep.FailedRevision == rep.Revision:
@@ -242,4 +248,18 @@ func reasonSuffix(c *appsv1.DaemonSetCondition) string {
 		return ": " + c.Message
 	}
 	return ""
+}
+
+// measurementLines are the gates' last measurements, in gate order.
+func measurementLines(a *rolloutapi.AnalysisStatus) []string {
+	if a == nil {
+		return nil
+	}
+	var lines []string
+	for _, g := range a.Gates {
+		if m := g.Last; m != nil {
+			lines = append(lines, fmt.Sprintf("gate %s: %s at %s: %s", g.Name, m.Result, m.At.UTC().Format(time.RFC3339), m.Message))
+		}
+	}
+	return lines
 }

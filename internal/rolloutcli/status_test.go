@@ -1,6 +1,7 @@
 package rolloutcli
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -205,6 +206,13 @@ func TestEvaluate(t *testing.T) {
 			msg:    []string{"rollout to finish (RolloutProgressing)..."},
 			notMsg: []string{"9"},
 		},
+		"managed with analysis gates: each gate's last measurement, in gate order": {
+			ds: fixture(managed, cond(rolloutapi.ConditionProgressing, "AnalysisRunning", "step 1/1 (100%): analysing 1 node (w1)"),
+				annotate(rolloutapi.StatusAnalysis, `{"wave":1,"gates":[{"name":"errors","passed":1,"next":"2026-11-26T21:01:00Z","last":{"at":"2026-11-26T21:00:30+00:00","result":"Passed","message":"1 nodes within bounds (max 0.1)"}},{"name":"latency"}]}`)),
+			want: Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 4, Available: 4, Desired: 4,
+				Measurements: []string{"gate errors: Passed at 2026-11-26T21:00:30Z: 1 nodes within bounds (max 0.1)"}},
+			msg: []string{"analysing 1 node (w1)"},
+		},
 		"managed, no condition yet: waiting for the controller": {
 			ds:   fixture(managed, annotate(rolloutapi.StatusRevision, "")),
 			want: Status{Managed: true, Phase: rolloutapi.PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
@@ -216,7 +224,7 @@ func TestEvaluate(t *testing.T) {
 			got := Evaluate(tc.ds, tc.revision)
 			msg, warning := got.Message, got.Warning
 			got.Message, got.Warning, got.Name = "", "", ""
-			if got != tc.want {
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Evaluate =\n %+v\nwant\n %+v", got, tc.want)
 			}
 			for _, m := range tc.msg {
