@@ -1,0 +1,103 @@
+// Package agentmetrics stands in for the node agents of a DaemonSet in the analysis tests: an
+// exporter that serves, for every node, the series a node agent would report about itself, with a
+// value chosen by the revision of the DaemonSet's pod on that node. It reads the pods from the API
+// server at every scrape, so a real Prometheus sees a node's series change as the rollout
+// replaces its pod, as it would with a real agent.
+package agentmetrics
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Metric is the series the exporter serves: one gauge per node, labelled with the node and the
+// revision of the DaemonSet's pod on it.
+const Metric = "agent_error_ratio"
+
+// Exporter serves Metric for the nodes of one DaemonSet.
+type Exporter struct {
+	client          kubernetes.Interface
+	namespace, name string
+	desc            *prometheus.Desc
+
+	mu         sync.Mutex
+	byRevision map[string]float64 // controller-revision-hash -> the value its pods report
+	noise      float64            // added on every node, whatever its revision
+	dropped    map[string]bool    // nodes whose series are not served
+}
+
+// New is an exporter for the DaemonSet namespace/name; every revision reports 0 until Set.
+func New(client kubernetes.Interface, namespace, name string) *Exporter {
+	return &Exporter{client: client, namespace: namespace, name: name, byRevision: map[string]float64{}, dropped: map[string]bool{},
+		desc: prometheus.NewDesc(Metric, "Share of records the node agent failed to handle (test exporter).", []string{"node", "revision"}, nil)}
+}
+
+// Set makes the pods of revision report value.
+func (e *Exporter) Set(revision string, value float64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.byRevision[revision] = value
+}
+
+// SetNoise adds value to every node's series: noise the whole cluster shares.
+func (e *Exporter) SetNoise(value float64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.noise = value
+}
+
+// Drop stops (or, with false, resumes) serving node's series.
+func (e *Exporter) Drop(node string, dropped bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.dropped[node] = dropped
+}
+
+// Describe implements prometheus.Collector.
+func (e *Exporter) Describe(ch chan<- *prometheus.Desc) { ch <- e.desc }
+
+// Collect implements prometheus.Collector: one sample per node that runs a pod of the DaemonSet
+// that is not terminating. A failed read serves nothing, as an agent that cannot be reached.
+func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
+	ctx := context.Background()
+	ds, err := e.client.AppsV1().DaemonSets(e.namespace).Get(ctx, e.name, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	pods, err := e.client.CoreV1().Pods(e.namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range pods.Items {
+		owner := metav1.GetControllerOf(&p)
+		if owner == nil || owner.UID != ds.UID || p.DeletionTimestamp != nil || p.Spec.NodeName == "" || e.dropped[p.Spec.NodeName] {
+			continue
+		}
+		rev := p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]
+		ch <- prometheus.MustNewConstMetric(e.desc, prometheus.GaugeValue, e.byRevision[rev]+e.noise, p.Spec.NodeName, rev)
+	}
+}
+
+// Serve serves the exporter's /metrics on a loopback port until the test ends, and returns the
+// address (host:port) for a scrape target.
+func (e *Exporter) Serve(t testing.TB) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(e)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
