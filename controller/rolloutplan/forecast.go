@@ -37,6 +37,15 @@ type Wave struct {
 	Nodes     []string `json:"nodes"`
 }
 
+// GateSummary is an analysis gate as the plan lists it.
+type GateSummary struct {
+	Name     string        `json:"name"`
+	Query    string        `json:"query"`
+	Interval time.Duration `json:"interval"`
+	Count    int           `json:"count"`
+	Baseline bool          `json:"baseline,omitempty"`
+}
+
 // PauseStep is a pause step the rollout reaches.
 type PauseStep struct {
 	At        time.Duration `json:"at"`
@@ -49,6 +58,8 @@ type PauseStep struct {
 
 // Timeline is the rollout the controller would run, reconcile by reconcile.
 type Timeline struct {
+	// Gates are the analysis gates measured after each wave; the forecast assumes they pass.
+	Gates []GateSummary `json:"gates,omitempty"`
 	Desired int         `json:"desired"` // reachable nodes the rollout covers
 	Budget  int         `json:"budget"`  // maxUnavailable as a node count
 	Order   string      `json:"order"`   // how nodes are ordered, in the controller's words
@@ -78,6 +89,8 @@ const forecastRevision = "new"
 //   - Every new pod becomes Ready ReadyAfter after it is created and never fails; live pods keep
 //     the readiness they have.
 //   - Nodes neither join, leave nor change state during the rollout.
+//   - Every measurement of an analysis gate passes, on every node of every wave; the time the
+//     gates take (Count measurements, Interval apart, after each wave) is in the forecast.
 //   - A pause that waits for `daemonguard rollout resume` is resumed at once; the paused
 //     annotation stops the forecast.
 //
@@ -104,13 +117,23 @@ func forecast(in ForecastInput, replanAlways bool) (Timeline, error) {
 	ordered := inRolloutOrder(seen, in.Nodes)
 	var out Timeline
 	lastStep := ""
-	runs := 8*len(in.Nodes) + 4*len(settings.Steps) + 32
+	measurements := 0
+	for _, g := range settings.Gates {
+		measurements += g.Count + 1
+	}
+	runs := (8+measurements)*len(in.Nodes) + 4*len(settings.Steps) + 32
 	for range runs {
 		seen.Pods = sim.pods(seen.Now)
 		seen.Nodes = ordered
 		state := StateOf(seen)
+		if req := DueAnalysis(state); req != nil {
+			state.Measurements = passingMeasurements(settings.Gates, req)
+		}
 		plan := Compute(state)
 		if out.Waves == nil {
+			for _, g := range settings.Gates {
+				out.Gates = append(out.Gates, GateSummary{Name: g.Name, Query: g.Query, Interval: g.Interval, Count: g.Count, Baseline: g.Baseline})
+			}
 			out.Desired, out.Budget, out.Skipped = plan.Desired, plan.Budget, plan.Skipped
 			out.Order = orderReason(settings.TopologyKey, "")
 			if settings.TopologyKey != "" {

@@ -105,6 +105,12 @@ func TestForecastRollout(t *testing.T) {
 			waves:       []int{1, 2, 1}, duration: 3 * 30 * time.Second, complete: true,
 		},
 		{
+			name: "each wave waits for its gates: ready at 30s, then two measurements 20s apart",
+			annotations: map[string]string{rolloutapi.AnnotationMaxUnavailable: "2",
+				rolloutapi.AnnotationAnalysis: `- {name: errors, query: 'x{node=~"{{ nodes }}"}', max: 0.1, interval: 20s, count: 2}`},
+			waves: []int{2, 2}, duration: 2 * (30 + 2*20) * time.Second, complete: true,
+		},
+		{
 			name:        "the paused annotation stops it before any deletion",
 			annotations: map[string]string{rolloutapi.AnnotationPaused: "true"},
 			waves:       []int{}, outcome: "paused by",

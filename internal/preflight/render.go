@@ -233,10 +233,27 @@ func rolloutLines(r Rollout) []string {
 	}
 	if f := r.Managed; f != nil {
 		out = append(out, "order: "+f.Order)
+		out = append(out, gateLines(f.Gates)...)
 		out = append(out, forecastLines(f)...)
 		for _, s := range f.Skipped {
 			out = append(out, "  left out: "+s)
 		}
+	}
+	return out
+}
+
+// gateLines list the analysis gates every wave waits for, as the forecast counts them: passing.
+func gateLines(gates []rolloutplan.GateSummary) []string {
+	if len(gates) == 0 {
+		return nil
+	}
+	out := []string{"analysis after each wave (the estimate assumes every measurement passes):"}
+	for _, g := range gates {
+		how := ""
+		if g.Baseline {
+			how = ", against a baseline of other nodes"
+		}
+		out = append(out, fmt.Sprintf("  gate %s: %d measurements %s apart%s: %s", g.Name, g.Count, g.Interval, how, g.Query))
 	}
 	return out
 }

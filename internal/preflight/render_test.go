@@ -56,3 +56,21 @@ func TestForecastLinesListsPausesInTheOrderTheyHappen(t *testing.T) {
 		})
 	}
 }
+
+func TestGateLinesListEveryGateWithItsCadence(t *testing.T) {
+	got := gateLines([]rolloutplan.GateSummary{
+		{Name: "errors", Query: `sum by (node) (x{node=~"{{ nodes }}"})`, Interval: 30 * time.Second, Count: 3},
+		{Name: "drops", Query: `y{node=~"{{ nodes }}"}`, Interval: time.Minute, Count: 1, Baseline: true},
+	})
+	want := []string{
+		"analysis after each wave (the estimate assumes every measurement passes):",
+		`  gate errors: 3 measurements 30s apart: sum by (node) (x{node=~"{{ nodes }}"})`,
+		`  gate drops: 1 measurements 1m0s apart, against a baseline of other nodes: y{node=~"{{ nodes }}"}`,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("gateLines =\n%q\nwant\n%q", got, want)
+	}
+	if lines := gateLines(nil); lines != nil {
+		t.Errorf("no gates listed as %q", lines)
+	}
+}
