@@ -1064,7 +1064,8 @@ func (p *planner) analyse() (Plan, bool) {
 	p.status.Progress = p.in.Now
 	if len(failed) > 0 {
 		cause := fmt.Sprintf("analysis of %s failed: %s", nodeCount(wave), strings.Join(failed, "; "))
-		if to := p.oldRevision(); p.in.Settings.RollbackOnAnalysisFailure && to != "" {
+		// Never back to a revision that failed itself: a rollback that fails its gates halts.
+		if to := p.oldRevision(); p.in.Settings.RollbackOnAnalysisFailure && to != "" && to != p.status.FailedRevision {
 			p.status.FailedRevision = p.in.TargetRevision
 			plan := p.finish(rolloutapi.PhaseFailed, rolloutapi.ReasonAnalysisFailed, fmt.Sprintf("step %s: %s; rolling back: the template of revision %s is put back (%s: %s)",
 				p.stepLabel(p.status.Step.Index), cause, to, rolloutapi.AnnotationOnAnalysisFailure, rolloutapi.OnAnalysisFailureRollback))

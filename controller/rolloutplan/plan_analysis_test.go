@@ -89,6 +89,13 @@ func TestAnalysis(t *testing.T) {
 			wantPhase:    rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed, wantPassed: 1, wantRollbackTo: oldRev,
 			wantInMsg: []string{"rolling back: the template of revision old is put back"},
 		},
+		"a rollback that fails its gates halts rather than going back to the failed revision": {
+			nodes: wave, settings: gated("1", errorsGate, true),
+			status:       func() rolloutapi.Status { s := analysing(1, 1); s.FailedRevision = oldRev; return s }(),
+			measurements: []Measurement{{Gate: "errors", Values: values("a", 0.25)}},
+			wantPhase:    rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed, wantPassed: 1,
+			wantInMsg: []string{"daemonguard rollout undo"},
+		},
 		"a node without a sample is inconclusive: the rollout pauses and measures again": {
 			nodes: wave, settings: gated("1", errorsGate, false), status: analysing(1, 1),
 			measurements: []Measurement{{Gate: "errors", Values: values("z", 0.0)}},
