@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -177,6 +178,10 @@ func TestNodeAgentServesAndStopsOnSIGTERM(t *testing.T) {
 		t.Errorf("GET /version = %+v, want v7 on node-a", version)
 	}
 
+	if code, body := get(t, base+"/metrics"); code != http.StatusOK || !strings.Contains(body, `node_agent_record_errors_total{node="node-a",version="v7"} 0`) {
+		t.Errorf("GET /metrics = %d %q, want no errors without an error ratio", code, body)
+	}
+
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -185,6 +190,40 @@ func TestNodeAgentServesAndStopsOnSIGTERM(t *testing.T) {
 	}
 	if !strings.Contains(p.logText(), `msg="Stopped node agent"`) {
 		t.Errorf("the agent did not log its stop:\n%s", p.logText())
+	}
+}
+
+// The agent's counters grow from its start, and the errors are the ratio's share of the records.
+func TestNodeAgentReportsErrorsAtItsRatio(t *testing.T) {
+	bin := buildProgram(t, "nodeagent")
+	p := start(t, bin, []string{"NODE_NAME=node-a", "NODE_AGENT_ERROR_RATIO=0.25"}, "--port=0")
+	base := "http://127.0.0.1:" + p.waitLine(t, startedLine)[3]
+	sample := regexp.MustCompile(`(?m)^(node_agent_records_total|node_agent_record_errors_total)\{node="node-a",version="dev"\} (\d+)$`)
+	read := func() (records, failed int) {
+		code, body := get(t, base+"/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("GET /metrics = %d %q", code, body)
+		}
+		for _, m := range sample.FindAllStringSubmatch(body, -1) {
+			n, _ := strconv.Atoi(m[2])
+			if m[1] == "node_agent_records_total" {
+				records = n
+			} else {
+				failed = n
+			}
+		}
+		return records, failed
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	records, failed := read()
+	for records < 40 && time.Now().Before(deadline) {
+		records, failed = read()
+	}
+	if records < 40 {
+		t.Fatalf("the agent counted %d records in 10s, want at least 40", records)
+	}
+	if want := records / 4; failed != want {
+		t.Errorf("%d of %d records failed, want %d (ratio 0.25)", failed, records, want)
 	}
 }
 
@@ -210,6 +249,7 @@ func TestNodeAgentRefusesBadOptions(t *testing.T) {
 		"a port that is no number":  {env: []string{"NODE_AGENT_PORT=http"}, wantLog: `NODE_AGENT_PORT=\"http\" is not a port number`},
 		"a crash delay that is off": {env: []string{"NODE_AGENT_CRASH_AFTER=soon"}, wantLog: `NODE_AGENT_CRASH_AFTER=\"soon\" is not a duration`},
 		"a port out of range":       {args: []string{"--port=70000"}, wantLog: "port 70000 is out of range"},
+		"an error ratio above 1":    {env: []string{"NODE_AGENT_ERROR_RATIO=1.5"}, wantLog: "error ratio 1.5 is not from 0 to 1"},
 		"a stray argument":          {args: []string{"serve"}, wantLog: "unexpected arguments"},
 	}
 	for name, tc := range tests {
