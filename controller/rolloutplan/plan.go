@@ -1085,11 +1085,11 @@ func (p *planner) analyse() (Plan, bool) {
 	p.plan.RequeueAfter = p.nextMeasurement(a)
 	step := p.stepLabel(p.status.Step.Index)
 	if len(inconclusive) > 0 {
-		return p.finish(rolloutapi.PhasePaused, rolloutapi.ReasonAnalysisInconclusive, fmt.Sprintf("step %s: the analysis of %s is inconclusive: %s; nothing is replaced until it has data; measuring again in %s",
-			step, nodeCount(wave), strings.Join(inconclusive, "; "), roundUp(p.plan.RequeueAfter))), true
+		return p.finish(rolloutapi.PhasePaused, rolloutapi.ReasonAnalysisInconclusive, fmt.Sprintf("step %s: the analysis of %s is inconclusive: %s; nothing is replaced until it has data; measuring again at %s",
+			step, nodeCount(wave), strings.Join(inconclusive, "; "), p.at(p.plan.RequeueAfter))), true
 	}
-	return p.finish(rolloutapi.PhaseProgressing, rolloutapi.ReasonAnalysisRunning, fmt.Sprintf("step %s: %d of %d nodes updated; analysing %s (%s): %s; next measurement in %s",
-		step, p.plan.Updated, p.plan.Desired, nodeCount(wave), listNodes(wave), strings.Join(waiting, ", "), roundUp(p.plan.RequeueAfter))), true
+	return p.finish(rolloutapi.PhaseProgressing, rolloutapi.ReasonAnalysisRunning, fmt.Sprintf("step %s: %d of %d nodes updated; analysing %s (%s): %s; next measurement at %s",
+		step, p.plan.Updated, p.plan.Desired, nodeCount(wave), listNodes(wave), strings.Join(waiting, ", "), p.at(p.plan.RequeueAfter))), true
 }
 
 // nextMeasurement is how long until the first gate's next measurement is due.
@@ -1197,9 +1197,10 @@ func nodeCount(nodes []string) string {
 	return fmt.Sprintf("%d nodes", len(nodes))
 }
 
-// roundUp shows a wait in whole seconds, never "0s".
-func roundUp(d time.Duration) time.Duration {
-	return max((d + time.Second - 1).Truncate(time.Second), time.Second)
+// at is the moment d from now, as messages show it: a time, not a wait, so that the message
+// stays the same between measurements and is not written again on every reconcile.
+func (p *planner) at(d time.Duration) string {
+	return p.in.Now.Add(d).UTC().Truncate(time.Second).Format(time.RFC3339)
 }
 
 // analysisFailedCause names the failed gates of an earlier reconcile's halt, as it recorded them.

@@ -64,7 +64,7 @@ func TestAnalysis(t *testing.T) {
 			nodes: wave, settings: gated("1", errorsGate, false),
 			status:    rolloutapi.Status{Revision: newRev, Progress: t0, Analysis: &rolloutapi.AnalysisStatus{VerifiedAt: t0.Add(-2 * time.Hour)}},
 			wantPhase: rolloutapi.PhaseProgressing, wantReason: rolloutapi.ReasonAnalysisRunning,
-			wantInMsg: []string{"analysing 1 node (a)", "errors 0/2 passed", "next measurement in 30s"}, wantRequeueAfter: 30 * time.Second,
+			wantInMsg: []string{"analysing 1 node (a)", "errors 0/2 passed", "next measurement at 2026-11-23T10:00:30Z"}, wantRequeueAfter: 30 * time.Second,
 		},
 		"a passing measurement counts and the next one waits": {
 			nodes: wave, settings: gated("1", errorsGate, false), status: analysing(1, 0),
@@ -100,7 +100,7 @@ func TestAnalysis(t *testing.T) {
 			nodes: wave, settings: gated("1", errorsGate, false), status: analysing(1, 1),
 			measurements: []Measurement{{Gate: "errors", Values: values("z", 0.0)}},
 			wantPhase:    rolloutapi.PhasePaused, wantReason: rolloutapi.ReasonAnalysisInconclusive, wantPassed: 1,
-			wantInMsg: []string{"no sample labelled node for 1 of 1 nodes: a", "nothing is replaced until it has data", "measuring again in 30s"}, wantRequeueAfter: 30 * time.Second,
+			wantInMsg: []string{"no sample labelled node for 1 of 1 nodes: a", "nothing is replaced until it has data", "measuring again at 2026-11-23T10:00:30Z"}, wantRequeueAfter: 30 * time.Second,
 		},
 		"Prometheus not answering is inconclusive, never a pass": {
 			nodes: wave, settings: gated("1", errorsGate, false), status: analysing(1, 1),
