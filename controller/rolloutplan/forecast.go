@@ -59,13 +59,13 @@ type PauseStep struct {
 // Timeline is the rollout the controller would run, reconcile by reconcile.
 type Timeline struct {
 	// Gates are the analysis gates measured after each wave; the forecast assumes they pass.
-	Gates []GateSummary `json:"gates,omitempty"`
-	Desired int         `json:"desired"` // reachable nodes the rollout covers
-	Budget  int         `json:"budget"`  // maxUnavailable as a node count
-	Order   string      `json:"order"`   // how nodes are ordered, in the controller's words
-	Skipped []string    `json:"skipped,omitempty"`
-	Waves   []Wave      `json:"waves"`
-	Pauses  []PauseStep `json:"pauses,omitempty"`
+	Gates   []GateSummary `json:"gates,omitempty"`
+	Desired int           `json:"desired"` // reachable nodes the rollout covers
+	Budget  int           `json:"budget"`  // maxUnavailable as a node count
+	Order   string        `json:"order"`   // how nodes are ordered, in the controller's words
+	Skipped []string      `json:"skipped,omitempty"`
+	Waves   []Wave        `json:"waves"`
+	Pauses  []PauseStep   `json:"pauses,omitempty"`
 	// Duration is from the first deletion until every node runs an available new pod, pauses
 	// that wait for a resume counted as zero.
 	Duration time.Duration `json:"duration"`
