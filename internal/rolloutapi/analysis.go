@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	opautil "github.com/open-policy-agent/opa/v1/util"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/yaml"
 )
 
 // Analysis settings: annotations a user writes on the DaemonSet, next to the other settings.
@@ -141,19 +141,15 @@ func RenderQuery(query string, v QueryVars) string {
 // ParseGates reads AnnotationAnalysis; empty means no gates. The rollout_annotations admission
 // policy checks the same rules and names the offending field, so that a user meets the error at
 // admission; this parser is the controller's guard for DaemonSets admitted while the webhook was
-// bypassed. It reads the YAML as the policy's yaml.unmarshal does: a repeated key keeps its last
-// value, field names are case-sensitive, and a value's type is as written (name: 123 is a number,
-// not the name "123").
+// bypassed. It reads the YAML with OPA's reader, the one behind the policy's yaml.unmarshal
+// (YAML 1.2: yes is a string; a repeated key keeps its last value), field names are
+// case-sensitive, and a value's type is as written (name: 123 is a number, not the name "123").
 func ParseGates(v string) ([]Gate, error) {
 	if strings.TrimSpace(v) == "" {
 		return nil, nil
 	}
-	doc, err := yaml.YAMLToJSON([]byte(v))
-	if err != nil {
-		return nil, fmt.Errorf("want a YAML list of gates: %w", err)
-	}
 	var items []json.RawMessage
-	if err := json.Unmarshal(doc, &items); err != nil {
+	if err := opautil.Unmarshal([]byte(v), &items); err != nil {
 		return nil, fmt.Errorf("want a YAML list of gates: %w", err)
 	}
 	if len(items) == 0 {
