@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	opautil "github.com/open-policy-agent/opa/v1/util"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/yaml"
 )
 
 // Analysis settings: annotations a user writes on the DaemonSet, next to the other settings.
@@ -78,17 +78,21 @@ type Gate struct {
 	Baseline bool
 }
 
-// gateYAML is a Gate as written.
+// gateYAML is a Gate as written. A field set to null is as if left out; an empty interval or
+// nodeLabel is not.
 type gateYAML struct {
 	Name      string   `json:"name"`
 	Query     string   `json:"query"`
-	Max       *float64 `json:"max,omitempty"`
-	Min       *float64 `json:"min,omitempty"`
-	Interval  string   `json:"interval,omitempty"`
-	Count     *int     `json:"count,omitempty"`
-	NodeLabel string   `json:"nodeLabel,omitempty"`
-	Baseline  bool     `json:"baseline,omitempty"`
+	Max       *float64 `json:"max"`
+	Min       *float64 `json:"min"`
+	Interval  *string  `json:"interval"`
+	Count     *int     `json:"count"`
+	NodeLabel *string  `json:"nodeLabel"`
+	Baseline  bool     `json:"baseline"`
 }
+
+// gateFields are the fields of a gate as written, in gateYAML's order and spelling.
+var gateFields = []string{"name", "query", "max", "min", "interval", "count", "nodeLabel", "baseline"}
 
 // Query placeholders, written {{ name }}, and what each expands to.
 const (
@@ -137,22 +141,24 @@ func RenderQuery(query string, v QueryVars) string {
 // ParseGates reads AnnotationAnalysis; empty means no gates. The rollout_annotations admission
 // policy checks the same rules and names the offending field, so that a user meets the error at
 // admission; this parser is the controller's guard for DaemonSets admitted while the webhook was
-// bypassed.
+// bypassed. It reads the YAML with OPA's reader, the one behind the policy's yaml.unmarshal
+// (YAML 1.2: yes is a string; a repeated key keeps its last value), field names are
+// case-sensitive, and a value's type is as written (name: 123 is a number, not the name "123").
 func ParseGates(v string) ([]Gate, error) {
 	if strings.TrimSpace(v) == "" {
 		return nil, nil
 	}
-	var raw []gateYAML
-	if err := yaml.UnmarshalStrict([]byte(v), &raw); err != nil {
+	var items []json.RawMessage
+	if err := opautil.Unmarshal([]byte(v), &items); err != nil {
 		return nil, fmt.Errorf("want a YAML list of gates: %w", err)
 	}
-	if len(raw) == 0 {
+	if len(items) == 0 {
 		return nil, errors.New("want a YAML list of at least one gate")
 	}
-	gates := make([]Gate, 0, len(raw))
+	gates := make([]Gate, 0, len(items))
 	seen := map[string]bool{}
-	for i, r := range raw {
-		g, err := r.gate()
+	for i, item := range items {
+		g, err := decodeGate(item)
 		if err != nil {
 			return nil, fmt.Errorf("gate %d: %w", i+1, err)
 		}
@@ -165,6 +171,25 @@ func ParseGates(v string) ([]Gate, error) {
 	return gates, nil
 }
 
+// decodeGate reads one gate, as JSON, with only the fields of gateFields spelt exactly so
+// (encoding/json alone would take Name or NAME for name).
+func decodeGate(item json.RawMessage) (Gate, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(item, &fields); err != nil || fields == nil {
+		return Gate{}, fmt.Errorf("want an object with the fields %s, not %s", strings.Join(gateFields, ", "), item)
+	}
+	for f := range fields {
+		if !slices.Contains(gateFields, f) {
+			return Gate{}, fmt.Errorf("unknown field %q; known: %s", f, strings.Join(gateFields, ", "))
+		}
+	}
+	var r gateYAML
+	if err := json.Unmarshal(item, &r); err != nil {
+		return Gate{}, err
+	}
+	return r.gate()
+}
+
 func (r gateYAML) gate() (Gate, error) {
 	g := Gate{Name: r.Name, Query: r.Query, Max: r.Max, Min: r.Min, Interval: DefaultGateInterval, Count: DefaultGateCount,
 		NodeLabel: DefaultGateNodeLabel, Baseline: r.Baseline}
@@ -175,7 +200,7 @@ func (r gateYAML) gate() (Gate, error) {
 		return g, errors.New("query: must not be empty")
 	}
 	for _, m := range placeholder.FindAllStringSubmatch(r.Query, -1) {
-		if !isPlaceholder(m[1]) {
+		if !slices.Contains(QueryPlaceholders, m[1]) {
 			return g, fmt.Errorf("query: unknown placeholder %s; known: {{ %s }}", m[0], strings.Join(QueryPlaceholders, " }}, {{ "))
 		}
 	}
@@ -193,10 +218,10 @@ func (r gateYAML) gate() (Gate, error) {
 	if r.Max != nil && r.Min != nil && *r.Min > *r.Max {
 		return g, fmt.Errorf("min %v is above max %v", *r.Min, *r.Max)
 	}
-	if r.Interval != "" {
-		d, err := time.ParseDuration(r.Interval)
+	if r.Interval != nil {
+		d, err := time.ParseDuration(*r.Interval)
 		if err != nil || d < MinGateInterval || d > MaxGateInterval {
-			return g, fmt.Errorf("interval %q: must be a Go duration from %s to %s", r.Interval, MinGateInterval, MaxGateInterval)
+			return g, fmt.Errorf("interval %q: must be a Go duration from %s to %s", *r.Interval, MinGateInterval, MaxGateInterval)
 		}
 		g.Interval = d
 	}
@@ -206,25 +231,16 @@ func (r gateYAML) gate() (Gate, error) {
 		}
 		g.Count = *r.Count
 	}
-	if r.NodeLabel != "" {
-		if !labelName.MatchString(r.NodeLabel) {
-			return g, fmt.Errorf("nodeLabel %q: must be a Prometheus label name", r.NodeLabel)
+	if r.NodeLabel != nil {
+		if !labelName.MatchString(*r.NodeLabel) {
+			return g, fmt.Errorf("nodeLabel %q: must be a Prometheus label name", *r.NodeLabel)
 		}
-		g.NodeLabel = r.NodeLabel
+		g.NodeLabel = *r.NodeLabel
 	}
 	return g, nil
 }
 
 var labelName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
-
-func isPlaceholder(name string) bool {
-	for _, p := range QueryPlaceholders {
-		if p == name {
-			return true
-		}
-	}
-	return false
-}
 
 func usesPlaceholder(query, name string) bool {
 	for _, m := range placeholder.FindAllStringSubmatch(query, -1) {

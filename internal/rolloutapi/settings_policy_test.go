@@ -2,6 +2,7 @@ package rolloutapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -106,8 +107,39 @@ func canonical(t testing.TB, key, value string) string {
 		return s.ProgressDeadline.String()
 	case rolloutapi.AnnotationPaused:
 		return strconv.FormatBool(s.Paused)
+	case rolloutapi.AnnotationOnAnalysisFailure:
+		if s.RollbackOnAnalysisFailure {
+			return rolloutapi.OnAnalysisFailureRollback
+		}
+		return rolloutapi.OnAnalysisFailureHalt
+	case rolloutapi.AnnotationAnalysis:
+		return canonicalGates(t, s.Gates)
 	}
 	return value
+}
+
+// canonicalGates spells gates as JSON (which is YAML), every field written, the interval as
+// time.Duration.String writes it.
+func canonicalGates(t testing.TB, gates []rolloutapi.Gate) string {
+	out := make([]map[string]any, 0, len(gates))
+	for _, g := range gates {
+		m := map[string]any{
+			"name": g.Name, "query": g.Query, "interval": g.Interval.String(), "count": g.Count,
+			"nodeLabel": g.NodeLabel, "baseline": g.Baseline,
+		}
+		if g.Max != nil {
+			m["max"] = *g.Max
+		}
+		if g.Min != nil {
+			m["min"] = *g.Min
+		}
+		out = append(out, m)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // maxDuration is the policy's bound on durations in annotations (lib.max_duration_ns): a year.
@@ -158,6 +190,10 @@ func (p *settingsPolicy) admissionOnly(t testing.TB, key, value string) string {
 	case rolloutapi.AnnotationTopologyKey:
 		if len(validation.IsQualifiedName(value)) > 0 {
 			return "a topology key that is not a label key"
+		}
+	case rolloutapi.AnnotationAnalysis:
+		if len(s.Gates) == 0 {
+			return "an empty list of gates (the controller reads it as none)"
 		}
 	}
 	return ""
@@ -237,6 +273,41 @@ func TestSettingsPolicyAndParserAgreeOnKnownValues(t *testing.T) {
 		"a resume token":                              {rolloutapi.AnnotationResume, "2026-11-25", both},
 		"a topology key":                              {rolloutapi.AnnotationTopologyKey, "topology.kubernetes.io/zone", both},
 		"a topology key that is no label key":         {rolloutapi.AnnotationTopologyKey, "not a key", goOnly},
+		"halt on analysis failure":                    {rolloutapi.AnnotationOnAnalysisFailure, "halt", both},
+		"roll back on analysis failure":               {rolloutapi.AnnotationOnAnalysisFailure, "rollback", both},
+		"an empty analysis failure: read as halt":     {rolloutapi.AnnotationOnAnalysisFailure, "", goOnly},
+		"an analysis failure action in capitals":      {rolloutapi.AnnotationOnAnalysisFailure, "Rollback", none},
+		"an empty list of gates":                      {rolloutapi.AnnotationAnalysis, " ", goOnly},
+		"a gate with every field":                     {rolloutapi.AnnotationAnalysis, gateYAML("min: -1, interval: 1m30s, count: 100, nodeLabel: instance, baseline: true"), both},
+		"a gate with null fields":                     {rolloutapi.AnnotationAnalysis, gateYAML("min: null, interval: null, count: null, nodeLabel: null, baseline: null"), both},
+		"a repeated key keeps its last value":         {rolloutapi.AnnotationAnalysis, gateYAML("count: 0, count: 5"), both},
+		"a merge key":                                 {rolloutapi.AnnotationAnalysis, "- &a {name: a, query: '{{ nodes }}', max: 1}\n- {<<: *a, name: b}", both},
+		"the bounds of interval and count":            {rolloutapi.AnnotationAnalysis, gateYAML("interval: 1h, count: 1") + "\n" + gateYAML("name: b, interval: 1s"), both},
+		"an interval in whole nanoseconds of an hour": {rolloutapi.AnnotationAnalysis, gateYAML("interval: 0.00000000001h1s"), both},
+		"a count written as a float":                  {rolloutapi.AnnotationAnalysis, gateYAML("count: 3.0"), both},
+		"not YAML":                                    {rolloutapi.AnnotationAnalysis, "[unclosed", none},
+		"an infinite bound":                           {rolloutapi.AnnotationAnalysis, gateYAML("max: .inf"), none},
+		"not a list":                                  {rolloutapi.AnnotationAnalysis, "name: a", none},
+		"an empty YAML list":                          {rolloutapi.AnnotationAnalysis, "[]", none},
+		"a gate that is a string":                     {rolloutapi.AnnotationAnalysis, "- a", none},
+		"a field name in capitals":                    {rolloutapi.AnnotationAnalysis, gateYAML("Count: 3"), none},
+		"a name that is a number":                     {rolloutapi.AnnotationAnalysis, gateYAML("name: 123"), none},
+		"a name used twice":                           {rolloutapi.AnnotationAnalysis, gateYAML("") + "\n" + gateYAML(""), none},
+		"an unknown placeholder":                      {rolloutapi.AnnotationAnalysis, gateYAML("query: '{{ nodes }}{{ pod }}'"), none},
+		"a query without {{ nodes }}":                 {rolloutapi.AnnotationAnalysis, gateYAML("query: '{{ name }}'"), none},
+		"no bound":                                    {rolloutapi.AnnotationAnalysis, gateYAML("max: null"), none},
+		"min above max":                               {rolloutapi.AnnotationAnalysis, gateYAML("min: 2"), none},
+		"an interval of 0s":                           {rolloutapi.AnnotationAnalysis, gateYAML("interval: 0s"), none},
+		"an empty interval":                           {rolloutapi.AnnotationAnalysis, gateYAML("interval: ''"), none},
+		"an interval over an hour":                    {rolloutapi.AnnotationAnalysis, gateYAML("interval: 61m"), none},
+		"an interval a fraction of a ns below 1s":     {rolloutapi.AnnotationAnalysis, gateYAML("interval: 999999999.9ns"), none},
+		"a count of 101":                              {rolloutapi.AnnotationAnalysis, gateYAML("count: 101"), none},
+		"an empty node label":                         {rolloutapi.AnnotationAnalysis, gateYAML("nodeLabel: ''"), none},
+		"a node label that is a boolean":              {rolloutapi.AnnotationAnalysis, gateYAML("nodeLabel: true"), none},
+		"baseline yes, a string in YAML 1.2":          {rolloutapi.AnnotationAnalysis, gateYAML("baseline: yes"), none},
+		"a signed interval":                           {rolloutapi.AnnotationAnalysis, gateYAML("interval: +5m"), goOnly},
+		"an interval with no digit before the point":  {rolloutapi.AnnotationAnalysis, gateYAML("interval: .5h"), goOnly},
+		"an interval finer than a nanosecond":         {rolloutapi.AnnotationAnalysis, gateYAML("interval: 1.0000000001s"), goOnly},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -255,6 +326,49 @@ func TestSettingsPolicyAndParserAgreeOnKnownValues(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gateYAML is a one-gate list in YAML's flow style: a valid gate, name a, max 1, whose fields
+// are replaced or extended by fields ("count: 0"; a later key wins).
+func gateYAML(fields string) string {
+	g := "- {name: a, query: 'x{node=~\"{{ nodes }}\"}', max: 1"
+	if fields != "" {
+		g += ", " + fields
+	}
+	return g + "}"
+}
+
+// gateTokens are spellings of gate fields, valid and nearly valid, that generated gates combine.
+var gateTokens = []string{
+	"name: b", "name: a-1", "name: B", "name: -a", "name: 123", "name: ''", "name: null", "Name: c",
+	"query: '{{ nodes }}'", "query: 'x{n=~\"{{nodes}}\", r=\"{{ revision }}\", o=\"{{ old_revision }}\"}'",
+	"query: '{{ name }}/{{ namespace }}'", "query: '{{ nodes }}{{ pod }}'", "query: '{{ Nodes }}'", "query: ' '", "query: 5",
+	"max: 1", "max: 0", "max: -2.5", "max: 1e3", "max: '1'", "max: null", "max: .inf", "max: 0x10",
+	"min: 0", "min: 2", "min: -1e-3", "min: null", "min: true",
+	"interval: 30s", "interval: 1s", "interval: 999ms", "interval: 1h", "interval: 3600.000000001s", "interval: 1h0m0.5ns",
+	"interval: 0.5s500ms", "interval: 1.0000000001s", "interval: 0.01666666667m", "interval: 999999999.9ns",
+	"interval: 1000000000ns", "interval: +5m", "interval: .5s", "interval: 5", "interval: ''", "interval: null", "interval: 1d",
+	"count: 1", "count: 100", "count: 0", "count: 101", "count: 3.0", "count: 1.5", "count: '3'", "count: -1", "count: null",
+	"nodeLabel: instance", "nodeLabel: _n", "nodeLabel: node-name", "nodeLabel: 1n", "nodeLabel: ''", "nodeLabel: true",
+	"baseline: true", "baseline: false", "baseline: yes", "baseline: 'true'", "baseline: null", "treshold: 1",
+}
+
+// generatedGates are n values of daemonguard.io/analysis from rng: lists of one to three gates,
+// each a valid gate with some fields replaced by gateTokens, and some values that are not lists.
+func generatedGates(rng *rand.Rand, n int) []string {
+	var out []string
+	for range n {
+		var gates []string
+		for range 1 + rng.IntN(3) {
+			var fields []string
+			for range rng.IntN(4) {
+				fields = append(fields, gateTokens[rng.IntN(len(gateTokens))])
+			}
+			gates = append(gates, gateYAML(strings.Join(fields, ", ")))
+		}
+		out = append(out, strings.Join(gates, "\n"))
+	}
+	return append(out, "", "[]", "{}", "null", "- null", "- []", "a", "[unclosed", "- {name: a, query: '{{ nodes }}', max: 1}\n  x: 1")
 }
 
 // stepTokens are spellings of one step, valid and nearly valid, that generated values combine.
@@ -331,6 +445,18 @@ func TestSettingsPolicyAndParserAgreeOnGeneratedValues(t *testing.T) {
 		for _, suffix := range []string{"", "%", " %", "%%"} {
 			p.agree(t, rolloutapi.AnnotationMaxUnavailable, n+suffix)
 		}
+	}
+	gatesAdmitted := 0
+	for _, v := range generatedGates(rng, 1500) {
+		if goErr, denials := p.agree(t, rolloutapi.AnnotationAnalysis, v); goErr == nil && len(denials) == 0 {
+			gatesAdmitted++
+		}
+	}
+	if gatesAdmitted < 100 {
+		t.Errorf("generated gates: %d admitted by both; want at least 100", gatesAdmitted)
+	}
+	for _, v := range []string{"", "halt", "rollback", "Halt", "roll back", " halt"} {
+		p.agree(t, rolloutapi.AnnotationOnAnalysisFailure, v)
 	}
 	units := []string{"ns", "us", "µs", "ms", "s", "m", "h", "d", ""}
 	for _, n := range append(numbers, "0.5", ".5", "5.", "29.9999", "30", "8760", "8761", "525600") {

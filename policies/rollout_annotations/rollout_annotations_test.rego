@@ -59,6 +59,8 @@ test_allows_every_known_annotation if {
 		"daemonguard.io/topology-key": "topology.kubernetes.io/zone",
 		"daemonguard.io/on-delete-exempt": "replaced during node maintenance",
 		"daemonguard.io/inject": "true",
+		"daemonguard.io/analysis": "- {name: errors, query: 'errors{node=~\"{{ nodes }}\"}', max: 0}",
+		"daemonguard.io/on-analysis-failure": "rollback",
 	})
 }
 
@@ -68,7 +70,7 @@ test_denies_unknown_daemonguard_annotation if {
 	vs := violation with input as review({"daemonguard.io/stpes": "1,100%"})
 	vs == {{
 		"field": `metadata.annotations["daemonguard.io/stpes"]`,
-		"msg": `unknown daemonguard annotation "daemonguard.io/stpes" (a typo?); known annotations: daemonguard.io/inject, daemonguard.io/max-unavailable, daemonguard.io/on-delete-exempt, daemonguard.io/paused, daemonguard.io/progress-deadline, daemonguard.io/resume, daemonguard.io/rollout, daemonguard.io/steps, daemonguard.io/topology-key`,
+		"msg": `unknown daemonguard annotation "daemonguard.io/stpes" (a typo?); known annotations: daemonguard.io/analysis, daemonguard.io/inject, daemonguard.io/max-unavailable, daemonguard.io/on-analysis-failure, daemonguard.io/on-delete-exempt, daemonguard.io/paused, daemonguard.io/progress-deadline, daemonguard.io/resume, daemonguard.io/rollout, daemonguard.io/steps, daemonguard.io/topology-key`,
 	}}
 }
 
@@ -266,4 +268,192 @@ test_steps_decrease_and_end_reported_together if {
 
 test_enforcement if {
 	enforcement == "deny"
+}
+
+# --- daemonguard.io/on-analysis-failure ---------------------------------------------------------
+
+test_on_analysis_failure if {
+	valid_value("daemonguard.io/on-analysis-failure", "halt")
+	valid_value("daemonguard.io/on-analysis-failure", "rollback")
+	vs := violations_of("daemonguard.io/on-analysis-failure", "Rollback")
+	vs == {{
+		"field": `metadata.annotations["daemonguard.io/on-analysis-failure"]`,
+		"msg": `value "Rollback" is not allowed: it must be "halt" or "rollback"`,
+	}}
+	invalid_value("daemonguard.io/on-analysis-failure", "")
+}
+
+# --- daemonguard.io/analysis --------------------------------------------------------------------
+
+analysis_field := `metadata.annotations["daemonguard.io/analysis"]`
+
+# analysis_msgs(value) are the messages of the violations of daemonguard.io/analysis: value.
+analysis_msgs(value) := {v.msg |
+	some v in violations_of("daemonguard.io/analysis", value)
+	v.field == analysis_field
+}
+
+# one_gate(fields) is a list of one gate: a valid gate's fields, some replaced by fields.
+one_gate(fields) := json.marshal([object.union(
+	{"name": "errors", "query": `sum by (node) (rate(errors_total{node=~"{{ nodes }}"}[5m]))`, "max": 0.1},
+	fields,
+)])
+
+test_analysis_valid if {
+	every value in [
+		`- name: errors
+  query: 'sum by (node) (rate(errors_total{node=~"{{ nodes }}"}[5m]))'
+  max: 0.1
+- name: latency-p99
+  query: 'histogram_quantile(0.99, sum by (le, instance) (rate(x_bucket{instance=~"{{nodes}}", rev="{{ revision }}", old="{{ old_revision }}", ds="{{ namespace }}/{{ name }}"}[5m])))'
+  min: -1
+  max: 2
+  interval: 1m30s
+  count: 100
+  nodeLabel: instance
+  baseline: true`,
+		one_gate({"min": 0, "max": 0}),
+		one_gate({"min": 5, "max": null}),
+		one_gate({"interval": "1s", "count": 1, "baseline": false, "nodeLabel": "_n0"}),
+		one_gate({"interval": "1h", "name": "a"}),
+		one_gate({"interval": "0.5s500ms", "name": "0-9"}),
+		one_gate({"interval": "0.00000000001h1s"}),
+		"- {name: a, query: '{{ nodes }}', max: 1, count: 3.0, interval: 0.0166666667m}",
+		one_gate({"interval": null, "count": null, "nodeLabel": null, "baseline": null}),
+		one_gate({"name": concat("", [repeat("a", 62), "z"])}),
+	] {
+		analysis_msgs(value) == set()
+	}
+}
+
+test_analysis_not_yaml if {
+	analysis_msgs("[unclosed") == {`value "[unclosed" is not valid YAML: it must be a YAML list of analysis gates, each an object with a name, a query, max, min or both, and optionally interval, count, nodeLabel and baseline`}
+	count(analysis_msgs("- max: .inf")) == 1
+	count(analysis_msgs("- name: a\n\tquery: x")) == 1
+}
+
+test_analysis_no_gate if {
+	analysis_msgs("") == {`value "" lists no gate: list at least one, or remove the annotation`}
+	count(analysis_msgs("[]")) == 1
+	count(analysis_msgs("# none")) == 1
+}
+
+test_analysis_not_a_list if {
+	analysis_msgs("name: errors") == {`value "name: errors" is not a YAML list: it must be a YAML list of analysis gates, each an object with a name, a query, max, min or both, and optionally interval, count, nodeLabel and baseline`}
+}
+
+test_analysis_gate_not_an_object if {
+	analysis_msgs(`["errors"]`) == {`gate 1 "errors" is not an object: each gate must be an object with the fields baseline, count, interval, max, min, name, nodeLabel, query`}
+	count(analysis_msgs(`[null]`)) == 1
+}
+
+test_analysis_unknown_field if {
+	analysis_msgs(one_gate({"Name": "x", "treshold": 1})) == {
+		`gate 1 ("errors"): unknown field "Name" (a typo?); known fields: baseline, count, interval, max, min, name, nodeLabel, query`,
+		`gate 1 ("errors"): unknown field "treshold" (a typo?); known fields: baseline, count, interval, max, min, name, nodeLabel, query`,
+	}
+}
+
+test_analysis_missing_fields if {
+	analysis_msgs(`[{max: 1}]`) == {
+		`gate 1: name is missing: it must be a DNS label: at most 63 lower-case letters, digits and "-", starting and ending with a letter or digit (e.g. "errors")`,
+		`gate 1: query is missing: it must be a non-empty PromQL string`,
+	}
+	count(analysis_msgs(one_gate({"name": null}))) == 1
+}
+
+test_analysis_name if {
+	analysis_msgs(one_gate({"name": "Errors"})) == {`gate 1 ("Errors"): name "Errors" is not allowed: it must be a DNS label: at most 63 lower-case letters, digits and "-", starting and ending with a letter or digit (e.g. "errors")`}
+	every name in ["", "-a", "a-", "a_b", "a.b", 123, true, repeat("a", 64)] {
+		count(analysis_msgs(one_gate({"name": name}))) == 1
+	}
+	analysis_msgs(one_gate({"name": 123})) == {`gate 1: name 123 is not allowed: it must be a DNS label: at most 63 lower-case letters, digits and "-", starting and ending with a letter or digit (e.g. "errors")`}
+}
+
+test_analysis_names_unique if {
+	gate := {"query": `x{node=~"{{ nodes }}"}`, "max": 1}
+	value := json.marshal([
+		object.union(gate, {"name": "a"}),
+		object.union(gate, {"name": "b"}),
+		object.union(gate, {"name": "a"}),
+		object.union(gate, {"name": "a"}),
+	])
+	analysis_msgs(value) == {
+		`gate 3 ("a"): name "a" is used by gate 1 too: names must be unique`,
+		`gate 4 ("a"): name "a" is used by gate 1 too: names must be unique`,
+	}
+}
+
+test_analysis_query if {
+	analysis_msgs(one_gate({"query": " "})) == {`gate 1 ("errors"): query " " is not allowed: it must be a non-empty PromQL string`}
+	count(analysis_msgs(one_gate({"query": 5}))) == 1
+}
+
+test_analysis_query_placeholders if {
+	analysis_msgs(one_gate({"query": `x{node=~"{{ nodes }}", pod="{{ pod }}", a="{{}}"}`})) == {
+		`gate 1 ("errors"): query placeholder "{{ pod }}" is not allowed: it must be one of {{ nodes }}, {{ revision }}, {{ old_revision }}, {{ name }}, {{ namespace }}`,
+		`gate 1 ("errors"): query placeholder "{{}}" is not allowed: it must be one of {{ nodes }}, {{ revision }}, {{ old_revision }}, {{ name }}, {{ namespace }}`,
+	}
+	count(analysis_msgs(one_gate({"query": `x{node=~"{{ Nodes }}"}`}))) == 2
+
+	# Not placeholders: the controller leaves them as written.
+	analysis_msgs(one_gate({"query": `x{node=~"{{ nodes }}", a="{{ a-b }}", b="{ name }"}`})) == set()
+}
+
+test_analysis_query_must_use_nodes if {
+	analysis_msgs(one_gate({"query": `up{job="{{ name }}"}`})) == {`gate 1 ("errors"): query "up{job=\"{{ name }}\"}" does not use {{ nodes }}: it must select the wave's nodes with it, e.g. node=~"{{ nodes }}"`}
+}
+
+test_analysis_bounds if {
+	analysis_msgs(one_gate({"max": null})) == {`gate 1 ("errors"): neither max nor min is set: set one or both to bound each node's value`}
+	analysis_msgs(one_gate({"min": 2, "max": 1})) == {`gate 1 ("errors"): min 2 is above max 1: min must be at most max`}
+	analysis_msgs(one_gate({"max": "1"})) == {`gate 1 ("errors"): max "1" is not allowed: it must be a number`}
+	analysis_msgs(one_gate({"min": true})) == {`gate 1 ("errors"): min true is not allowed: it must be a number`}
+	count(analysis_msgs("- {name: a, query: '{{ nodes }}', max: 1e400}")) == 1
+}
+
+test_analysis_interval if {
+	analysis_msgs(json.marshal([{"name": "errors", "query": "{{ nodes }}", "max": 1, "interval": "0s"}])) == {`gate 1 ("errors"): interval "0s" is not allowed: it must be a Go duration from 1s to 1h`}
+	every interval in ["999ms", "1h0.001s", "61m", "30", 30, "", "1d", "-1m", "+1m", ".5s", "1.0000000001s", "1.00000000001m", "1.000000000001h", "1000000000.1ns"] {
+		count(analysis_msgs(one_gate({"interval": interval}))) == 1
+	}
+}
+
+test_analysis_count if {
+	analysis_msgs(one_gate({"count": 0})) == {`gate 1 ("errors"): count 0 is not allowed: it must be an integer from 1 to 100`}
+	every n in [101, 1.5, -1, "3"] {
+		count(analysis_msgs(one_gate({"count": n}))) == 1
+	}
+}
+
+test_analysis_node_label if {
+	analysis_msgs(one_gate({"nodeLabel": "node-name"})) == {`gate 1 ("errors"): nodeLabel "node-name" is not allowed: it must be a Prometheus label name: letters, digits and "_", not starting with a digit (e.g. "instance")`}
+	every label in ["", "1node", "a.b", true, 5] {
+		count(analysis_msgs(one_gate({"nodeLabel": label}))) == 1
+	}
+}
+
+test_analysis_baseline if {
+	analysis_msgs(one_gate({"baseline": "yes"})) == {`gate 1 ("errors"): baseline "yes" is not allowed: it must be true or false`}
+	count(analysis_msgs("- {name: a, query: '{{ nodes }}', max: 1, baseline: yes}")) == 1
+}
+
+test_analysis_every_gate_reported if {
+	value := json.marshal([
+		{"name": "a", "query": "{{ nodes }}", "max": 1, "count": 0},
+		"x",
+		{"name": "c", "query": "{{ nodes }}", "min": 1, "interval": "0s"},
+	])
+	analysis_msgs(value) == {
+		`gate 1 ("a"): count 0 is not allowed: it must be an integer from 1 to 100`,
+		`gate 2 "x" is not an object: each gate must be an object with the fields baseline, count, interval, max, min, name, nodeLabel, query`,
+		`gate 3 ("c"): interval "0s" is not allowed: it must be a Go duration from 1s to 1h`,
+	}
+}
+
+test_analysis_non_string_value if {
+	violations_of("daemonguard.io/analysis", ["x"]) == {{
+		"field": analysis_field,
+		"msg": `value ["x"] is not a string: annotation values are strings, quote it in YAML`,
+	}}
 }
