@@ -101,6 +101,10 @@ func New(opts Options) (*Client, error) {
 	return c, nil
 }
 
+// Address is Prometheus' address without any password in it, for logs; "" when none is
+// configured.
+func (c *Client) Address() string { return c.address }
+
 // Measure takes every measurement of req, the queries at the same time, each within the
 // timeout. It always returns one Measurement per query, in req's order: an answer that cannot be
 // used leaves Values empty and says why in Err, which makes the gate's measurement inconclusive.
