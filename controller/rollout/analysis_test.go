@@ -211,19 +211,26 @@ func gatedReconciler(t *testing.T, in rolloutplan.RolloutState, answer []rollout
 
 var agentKey = types.NamespacedName{Namespace: "mon", Name: "agent"}
 
-// A reconcile of a wave whose gate fails measures it with the Analyzer, puts the old template
-// back, says so in a warning Event, and records the failed revision.
-func TestReconcileRollsBackAFailedAnalysis(t *testing.T) {
-	r, c, analyzer, recorder := gatedReconciler(t, analysing(gatedSettings(t, "1", true)), errorsOf(0.5))
+// reconcileAgent reconciles mon/agent once and returns it as the cluster then holds it.
+func reconcileAgent(t *testing.T, r *Reconciler, c client.Client) appsv1.DaemonSet {
+	t.Helper()
 	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: agentKey}); err != nil {
 		t.Fatal(err)
-	}
-	if len(analyzer.requests) != 1 || len(analyzer.requests[0].Queries) != 1 || analyzer.requests[0].Queries[0].Wave != `errors{node=~"w00"}` {
-		t.Fatalf("requests %+v, want one of the wave w00", analyzer.requests)
 	}
 	var got appsv1.DaemonSet
 	if err := c.Get(context.Background(), agentKey, &got); err != nil {
 		t.Fatal(err)
+	}
+	return got
+}
+
+// A reconcile of a wave whose gate fails measures it with the Analyzer, puts the old template
+// back, says so in a warning Event, and records the failed revision.
+func TestReconcileRollsBackAFailedAnalysis(t *testing.T) {
+	r, c, analyzer, recorder := gatedReconciler(t, analysing(gatedSettings(t, "1", true)), errorsOf(0.5))
+	got := reconcileAgent(t, r, c)
+	if len(analyzer.requests) != 1 || len(analyzer.requests[0].Queries) != 1 || analyzer.requests[0].Queries[0].Wave != `errors{node=~"w00"}` {
+		t.Fatalf("requests %+v, want one of the wave w00", analyzer.requests)
 	}
 	if image := got.Spec.Template.Spec.Containers[0].Image; image != "agent:1" {
 		t.Errorf("template runs %s after the rollback, want agent:1", image)
@@ -251,15 +258,9 @@ func TestReconcileMeasuresOnlyWhenAGateIsDue(t *testing.T) {
 	in := analysing(gatedSettings(t, "1", true))
 	in.Status.Analysis.Gates[0].Next = t0.Add(time.Second)
 	r, c, analyzer, _ := gatedReconciler(t, in, errorsOf(0.5))
-	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: agentKey}); err != nil {
-		t.Fatal(err)
-	}
+	got := reconcileAgent(t, r, c)
 	if len(analyzer.requests) != 0 {
 		t.Errorf("measured %+v before the gate was due", analyzer.requests)
-	}
-	var got appsv1.DaemonSet
-	if err := c.Get(context.Background(), agentKey, &got); err != nil {
-		t.Fatal(err)
 	}
 	if image := got.Spec.Template.Spec.Containers[0].Image; image != "agent:2" {
 		t.Errorf("template runs %s, want agent:2 untouched", image)

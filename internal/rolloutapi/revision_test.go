@@ -1,11 +1,7 @@
 package rolloutapi
 
 import (
-	"bytes"
 	"testing"
-
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,82 +64,18 @@ func TestIsManaged(t *testing.T) {
 	}
 }
 
-// dsWithImage is a DaemonSet of one container running image.
-func dsWithImage(image string) *appsv1.DaemonSet {
-	return &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "mon", Generation: 3, UID: "u1"},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent"}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: image}}},
-			},
-		},
-		Status: appsv1.DaemonSetStatus{ObservedGeneration: 3},
-	}
-}
-
-// revisionOf records ds's template as the DaemonSet controller does, as revision n of ds.
-func revisionOf(t *testing.T, ds *appsv1.DaemonSet, n int64) *appsv1.ControllerRevision {
-	t.Helper()
-	data, err := TemplatePatch(ds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "agent-" + string(rune('a'+n))
-	return &appsv1.ControllerRevision{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: name + "-hash"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: ptr.To(true)}}},
-		Revision: n, Data: runtime.RawExtension{Raw: data},
-	}
-}
-
-func TestRevisionsRoundTrip(t *testing.T) {
-	v1, v2 := dsWithImage("agent:1"), dsWithImage("agent:2")
-	r1, r2 := revisionOf(t, v1, 1), revisionOf(t, v2, 2)
-
-	if !bytes.Contains(r1.Data.Raw, []byte(`"$patch":"replace"`)) || !bytes.HasPrefix(r1.Data.Raw, []byte(`{"spec":{"template":`)) {
-		t.Errorf("TemplatePatch = %s, want {\"spec\":{\"template\":{...,\"$patch\":\"replace\"}}}", r1.Data.Raw)
-	}
-	// Restoring revision 1 onto the current DaemonSet gives back its template, replacing (not
-	// merging) the containers, and leaves the rest of the DaemonSet alone.
-	restored, err := ApplyRevision(v2, r1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := restored.Spec.Template.Spec.Containers; len(got) != 1 || got[0].Image != "agent:1" {
-		t.Errorf("restored containers = %+v, want agent:1 only", got)
-	}
-	if restored.Name != "agent" || restored.Spec.Selector == nil {
-		t.Errorf("ApplyRevision lost the rest of the DaemonSet: %+v", restored.ObjectMeta)
-	}
-	for name, tc := range map[string]struct {
-		ds    *appsv1.DaemonSet
-		rev   *appsv1.ControllerRevision
-		match bool
-	}{
-		"a revision matches the template it recorded":     {v2, r2, true},
-		"a revision does not match another template":      {v2, r1, false},
-		"semantically equal data matches (key order etc)": {v1, &appsv1.ControllerRevision{Data: runtime.RawExtension{Raw: []byte(`{"spec":{"template":{"$patch":"replace","spec":{"containers":[{"image":"agent:1","name":"agent","resources":{}}]},"metadata":{"labels":{"app":"agent"}}}}}`)}}, true},
-	} {
-		t.Run(name, func(t *testing.T) {
-			if got, err := RevisionMatches(tc.ds, tc.rev); err != nil || got != tc.match {
-				t.Errorf("RevisionMatches = %v, %v; want %v", got, err, tc.match)
-			}
-		})
-	}
-}
-
 func TestRevisionWithHash(t *testing.T) {
-	v1, v2 := dsWithImage("agent:1"), dsWithImage("agent:2")
-	r1, r2 := revisionOf(t, v1, 1), revisionOf(t, v2, 2)
-	foreign := r1.DeepCopy()
-	foreign.OwnerReferences[0].UID = "another"
-	revs := []*appsv1.ControllerRevision{foreign, r1, r2}
-	if got := RevisionWithHash(v2, revs, "agent-b-hash"); got != r1 {
-		t.Errorf("RevisionWithHash(agent-b-hash) = %v, want revision 1 of the DaemonSet, not another owner's", got)
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", UID: "ds-uid"}}
+	rev := func(hash string, owner types.UID) *appsv1.ControllerRevision {
+		return &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + hash, Labels: map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: hash},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: owner, Controller: ptr.To(true)}}}}
 	}
-	if got := RevisionWithHash(v2, revs, "pruned"); got != nil {
+	r1 := rev("b", "ds-uid")
+	revs := []*appsv1.ControllerRevision{rev("b", "another"), r1, rev("c", "ds-uid")}
+	if got := RevisionWithHash(ds, revs, "b"); got != r1 {
+		t.Errorf("RevisionWithHash(b) = %v, want revision 1 of the DaemonSet, not another owner's", got)
+	}
+	if got := RevisionWithHash(ds, revs, "pruned"); got != nil {
 		t.Errorf("RevisionWithHash of a hash no revision has = %v, want nil", got)
 	}
 }

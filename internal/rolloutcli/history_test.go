@@ -73,9 +73,41 @@ func revisionOf(t *testing.T, ds *appsv1.DaemonSet, n int64) *appsv1.ControllerR
 	return &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + string(rune('a'+n))}, Revision: n, Data: runtime.RawExtension{Raw: data}}
 }
 
-func TestCurrentRevision(t *testing.T) {
+func TestRevisionsRoundTrip(t *testing.T) {
 	v1, v2 := dsWithImage("agent:1"), dsWithImage("agent:2")
 	r1, r2 := revisionOf(t, v1, 1), revisionOf(t, v2, 2)
+
+	if !bytes.Contains(r1.Data.Raw, []byte(`"$patch":"replace"`)) || !bytes.HasPrefix(r1.Data.Raw, []byte(`{"spec":{"template":`)) {
+		t.Errorf("TemplatePatch = %s, want {\"spec\":{\"template\":{...,\"$patch\":\"replace\"}}}", r1.Data.Raw)
+	}
+	// Restoring revision 1 onto the current DaemonSet gives back its template, replacing (not
+	// merging) the containers, and leaves the rest of the DaemonSet alone.
+	restored, err := rolloutapi.ApplyRevision(v2, r1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := restored.Spec.Template.Spec.Containers; len(got) != 1 || got[0].Image != "agent:1" {
+		t.Errorf("restored containers = %+v, want agent:1 only", got)
+	}
+	if restored.Name != "agent" || restored.Spec.Selector == nil {
+		t.Errorf("ApplyRevision lost the rest of the DaemonSet: %+v", restored.ObjectMeta)
+	}
+	for name, tc := range map[string]struct {
+		ds    *appsv1.DaemonSet
+		rev   *appsv1.ControllerRevision
+		match bool
+	}{
+		"a revision matches the template it recorded":     {v2, r2, true},
+		"a revision does not match another template":      {v2, r1, false},
+		"semantically equal data matches (key order etc)": {v1, &appsv1.ControllerRevision{Data: runtime.RawExtension{Raw: []byte(`{"spec":{"template":{"$patch":"replace","spec":{"containers":[{"image":"agent:1","name":"agent","resources":{}}]},"metadata":{"labels":{"app":"agent"}}}}}`)}}, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got, err := rolloutapi.RevisionMatches(tc.ds, tc.rev); err != nil || got != tc.match {
+				t.Errorf("RevisionMatches = %v, %v; want %v", got, err, tc.match)
+			}
+		})
+	}
+
 	current, err := CurrentRevision(v2, []*appsv1.ControllerRevision{r1, r2})
 	if err != nil || current != 2 {
 		t.Errorf("CurrentRevision = %d, %v; want 2 (the matching one)", current, err)
