@@ -75,6 +75,18 @@ func TestValuesSchemaRejects(t *testing.T) {
 		"a mistyped controller key": {
 			args: []string{"--set", "controller.watchNamespaces=agents"}, want: "at '/controller': additional properties 'watchNamespaces' not allowed",
 		},
+		"a mistyped Prometheus key": {
+			args: []string{"--set", "controller.prometheus.adress=https://prometheus:9090"}, want: "at '/controller/prometheus': additional properties 'adress' not allowed",
+		},
+		"a Prometheus address without a scheme": {
+			args: []string{"--set", "controller.prometheus.address=prometheus:9090"}, want: "at '/controller/prometheus/address': 'prometheus:9090' does not match pattern",
+		},
+		"a mistyped key of the Prometheus CA ConfigMap": {
+			args: []string{"--set", "controller.prometheus.caConfigMap.nmae=ca"}, want: "at '/controller/prometheus/caConfigMap': additional properties 'nmae' not allowed",
+		},
+		"a Prometheus timeout of 0": {
+			args: []string{"--set-string", "controller.prometheus.timeout=0s"}, want: "at '/controller/prometheus/timeout'",
+		},
 		"a mistyped TLS key": {
 			args: []string{"--set", "tls.ipAddress={127.0.0.1}"}, want: "at '/tls': additional properties 'ipAddress' not allowed",
 		},
@@ -160,6 +172,36 @@ func TestValuesSchemaRejects(t *testing.T) {
 			msg := err.Error()
 			if !strings.Contains(msg, "values don't meet the specifications of the schema") || !strings.Contains(msg, c.want) {
 				t.Fatalf("helm template %v failed with\n%s\nwant a schema error containing %q", c.args, msg, c.want)
+			}
+		})
+	}
+}
+
+// Prometheus files without an address, or a file given twice, would be ignored or ambiguous:
+// the render fails instead, saying which values clash.
+func TestPrometheusValuesThatClashFailTheRender(t *testing.T) {
+	for name, c := range map[string]struct {
+		args []string
+		want string
+	}{
+		"a CA file without an address": {
+			args: []string{"--set", "controller.prometheus.caFile=/ca.crt"}, want: "a CA or bearer token is set without controller.prometheus.address",
+		},
+		"a token Secret without an address": {
+			args: []string{"--set", "controller.prometheus.bearerTokenSecret.name=token"}, want: "a CA or bearer token is set without controller.prometheus.address",
+		},
+		"a CA file and a CA ConfigMap": {
+			args: []string{"--set", "controller.prometheus.address=https://p:9090", "--set", "controller.prometheus.caFile=/ca.crt", "--set", "controller.prometheus.caConfigMap.name=ca"},
+			want: "set caFile or caConfigMap.name, not both",
+		},
+		"a token file and a token Secret": {
+			args: []string{"--set", "controller.prometheus.address=https://p:9090", "--set", "controller.prometheus.bearerTokenFile=/t", "--set", "controller.prometheus.bearerTokenSecret.name=t"},
+			want: "set bearerTokenFile or bearerTokenSecret.name, not both",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := template(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("helm template %v: %v, want the render to fail saying %q", c.args, err, c.want)
 			}
 		})
 	}

@@ -123,8 +123,10 @@ func TestRunsCrossFewFiles(t *testing.T) {
 			forbidden: []string{"/controller/rollout", "/internal/cli"}},
 		// A validating review at most 5 files, from the HTTP handler to the policy engine's entry.
 		"a validating review": {pkg: "/webhook", entry: "DaemonSetValidator.Handle", maxFiles: 5, maxPkgs: 3},
-		// A reconcile at most 5 files, manager.go (the Store over the informers) included.
-		"a reconcile": {pkg: "/controller/rollout", entry: "Reconciler.Reconcile", maxFiles: 5, maxPkgs: 2},
+		// A reconcile at most 5 files, manager.go (the Store over the informers) included, plus
+		// the Prometheus client (internal/promquery) that measures a due analysis gate: a library
+		// with its own tests, entered through one file, in the gather step.
+		"a reconcile": {pkg: "/controller/rollout", entry: "Reconciler.Reconcile", maxFiles: 6, maxPkgs: 3},
 	} {
 		t.Run(name, func(t *testing.T) {
 			files := crossedFiles(t, module+tc.pkg, tc.entry)

@@ -22,11 +22,20 @@ import (
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
-// apply performs every write of a decision, in order: pod deletions, status annotations,
-// conditions, the Event, the metrics, and this process's memory of its deletions and reports.
+// apply performs every write of a decision, in order: pod deletions, the rollback, status
+// annotations, conditions, the Event, the metrics, and this process's memory of its deletions and
+// reports.
 func (r *Reconciler) apply(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet, d Decision, now time.Time) error {
 	if d.Plan != nil {
 		if err := r.deletePods(ctx, log, ds, d.Plan.Delete, now); err != nil {
+			return err
+		}
+	}
+	for _, m := range d.Measured {
+		analysisMeasurements.WithLabelValues(ds.Namespace, ds.Name, m.Gate, m.Result).Inc()
+	}
+	if d.Rollback != nil {
+		if err := r.rollBack(ctx, log, ds, *d.Rollback); err != nil {
 			return err
 		}
 	}
@@ -118,6 +127,69 @@ func (r *Reconciler) forgetSettled(now time.Time) {
 	}
 }
 
+// rollBack puts back the template of rb's revision, as `daemonguard rollout undo` does: a
+// strategic merge patch with the revision's data, which replaces spec.template. The patch carries
+// the DaemonSet's resourceVersion, so that a template changed since this reconcile read it is
+// never overwritten: the conflict is returned, and the next reconcile plans from the new
+// template. Once put back, the DaemonSet controller records the template as a new, highest
+// revision, and the rollout controller rolls it out like any new template.
+func (r *Reconciler) rollBack(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet, rb Rollback) error {
+	if rb.Name == "" {
+		// Retrying cannot bring back a pruned revision; the rollout stays halted (Failed).
+		r.Recorder.Eventf(ds, nil, corev1.EventTypeWarning, reasonRollbackFailed, "Rollout",
+			"the analysis of revision %s failed and %s is %q, but no ControllerRevision of revision %s is left (spec.revisionHistoryLimit): the rollout stays halted; put a template back with `daemonguard rollout undo ds/%s -n %s`",
+			rb.Failed, rolloutapi.AnnotationOnAnalysisFailure, rolloutapi.OnAnalysisFailureRollback, rb.Hash, ds.Name, ds.Namespace)
+		return nil
+	}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	var rev appsv1.ControllerRevision
+	if err := reader.Get(ctx, types.NamespacedName{Namespace: ds.Namespace, Name: rb.Name}, &rev); err != nil {
+		return fmt.Errorf("roll back to revision %d (%s): read it: %w", rb.Number, rb.Name, err)
+	}
+	if len(rev.Data.Raw) == 0 {
+		return fmt.Errorf("roll back to revision %d (%s): it records no template", rb.Number, rb.Name)
+	}
+	if same, err := rolloutapi.RevisionMatches(ds, &rev); err != nil || same {
+		return err // already put back (by hand, or by a reconcile whose report was not written)
+	}
+	patch, err := lockedPatch(rev.Data.Raw, ds.ResourceVersion)
+	if err != nil {
+		return fmt.Errorf("roll back to revision %d (%s): %w", rb.Number, rb.Name, err)
+	}
+	if err := r.Client.Patch(ctx, ds, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil {
+		if !apierrors.IsConflict(err) {
+			r.Recorder.Eventf(ds, nil, corev1.EventTypeWarning, reasonRollbackFailed, "Rollout",
+				"the analysis of revision %s failed; putting back the template of revision %d failed: %v; trying again", rb.Failed, rb.Number, err)
+		}
+		return fmt.Errorf("roll back to revision %d (%s): %w", rb.Number, rb.Name, err)
+	}
+	rollbacks.WithLabelValues(ds.Namespace, ds.Name).Inc()
+	r.Recorder.Eventf(ds, nil, corev1.EventTypeWarning, reasonRolledBack, "Rollout",
+		"the analysis of revision %s failed: the template of revision %d (%s) is put back (%s: %s)",
+		rb.Failed, rb.Number, rb.Hash, rolloutapi.AnnotationOnAnalysisFailure, rolloutapi.OnAnalysisFailureRollback)
+	log.Info("Rolled back after a failed analysis", "failedRevision", rb.Failed, "revision", rb.Number, "hash", rb.Hash)
+	return nil
+}
+
+// Reasons of the rollback's Events.
+const (
+	reasonRolledBack     = "RolloutRolledBack"
+	reasonRollbackFailed = "RolloutRollbackFailed"
+)
+
+// lockedPatch is a revision's data with the resourceVersion the patch requires of the DaemonSet.
+func lockedPatch(data []byte, resourceVersion string) ([]byte, error) {
+	var patch map[string]any
+	if err := json.Unmarshal(data, &patch); err != nil {
+		return nil, fmt.Errorf("its data is not a JSON patch: %w", err)
+	}
+	patch["metadata"] = map[string]any{"resourceVersion": resourceVersion}
+	return json.Marshal(patch)
+}
+
 // writeAnnotations patches the status annotation changes, if any. The patch touches only
 // status.daemonguard.io/ keys, which the admission webhook lets through without re-evaluating.
 func (r *Reconciler) writeAnnotations(ctx context.Context, ds *appsv1.DaemonSet, changes map[string]*string) error {
@@ -158,10 +230,13 @@ var (
 	rolloutPhase       = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_rollout_phase", Help: "1 for the rollout's current phase (Progressing, Paused, Failed, Complete)."}, []string{"namespace", "name", "phase"})
 	rolloutDeletions   = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "daemonguard_rollout_pod_deletions_total", Help: "Old-revision pods deleted by the rollout controller."}, []string{"namespace", "name"})
 	rolloutFailures    = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "daemonguard_rollout_failures_total", Help: "Rollouts halted, by reason."}, []string{"namespace", "name", "reason"})
+	// One per measurement of a gate that the planner judged: Prometheus' answer, or its absence.
+	analysisMeasurements = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "daemonguard_rollout_analysis_measurements_total", Help: "Analysis gate measurements, by result (Passed, Failed, Inconclusive)."}, []string{"namespace", "name", "gate", "result"})
+	rollbacks            = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "daemonguard_rollout_rollbacks_total", Help: "Templates put back after a failed analysis (daemonguard.io/on-analysis-failure: rollback)."}, []string{"namespace", "name"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(rolloutUpdated, rolloutDesired, rolloutUnavailable, rolloutPhase, rolloutDeletions, rolloutFailures)
+	metrics.Registry.MustRegister(rolloutUpdated, rolloutDesired, rolloutUnavailable, rolloutPhase, rolloutDeletions, rolloutFailures, analysisMeasurements, rollbacks)
 }
 
 // observe records the plan's counts and phase in the rollout gauges.

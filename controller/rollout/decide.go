@@ -20,6 +20,9 @@ type Facts struct {
 	SettingsErr error
 	// LastReport is when this process last reported the DaemonSet's progress; zero if never.
 	LastReport time.Time
+	// Revisions are the ControllerRevisions ds controls, shared with the cache and without their
+	// data: read only.
+	Revisions []*appsv1.ControllerRevision
 }
 
 // Decision is every write of one reconcile, decided from Facts alone; apply performs it.
@@ -29,8 +32,29 @@ type Decision struct {
 	Conditions  []appsv1.DaemonSetCondition // the DaemonSet's new conditions; nil: unchanged
 	Event       *rolloutplan.Event          // the Event to record; nil: none
 	// Reported says the progress report is written now: apply records Facts.Now as the last one.
-	Reported     bool
+	Reported bool
+	// Rollback is the template to put back after a failed analysis; nil: none.
+	Rollback *Rollback
+	// Measured are the analysis gates' results of the measurements this reconcile took, in gate
+	// order, for the metrics.
+	Measured     []GateResult
 	RequeueAfter time.Duration
+}
+
+// Rollback names the revision whose template apply puts back (Plan.RollbackTo).
+type Rollback struct {
+	// Hash is the revision's controller-revision-hash; Name and Number its ControllerRevision's,
+	// or "" and 0 when the revision history no longer has it.
+	Hash   string
+	Name   string
+	Number int64
+	// Failed is the revision whose analysis failed.
+	Failed string
+}
+
+// GateResult is one gate's result on this reconcile's measurement.
+type GateResult struct {
+	Gate, Result string
 }
 
 // reportInterval bounds how often progress counts are written while nothing else changes.
@@ -54,6 +78,12 @@ const revisionPending = time.Second
 //     cost two writes to the API server the rollout itself is waiting on, so the report is
 //     written at most once per reportInterval, and the reconcile comes back after
 //     reportInterval to flush it.
+//   - A reconcile that measured analysis gates writes the report at once: the measurements'
+//     results and when the next ones are due are the controller's memory, and a deferred report
+//     would measure again without counting what it saw.
+//   - A plan that rolls back names the ControllerRevision to put back, found among Revisions by
+//     its hash; apply puts it back before it writes the report (a failed write is retried by
+//     measuring again; once the report says the revision failed, the plan no longer rolls back).
 //   - Annotations and conditions are written only where they differ from the DaemonSet's.
 func decide(f Facts) Decision {
 	annotations, conditions := f.DaemonSet.Annotations, f.DaemonSet.Status.Conditions
@@ -66,12 +96,18 @@ func decide(f Facts) Decision {
 	}
 	in := rolloutplan.StateOf(f.Observed)
 	plan := rolloutplan.Compute(in)
-	d := Decision{Plan: &plan}
+	d := Decision{Plan: &plan, Measured: measuredGates(plan.Status.Analysis, f.Now)}
+	if plan.RollbackTo != "" {
+		d.Rollback = &Rollback{Hash: plan.RollbackTo, Failed: f.TargetRevision}
+		if cr := rolloutapi.RevisionWithHash(f.DaemonSet, f.Revisions, plan.RollbackTo); cr != nil {
+			d.Rollback.Name, d.Rollback.Number = cr.Name, cr.Revision
+		}
+	}
 
 	previous := rolloutplan.ActiveCondition(conditions)
 	transition := previous == nil || string(previous.Type) != string(plan.Phase) || previous.Reason != plan.Reason ||
 		annotations[rolloutapi.StatusStep] != plan.Status.Step.String() || annotations[rolloutapi.StatusRevision] != plan.Status.Revision
-	if !transition && f.Now.Sub(f.LastReport) < reportInterval {
+	if !transition && len(f.Measurements) == 0 && f.Now.Sub(f.LastReport) < reportInterval {
 		d.RequeueAfter = reportInterval
 		return d
 	}
@@ -88,6 +124,21 @@ func decide(f Facts) Decision {
 		d.RequeueAfter = minReady
 	}
 	return d
+}
+
+// measuredGates are the results of the gates the plan measured now: those whose last
+// measurement was taken at now.
+func measuredGates(a *rolloutapi.AnalysisStatus, now time.Time) []GateResult {
+	if a == nil {
+		return nil
+	}
+	var out []GateResult
+	for _, g := range a.Gates {
+		if g.Last != nil && g.Last.At.Equal(now) {
+			out = append(out, GateResult{Gate: g.Name, Result: g.Last.Result})
+		}
+	}
+	return out
 }
 
 // InvalidSettingsMessage is the Failed message for settings annotations that do not parse: what

@@ -266,7 +266,8 @@ func reportedAt(f Facts, at time.Time) Facts {
 func factsOf(in rolloutplan.RolloutState, annotations map[string]string, conds []appsv1.DaemonSetCondition) Facts {
 	ds := showing(annotations, conds)
 	ds.Name, ds.Namespace, ds.Spec.MinReadySeconds = in.Name, in.Namespace, in.MinReadySeconds
-	f := Facts{Observed: rolloutplan.Observed{Now: in.Now, DaemonSet: ds, Settings: in.Settings, Status: in.Status, TargetRevision: in.TargetRevision}}
+	f := Facts{Observed: rolloutplan.Observed{Now: in.Now, DaemonSet: ds, Settings: in.Settings, Status: in.Status, TargetRevision: in.TargetRevision,
+		Measurements: in.Measurements}}
 	for _, n := range in.Nodes {
 		ready := corev1.ConditionTrue
 		if !n.Reachable {

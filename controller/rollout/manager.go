@@ -28,6 +28,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/kubeevents"
 	"github.com/daemonguard/daemonguard/internal/leadership"
 	"github.com/daemonguard/daemonguard/internal/nodes"
+	"github.com/daemonguard/daemonguard/internal/promquery"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/serving"
 )
@@ -47,11 +48,18 @@ type Options struct {
 	LeaderElectionNamespace string
 	// Namespace limits the controller to one namespace; empty watches all.
 	Namespace string
-	Log       logr.Logger
+	// Prometheus is where the analysis gates are measured; without an address every measurement
+	// is inconclusive and a rollout with gates waits, saying how to configure one.
+	Prometheus promquery.Options
+	Log        logr.Logger
 }
 
 // Run runs the rollout controller until ctx ends.
 func Run(ctx context.Context, opts Options) error {
+	analyzer, err := promquery.New(opts.Prometheus)
+	if err != nil {
+		return err
+	}
 	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		// Keep only what the planner reads: at 5,000 nodes and pods the cache is most of the
 		// controller's memory.
@@ -102,7 +110,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	r := &Reconciler{
 		Client: mgr.GetClient(), Store: store, Recorder: broadcaster.NewRecorder("daemonguard-rollout"),
-		Log: opts.Log.WithName("rollout"), Clock: clock.RealClock{},
+		Log: opts.Log.WithName("rollout"), Clock: clock.RealClock{}, Analyzer: analyzer, APIReader: mgr.GetAPIReader(),
 	}
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		ds, ok := o.(*appsv1.DaemonSet)
@@ -127,7 +135,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	opts.Log.Info("Starting rollout controller", "leaderElection", opts.LeaderElection, "namespace", opts.Namespace)
+	opts.Log.Info("Starting rollout controller", "leaderElection", opts.LeaderElection, "namespace", opts.Namespace, "prometheus", analyzer.Address())
 	return mgr.Start(ctx)
 }
 

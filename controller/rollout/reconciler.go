@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
+	"github.com/daemonguard/daemonguard/internal/promquery"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -30,6 +32,12 @@ type Reconciler struct {
 	Log      logr.Logger
 	// Clock is a test seam; production uses the real clock.
 	Clock clock.PassiveClock
+	// Analyzer measures the analysis gates a reconcile finds due; nil answers every measurement
+	// as if no Prometheus were configured.
+	Analyzer Analyzer
+	// APIReader reads from the API server, past the cache: the cache strips ControllerRevisions'
+	// data, which a rollback puts back. Nil reads through Client.
+	APIReader client.Reader
 
 	// deleted remembers pods this process deleted until the cache shows them terminating or
 	// gone, so a lagging cache never makes the planner spend the same budget twice. After a
@@ -60,6 +68,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
 }
 
+// Analyzer takes the measurements of analysis gates (internal/promquery against Prometheus). It
+// returns one Measurement per query, in order, with Err saying why one has no answer.
+type Analyzer interface {
+	Measure(ctx context.Context, req rolloutplan.AnalysisRequest) []rolloutplan.Measurement
+}
+
 // Store reads the informers' own objects, without copying them: on 1,000 nodes, copying every
 // node and pod into a typed list on each reconcile cost more than the rest of the reconcile. What
 // it returns is shared with the cache and must never be modified.
@@ -72,8 +86,9 @@ type Store interface {
 
 // gather reads what one reconcile of ds needs, reading the clock once: the settings, the status
 // annotations, the last report, the pods this process deleted and, once the current template's
-// revision is known, the DaemonSet's pods and every node. It only reads: classifying what it read
-// is decide's. Settings that do not parse end the reading.
+// revision is known, the DaemonSet's revisions and pods and every node, and then the analysis
+// gates' measurements that are due. It only reads: planning with what it read is decide's.
+// Settings that do not parse end the reading.
 func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet) (Facts, error) {
 	f := Facts{Observed: rolloutplan.Observed{Now: r.Clock.Now(), DaemonSet: ds}}
 	r.mu.Lock()
@@ -92,8 +107,11 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	f.Status = status
 	// Unknown until the DaemonSet controller has observed the generation and created the
 	// revision of the new template.
-	if f.TargetRevision, err = r.currentRevision(ctx, ds); err != nil || f.TargetRevision == "" {
+	if f.Revisions, err = r.revisions(ctx, ds); err != nil {
 		return f, err
+	}
+	if f.TargetRevision = rolloutapi.CurrentRevisionHash(ds, f.Revisions); f.TargetRevision == "" {
+		return f, nil
 	}
 	if f.Pods, err = r.Store.PodsOf(ctx, ds.Namespace, ds.UID); err != nil {
 		return f, fmt.Errorf("list pods: %w", err)
@@ -101,19 +119,36 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	if f.Nodes, err = r.Store.Nodes(ctx); err != nil {
 		return f, fmt.Errorf("list nodes: %w", err)
 	}
+	// Measured here, with the reconcile's context, so that decide stays pure: the planner asks
+	// from the same state what Compute will judge.
+	if len(f.Settings.Gates) > 0 {
+		if req := rolloutplan.DueAnalysis(rolloutplan.StateOf(f.Observed)); req != nil {
+			f.Measurements = r.analyzer().Measure(ctx, *req)
+		}
+	}
 	return f, nil
 }
 
-// currentRevision is the controller-revision-hash of the DaemonSet's current template, "" while
-// unknown.
-func (r *Reconciler) currentRevision(ctx context.Context, ds *appsv1.DaemonSet) (string, error) {
+func (r *Reconciler) analyzer() Analyzer {
+	if r.Analyzer == nil {
+		return &promquery.Client{}
+	}
+	return r.Analyzer
+}
+
+// revisions are the ControllerRevisions of ds's namespace, shared with the cache (their data
+// stripped): the current template's revision is the newest of ds's, and a rollback looks up the
+// one it puts back.
+func (r *Reconciler) revisions(ctx context.Context, ds *appsv1.DaemonSet) ([]*appsv1.ControllerRevision, error) {
 	var list appsv1.ControllerRevisionList
 	if err := r.Client.List(ctx, &list, client.InNamespace(ds.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return "", fmt.Errorf("list controller revisions: %w", err)
+		return nil, fmt.Errorf("list controller revisions: %w", err)
 	}
-	revs := make([]*appsv1.ControllerRevision, len(list.Items))
+	revs := make([]*appsv1.ControllerRevision, 0, len(list.Items))
 	for i := range list.Items {
-		revs[i] = &list.Items[i]
+		if metav1.IsControlledBy(&list.Items[i], ds) {
+			revs = append(revs, &list.Items[i])
+		}
 	}
-	return rolloutapi.CurrentRevisionHash(ds, revs), nil
+	return revs, nil
 }

@@ -6,6 +6,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/daemonguard/daemonguard/controller/rollout"
+	"github.com/daemonguard/daemonguard/internal/promquery"
 )
 
 func newControllerCommand() *cobra.Command {
@@ -35,5 +36,9 @@ func newControllerCommand() *cobra.Command {
 	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's namespace)")
 	f.StringVar(&opts.Namespace, "watch-namespace", "", "only roll DaemonSets of this namespace (default: all)")
 	f.StringVar(&opts.PprofAddr, "pprof-bind-address", "0", "net/http/pprof address for profiling (e.g. localhost:6060); 0 disables")
+	f.StringVar(&opts.Prometheus.Address, "prometheus-address", "", "base URL of the Prometheus that measures analysis gates (daemonguard.io/analysis), e.g. https://prometheus.monitoring:9090; without it a rollout with gates waits")
+	f.StringVar(&opts.Prometheus.CAFile, "prometheus-ca-file", "", "CA certificate file that verifies Prometheus' serving certificate (default: the system's roots); re-read when it changes")
+	f.StringVar(&opts.Prometheus.BearerTokenFile, "prometheus-bearer-token-file", "", "file of the bearer token sent to Prometheus; read on every query, so a rotated token needs no restart")
+	f.DurationVar(&opts.Prometheus.Timeout, "prometheus-timeout", promquery.DefaultTimeout, "deadline of each analysis query; a query without an answer by then makes the measurement inconclusive")
 	return cmd
 }

@@ -185,7 +185,7 @@ func newRolloutHistoryCommand(k *kubeFlags) *cobra.Command {
 				if r.Revision != revision {
 					continue
 				}
-				tmpl, err := rolloutcli.RevisionTemplate(ds, r)
+				tmpl, err := rolloutapi.RevisionTemplate(ds, r)
 				if err != nil {
 					return err
 				}

@@ -1,8 +1,16 @@
 package rolloutapi
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 )
 
 // NewestRevision is the ControllerRevision of revs that ds controls (owner reference with its
@@ -33,4 +41,76 @@ func CurrentRevisionHash(ds *appsv1.DaemonSet, revs []*appsv1.ControllerRevision
 		return ""
 	}
 	return newest.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]
+}
+
+// ApplyRevision returns a copy of ds with the revision's data (a strategic merge patch replacing
+// spec.template) applied, as kubectl does to show and restore a DaemonSet revision.
+func ApplyRevision(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision) (*appsv1.DaemonSet, error) {
+	original, err := json.Marshal(ds)
+	if err != nil {
+		return nil, err
+	}
+	patched, err := strategicpatch.StrategicMergePatch(original, rev.Data.Raw, &appsv1.DaemonSet{})
+	if err != nil {
+		return nil, fmt.Errorf("apply revision %d (%s): %w", rev.Revision, rev.Name, err)
+	}
+	out := &appsv1.DaemonSet{}
+	if err := json.Unmarshal(patched, out); err != nil {
+		return nil, fmt.Errorf("apply revision %d (%s): %w", rev.Revision, rev.Name, err)
+	}
+	return out, nil
+}
+
+// TemplatePatch is the ControllerRevision data the DaemonSet controller records for ds:
+// {"spec":{"template":{...,"$patch":"replace"}}}.
+func TemplatePatch(ds *appsv1.DaemonSet) ([]byte, error) {
+	raw, err := json.Marshal(ds)
+	if err != nil {
+		return nil, err
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
+	spec, _ := obj["spec"].(map[string]any)
+	template, _ := spec["template"].(map[string]any)
+	if template == nil {
+		template = map[string]any{}
+	}
+	template["$patch"] = "replace"
+	return json.Marshal(map[string]any{"spec": map[string]any{"template": template}})
+}
+
+// RevisionMatches tells whether the revision records ds's current template: byte-equal data as the
+// DaemonSet controller compares, or a semantically equal template once applied.
+func RevisionMatches(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision) (bool, error) {
+	if p, err := TemplatePatch(ds); err == nil && bytes.Equal(p, rev.Data.Raw) {
+		return true, nil
+	}
+	applied, err := ApplyRevision(ds, rev)
+	if err != nil {
+		return false, err
+	}
+	return apiequality.Semantic.DeepEqual(applied.Spec.Template, ds.Spec.Template), nil
+}
+
+// RevisionTemplate is the pod template a revision records.
+func RevisionTemplate(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision) (*corev1.PodTemplateSpec, error) {
+	applied, err := ApplyRevision(ds, rev)
+	if err != nil {
+		return nil, err
+	}
+	return &applied.Spec.Template, nil
+}
+
+// RevisionWithHash is the ControllerRevision of revs that ds controls whose
+// controller-revision-hash is hash; nil when there is none (the revision history limit may have
+// pruned it).
+func RevisionWithHash(ds *appsv1.DaemonSet, revs []*appsv1.ControllerRevision, hash string) *appsv1.ControllerRevision {
+	for _, cr := range revs {
+		if metav1.IsControlledBy(cr, ds) && cr.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] == hash {
+			return cr
+		}
+	}
+	return nil
 }

@@ -63,3 +63,19 @@ func TestIsManaged(t *testing.T) {
 		})
 	}
 }
+
+func TestRevisionWithHash(t *testing.T) {
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", UID: "ds-uid"}}
+	rev := func(hash string, owner types.UID) *appsv1.ControllerRevision {
+		return &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + hash, Labels: map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: hash},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: owner, Controller: ptr.To(true)}}}}
+	}
+	r1 := rev("b", "ds-uid")
+	revs := []*appsv1.ControllerRevision{rev("b", "another"), r1, rev("c", "ds-uid")}
+	if got := RevisionWithHash(ds, revs, "b"); got != r1 {
+		t.Errorf("RevisionWithHash(b) = %v, want revision 1 of the DaemonSet, not another owner's", got)
+	}
+	if got := RevisionWithHash(ds, revs, "pruned"); got != nil {
+		t.Errorf("RevisionWithHash of a hash no revision has = %v, want nil", got)
+	}
+}

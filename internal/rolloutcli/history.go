@@ -1,9 +1,7 @@
 package rolloutcli
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -11,12 +9,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // ChangeCauseAnnotation is copied by the DaemonSet controller from the DaemonSet to each new
@@ -64,64 +62,13 @@ func compare[T int64 | string](a, b T) int {
 	return 0
 }
 
-// ApplyRevision returns a copy of ds with the revision's data (a strategic merge patch replacing
-// spec.template) applied, as kubectl does to show and restore a DaemonSet revision.
-func ApplyRevision(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision) (*appsv1.DaemonSet, error) {
-	original, err := json.Marshal(ds)
-	if err != nil {
-		return nil, err
-	}
-	patched, err := strategicpatch.StrategicMergePatch(original, rev.Data.Raw, &appsv1.DaemonSet{})
-	if err != nil {
-		return nil, fmt.Errorf("apply revision %d (%s): %w", rev.Revision, rev.Name, err)
-	}
-	out := &appsv1.DaemonSet{}
-	if err := json.Unmarshal(patched, out); err != nil {
-		return nil, fmt.Errorf("apply revision %d (%s): %w", rev.Revision, rev.Name, err)
-	}
-	return out, nil
-}
-
-// TemplatePatch is the ControllerRevision data the DaemonSet controller records for ds:
-// {"spec":{"template":{...,"$patch":"replace"}}}.
-func TemplatePatch(ds *appsv1.DaemonSet) ([]byte, error) {
-	raw, err := json.Marshal(ds)
-	if err != nil {
-		return nil, err
-	}
-	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, err
-	}
-	spec, _ := obj["spec"].(map[string]any)
-	template, _ := spec["template"].(map[string]any)
-	if template == nil {
-		template = map[string]any{}
-	}
-	template["$patch"] = "replace"
-	return json.Marshal(map[string]any{"spec": map[string]any{"template": template}})
-}
-
-// Matches tells whether the revision records ds's current template: byte-equal data as the
-// DaemonSet controller compares, or a semantically equal template once applied.
-func Matches(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision) (bool, error) {
-	if p, err := TemplatePatch(ds); err == nil && bytes.Equal(p, rev.Data.Raw) {
-		return true, nil
-	}
-	applied, err := ApplyRevision(ds, rev)
-	if err != nil {
-		return false, err
-	}
-	return apiequality.Semantic.DeepEqual(applied.Spec.Template, ds.Spec.Template), nil
-}
-
 // CurrentRevision returns the revision number recording ds's current template: the matching
 // revision, else (the DaemonSet controller has synced the spec, so the newest revision is
 // current by construction) the newest one, else 0.
 func CurrentRevision(ds *appsv1.DaemonSet, revs []*appsv1.ControllerRevision) (int64, error) {
 	var current int64
 	for _, r := range revs {
-		ok, err := Matches(ds, r)
+		ok, err := rolloutapi.RevisionMatches(ds, r)
 		if err != nil {
 			return 0, err
 		}
@@ -169,15 +116,6 @@ func UndoTarget(revisions []int64, current, toRevision int64) (int64, error) {
 		return other, nil
 	}
 	return 0, fmt.Errorf("no last revision to roll back to")
-}
-
-// RevisionTemplate is the pod template a revision records.
-func RevisionTemplate(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision) (*corev1.PodTemplateSpec, error) {
-	applied, err := ApplyRevision(ds, rev)
-	if err != nil {
-		return nil, err
-	}
-	return &applied.Spec.Template, nil
 }
 
 // TemplateYAML renders a pod template for a person.
@@ -250,10 +188,10 @@ func Undo(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, toR
 		}
 	}
 	res := UndoResult{From: current, To: to}
-	if res.Template, err = RevisionTemplate(ds, target); err != nil {
+	if res.Template, err = rolloutapi.RevisionTemplate(ds, target); err != nil {
 		return res, err
 	}
-	if res.Skipped, err = Matches(ds, target); err != nil || res.Skipped {
+	if res.Skipped, err = rolloutapi.RevisionMatches(ds, target); err != nil || res.Skipped {
 		return res, err
 	}
 	if dryRun == DryRunClient {

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 func TestUndoTarget(t *testing.T) {
@@ -64,7 +66,7 @@ func dsWithImage(image string) *appsv1.DaemonSet {
 // revisionOf records ds's template as the DaemonSet controller does.
 func revisionOf(t *testing.T, ds *appsv1.DaemonSet, n int64) *appsv1.ControllerRevision {
 	t.Helper()
-	data, err := TemplatePatch(ds)
+	data, err := rolloutapi.TemplatePatch(ds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func TestRevisionsRoundTrip(t *testing.T) {
 	}
 	// Restoring revision 1 onto the current DaemonSet gives back its template, replacing (not
 	// merging) the containers, and leaves the rest of the DaemonSet alone.
-	restored, err := ApplyRevision(v2, r1)
+	restored, err := rolloutapi.ApplyRevision(v2, r1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +102,8 @@ func TestRevisionsRoundTrip(t *testing.T) {
 		"semantically equal data matches (key order etc)": {v1, &appsv1.ControllerRevision{Data: runtime.RawExtension{Raw: []byte(`{"spec":{"template":{"$patch":"replace","spec":{"containers":[{"image":"agent:1","name":"agent","resources":{}}]},"metadata":{"labels":{"app":"agent"}}}}}`)}}, true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got, err := Matches(tc.ds, tc.rev); err != nil || got != tc.match {
-				t.Errorf("Matches = %v, %v; want %v", got, err, tc.match)
+			if got, err := rolloutapi.RevisionMatches(tc.ds, tc.rev); err != nil || got != tc.match {
+				t.Errorf("RevisionMatches = %v, %v; want %v", got, err, tc.match)
 			}
 		})
 	}

@@ -107,7 +107,7 @@ func image(ds *appsv1.DaemonSet) string { return ds.Spec.Template.Spec.Container
 
 func revisionImage(t *testing.T, ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision) string {
 	t.Helper()
-	tmpl, err := rolloutcli.RevisionTemplate(ds, rev)
+	tmpl, err := rolloutapi.RevisionTemplate(ds, rev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestUnmanagedRollingUpdateDaemonSet(t *testing.T) {
 		t.Errorf("template annotation %s = %q, want an RFC 3339 time", rolloutcli.RestartedAtAnnotation, at)
 	}
 	revs4 := waitRevisions(t, ns, "nginx-ds", 2, 3, 4)
-	if tmpl, _ := rolloutcli.RevisionTemplate(restarted, revs4[4]); tmpl.Annotations[rolloutcli.RestartedAtAnnotation] != at {
+	if tmpl, _ := rolloutapi.RevisionTemplate(restarted, revs4[4]); tmpl.Annotations[rolloutcli.RestartedAtAnnotation] != at {
 		t.Errorf("revision 4 does not record the restart annotation")
 	}
 	mustRun(t, "status", "ds/nginx-ds", "-n", ns, "--timeout=2m")
