@@ -371,7 +371,8 @@ type planner struct {
 //     growth, so a long step that keeps moving never times out.
 func newPlanner(in RolloutState) *planner {
 	p := &planner{in: in, status: in.Status}
-	if p.status.Revision != in.TargetRevision {
+	restarted := p.status.Revision != in.TargetRevision
+	if restarted {
 		p.status = rolloutapi.Status{Revision: in.TargetRevision, StepStarted: in.Now, PauseToken: in.Settings.ResumeToken,
 			FailedRevision: in.Status.FailedRevision, Progress: in.Now}
 		if len(in.Settings.Gates) > 0 {
@@ -384,6 +385,11 @@ func newPlanner(in RolloutState) *planner {
 		p.status.Analysis = nil
 	}
 	p.views, p.plan.Skipped = p.classifyNodes()
+	if restarted && p.status.Analysis != nil && p.oldRevision() == "" {
+		// A first revision replaces nothing: its pods are not a wave, as Argo Rollouts and
+		// Flagger skip the analysis of an initial deployment.
+		p.status.Analysis.NothingReplaced = true
+	}
 	p.plan.Desired = len(p.views)
 	p.plan.Budget = rolloutapi.ResolveMaxUnavailable(in.Settings.MaxUnavailable, p.plan.Desired)
 	for _, v := range p.views {
@@ -886,8 +892,11 @@ func (p *planner) wave() []string {
 		return nil
 	}
 	var since time.Time
-	if p.status.Analysis != nil {
-		since = p.status.Analysis.VerifiedAt
+	if a := p.status.Analysis; a != nil {
+		if a.NothingReplaced {
+			return nil
+		}
+		since = a.VerifiedAt
 	}
 	var wave []string
 	for _, v := range p.views {

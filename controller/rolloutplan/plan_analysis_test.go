@@ -56,7 +56,7 @@ func TestAnalysis(t *testing.T) {
 		wantPhase        rolloutapi.Phase
 		wantReason       string
 		wantInMsg        []string
-		wantPassed       int    // the errors gate's passed count after the plan; -1: no analysis under way
+		wantPassed       int    // the errors gate's passed count after the plan; -1: the wave passed; -2: nothing replaced
 		wantRollbackTo   string // Plan.RollbackTo
 		wantRequeueAfter time.Duration
 	}{
@@ -65,6 +65,10 @@ func TestAnalysis(t *testing.T) {
 			status:    rolloutapi.Status{Revision: newRev, Progress: t0, Analysis: &rolloutapi.AnalysisStatus{VerifiedAt: t0.Add(-2 * time.Hour)}},
 			wantPhase: rolloutapi.PhaseProgressing, wantReason: rolloutapi.ReasonAnalysisRunning,
 			wantInMsg: []string{"analysing 1 node (a)", "errors 0/2 passed", "next measurement at 2026-11-23T10:00:30Z"}, wantRequeueAfter: 30 * time.Second,
+		},
+		"a DaemonSet's first revision replaces nothing and completes without a measurement": {
+			nodes: []NodeState{node("a", pod(newRev, "ready")), node("b", pod(newRev, "ready"))}, settings: gated("1", errorsGate, false),
+			wantPhase: rolloutapi.PhaseComplete, wantReason: rolloutapi.ReasonComplete, wantPassed: -2,
 		},
 		"a passing measurement counts and the next one waits": {
 			nodes: wave, settings: gated("1", errorsGate, false), status: analysing(1, 0),
@@ -183,6 +187,10 @@ func TestAnalysis(t *testing.T) {
 			}
 			a := plan.Status.Analysis
 			switch {
+			case tc.wantPassed == -2:
+				if a == nil || !a.NothingReplaced {
+					t.Errorf("analysis %+v, want nothing replaced", a)
+				}
 			case tc.wantPassed < 0 && (a == nil || a.Wave != 0 || a.VerifiedAt != t0):
 				t.Errorf("analysis %+v, want the wave passed at %s", a, t0)
 			case tc.wantPassed >= 0 && (a == nil || len(a.Gates) != 1 || a.Gates[0].Passed != tc.wantPassed):

@@ -271,6 +271,9 @@ type AnalysisStatus struct {
 	// Wave is how many nodes the analysis under way measures; 0 when none is under way. A wave
 	// that grows or shrinks starts its measurements again.
 	Wave int `json:"wave,omitempty"`
+	// NothingReplaced says the revision's rollout began with no pod of another revision (the
+	// DaemonSet's first revision): there is nothing to compare and no wave to measure.
+	NothingReplaced bool `json:"nothingReplaced,omitempty"`
 	// Gates are the gates' progress on the wave and their last measurements, in gate order.
 	Gates []GateStatus `json:"gates,omitempty"`
 }
@@ -302,7 +305,7 @@ type GateMeasurement struct {
 
 // encodeAnalysis renders a as StatusAnalysis's value; "" when there is nothing to keep.
 func encodeAnalysis(a *AnalysisStatus) string {
-	if a == nil || (a.VerifiedAt.IsZero() && a.Wave == 0 && len(a.Gates) == 0) {
+	if a == nil || (a.VerifiedAt.IsZero() && a.Wave == 0 && !a.NothingReplaced && len(a.Gates) == 0) {
 		return ""
 	}
 	b, err := json.Marshal(normalised(*a))
