@@ -31,11 +31,12 @@ type Exporter struct {
 
 	mu         sync.Mutex
 	byRevision map[string]float64 // controller-revision-hash -> the value its pods report
+	others     float64            // the value of the revisions not in byRevision
 	noise      float64            // added on every node, whatever its revision
 	dropped    map[string]bool    // nodes whose series are not served
 }
 
-// New is an exporter for the DaemonSet namespace/name; every revision reports 0 until Set.
+// New is an exporter for the DaemonSet namespace/name; every revision reports 0 until Set or SetOthers.
 func New(client kubernetes.Interface, namespace, name string) *Exporter {
 	return &Exporter{client: client, namespace: namespace, name: name, byRevision: map[string]float64{}, dropped: map[string]bool{},
 		desc: prometheus.NewDesc(Metric, "Share of records the node agent failed to handle (test exporter).", []string{"node", "revision"}, nil)}
@@ -46,6 +47,13 @@ func (e *Exporter) Set(revision string, value float64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.byRevision[revision] = value
+}
+
+// SetOthers makes the pods of every revision not Set report value: a release not yet applied.
+func (e *Exporter) SetOthers(value float64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.others = value
 }
 
 // SetNoise adds value to every node's series: noise the whole cluster shares.
@@ -85,7 +93,11 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		rev := p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]
-		ch <- prometheus.MustNewConstMetric(e.desc, prometheus.GaugeValue, e.byRevision[rev]+e.noise, p.Spec.NodeName, rev)
+		v, ok := e.byRevision[rev]
+		if !ok {
+			v = e.others
+		}
+		ch <- prometheus.MustNewConstMetric(e.desc, prometheus.GaugeValue, v+e.noise, p.Spec.NodeName, rev)
 	}
 }
 

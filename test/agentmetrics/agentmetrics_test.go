@@ -28,9 +28,11 @@ func TestSeriesFollowThePodOnEachNode(t *testing.T) {
 	other := func(p *corev1.Pod) { p.OwnerReferences[0].UID = "other" }
 	client := fake.NewClientset(ds,
 		pod("a", "w1", "v1"), pod("b", "w2", "v2"), pod("c", "w3", "v1", terminating), pod("d", "w3", "v2"),
-		pod("e", "w4", "v1", other), pod("f", "", "v1"))
+		pod("e", "w4", "v1", other), pod("f", "", "v1"), pod("g", "w5", "v3"))
 	e := New(client, "ns", "agent")
 	e.Set("v2", 0.5)
+	e.Set("v1", 0)
+	e.SetOthers(1)
 	e.SetNoise(0.25)
 	e.Drop("w2", true)
 	want := `
@@ -38,6 +40,7 @@ func TestSeriesFollowThePodOnEachNode(t *testing.T) {
 # TYPE agent_error_ratio gauge
 agent_error_ratio{node="w1",revision="v1"} 0.25
 agent_error_ratio{node="w3",revision="v2"} 0.75
+agent_error_ratio{node="w5",revision="v3"} 1.25
 `
 	if err := testutil.CollectAndCompare(e, strings.NewReader(want)); err != nil {
 		t.Error(err)

@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/daemonguard/daemonguard/controller/rollout"
-	"github.com/daemonguard/daemonguard/test/localcluster"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/daemonguard/daemonguard/controller/rollout"
+	"github.com/daemonguard/daemonguard/internal/promquery"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 // Controller is a rollout controller running in this process against a local cluster.
@@ -22,6 +24,8 @@ type Controller struct {
 type ControllerOptions struct {
 	// Namespace limits the controller to one namespace (--watch-namespace); empty watches all.
 	Namespace string
+	// Prometheus is where the controller measures analysis gates.
+	Prometheus promquery.Options
 }
 
 // StartController starts the rollout controller with leader election (its Lease lives in
@@ -48,7 +52,7 @@ func StartControllerWith(ctx context.Context, c *localcluster.Cluster, opts Cont
 		ctl.done <- rollout.Run(runCtx, rollout.Options{
 			RESTConfig: c.RESTConfig, MetricsAddr: "0", HealthAddr: "0",
 			LeaderElection: true, LeaderElectionNamespace: WebhookNamespace,
-			Namespace: opts.Namespace, Log: log,
+			Namespace: opts.Namespace, Log: log, Prometheus: opts.Prometheus,
 		})
 	}()
 	return ctl, nil
