@@ -53,7 +53,7 @@ LOCALCLUSTER := $(STATIC_GO) run $(STATIC_FLAGS) ./cmd/localcluster
 DEMO_TOOLS   := --set demo$(if $(filter 1 true yes,$(REAL_NODE)), --set real-node)
 
 .PHONY: testbin
-testbin: testdeps ## Build (or reuse cached) every pinned tool: the control plane, kwok, kubelet, kube-proxy, helm, ko, cert-manager and Argo CD.
+testbin: testdeps ## Build (or reuse cached) every pinned tool: the control plane, kwok, kubelet, kube-proxy, helm, ko, cert-manager, Argo CD and gotestsum.
 	$(TESTBIN) --set all
 
 .PHONY: demobin
@@ -146,9 +146,15 @@ chart: image ## Package the chart pinned to that image by digest into bin/releas
 
 ##@ Test
 
+# make test runs go test through gotestsum (a pinned tool): the same output, as verbose as
+# TEST_FLAGS asks, ending with each failed test and what it printed, so the end of a long log
+# names what failed.
+TEST_FORMAT = $(if $(filter -v,$(TEST_FLAGS)),standard-verbose,standard-quiet)
+
 .PHONY: test
 test: testbin lint ## Run every test, including the integration tests on the local control plane.
-	$(GO) test $(TEST_FLAGS) ./...
+	gotestsum=$$($(TESTBIN) --print gotestsum); \
+	  "$$gotestsum" --format $(TEST_FORMAT) --hide-summary=skipped -- $(TEST_FLAGS) ./...
 
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no cluster.

@@ -29,15 +29,24 @@ func (s *setsFlag) Set(v string) error {
 func main() {
 	var sets setsFlag
 	flag.Var(&sets, "set", "a tool set to build: "+strings.Join(toolbin.ToolSetNames, ", ")+" (repeatable)")
+	printPath := flag.String("print", "", "a binary whose path to print on standard output once built (the Makefile runs gotestsum so)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage: testbin [--set NAME]... [BINARY...]\nBuilds (or finds cached) the named sets and binaries; every tool when none is named.\n\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: testbin [--set NAME]... [--print BINARY] [BINARY...]\nBuilds (or finds cached) the named sets and binaries; every tool when none is named.\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := toolbin.Build(ctx, os.Stderr, sets, flag.Args()); err != nil {
+	names := flag.Args()
+	if *printPath != "" {
+		names = append(names, *printPath)
+	}
+	bins, err := toolbin.Build(ctx, os.Stderr, sets, names)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
+	}
+	if *printPath != "" {
+		fmt.Println(bins.Path(*printPath))
 	}
 }

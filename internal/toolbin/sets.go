@@ -54,14 +54,13 @@ func AllTools() []string {
 
 // Build ensures the binaries of the named sets and the names given one by one; with neither it
 // ensures every tool.
-func Build(ctx context.Context, log io.Writer, sets, names []string) error {
+func Build(ctx context.Context, log io.Writer, sets, names []string) (*Binaries, error) {
 	for _, s := range sets {
 		tools, err := ToolSet(s)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		names = append(names, tools...)
 	}
-	_, err := Ensure(ctx, log, names...)
-	return err
+	return Ensure(ctx, log, names...)
 }

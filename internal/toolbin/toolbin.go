@@ -105,6 +105,13 @@ var toolModules = []toolModule{
 		sets:    []outputSet{{name: "ko", outputs: map[string]string{"ko": "github.com/google/ko"}}},
 	},
 	{
+		// gotestsum runs `make test`: the same verbose output, ending with each failed test and
+		// what it printed, so the end of a long CI log says what failed.
+		dir:     "gotestsum",
+		ldflags: "-s -w",
+		sets:    []outputSet{{name: "gotestsum", outputs: map[string]string{"gotestsum": "gotest.tools/gotestsum"}}},
+	},
+	{
 		// cert-manager's controllers and cainjector in one process (see tools/certmanager), and
 		// the CRDs of exactly that version.
 		dir:     "certmanager",

@@ -34,7 +34,7 @@ func newBuildCommand() *cobra.Command {
 		Use:   "build [--set NAME]... [BINARY...]",
 		Short: "Build (or find cached) the test binaries of the named tool sets and binaries, every tool when none is named (as cmd/testbin, which `make` runs)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := toolbin.Build(cmd.Context(), cmd.ErrOrStderr(), sets, args); err != nil {
+			if _, err := toolbin.Build(cmd.Context(), cmd.ErrOrStderr(), sets, args); err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.ErrOrStderr(), "Test binaries are built.")
