@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	jsonpatchapply "github.com/evanphx/json-patch/v5"
+	"github.com/go-logr/logr"
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,7 +20,6 @@ import (
 	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
-	"github.com/go-logr/logr"
 )
 
 // Lookups read what admission knows of the live cluster. Nil functions mean "unknown".
