@@ -17,11 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/daemonguard/daemonguard/internal/admission"
 	lua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/admission"
 )
 
 const (
