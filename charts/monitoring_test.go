@@ -146,8 +146,8 @@ func TestEveryAlertHasAFiringAndAQuietCase(t *testing.T) {
 // prometheusRule is the part of a monitoring.coreos.com/v1 PrometheusRule the chart sets.
 type prometheusRule struct {
 	metav1.TypeMeta `json:",inline"`
-	Metadata metav1.ObjectMeta `json:"metadata"`
-	Spec     ruleGroups        `json:"spec"`
+	Metadata        metav1.ObjectMeta `json:"metadata"`
+	Spec            ruleGroups        `json:"spec"`
 }
 
 // TestPrometheusRuleIsTheRulesFile: metrics.prometheusRule.enabled renders one PrometheusRule
@@ -246,4 +246,3 @@ func TestDashboardHasTheDefaultSidecarLabel(t *testing.T) {
 		t.Fatalf("dashboard ConfigMaps' labels %v, want one with grafana_dashboard: \"1\"", labels)
 	}
 }
-
