@@ -73,8 +73,10 @@ endef
 # Argo CD's application controller and repo server need a Redis; the e2e tests run Debian's
 # redis-server on a free port and skip, naming the package, when it is missing. RUNLEVEL=1 keeps
 # the package's init script from starting a system-wide redis on port 6379.
+# The alert rules' promtool tests and test/promtest run Debian's prometheus package (it ships
+# promtool); RUNLEVEL=1 keeps its service from starting a system-wide Prometheus on port 9090.
 .PHONY: testdeps
-testdeps: realnodedeps ## Install Debian's redis-server (Argo CD e2e tests), prometheus (analysis gate tests) and the real node's packages when missing and root.
+testdeps: realnodedeps ## Install Debian's redis-server (Argo CD e2e tests), prometheus (alert rule and analysis gate tests) and the real node's packages when missing and root.
 	@if ! command -v redis-server >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "Installing Debian's redis-server for the Argo CD e2e tests"; \
@@ -83,12 +85,12 @@ testdeps: realnodedeps ## Install Debian's redis-server (Argo CD e2e tests), pro
 	    echo "redis-server is missing and this is not root with apt-get: the Argo CD e2e tests will skip (install Debian's redis-server package)"; \
 	  fi; \
 	fi
-	@if ! command -v prometheus >/dev/null; then \
+	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "Installing Debian's prometheus (with promtool) for the analysis gate tests"; \
+	    echo "Installing Debian's prometheus (and promtool) for the alert rule and analysis gate tests"; \
 	    apt-get update -qq && RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
 	  else \
-	    echo "prometheus is missing and this is not root with apt-get: the analysis gate tests will skip (install Debian's prometheus package)"; \
+	    echo "prometheus is missing and this is not root with apt-get: the alert rule and analysis gate tests will skip (install Debian's prometheus package)"; \
 	  fi; \
 	fi
 

@@ -102,6 +102,15 @@ func TestValuesSchemaRejects(t *testing.T) {
 		"a mistyped ServiceMonitor key": {
 			args: []string{"--set", "metrics.serviceMonitor.enable=true"}, want: "at '/metrics/serviceMonitor': additional properties 'enable' not allowed",
 		},
+		"a mistyped PrometheusRule key": {
+			args: []string{"--set", "metrics.prometheusRule.enable=true"}, want: "at '/metrics/prometheusRule': additional properties 'enable' not allowed",
+		},
+		"a mistyped Grafana dashboard key": {
+			args: []string{"--set", "metrics.grafanaDashboard.label.grafana_dashboard=1"}, want: "at '/metrics/grafanaDashboard': additional properties 'label' not allowed",
+		},
+		"a dashboard label that is not a string": {
+			args: []string{"--set", "metrics.grafanaDashboard.labels.grafana_dashboard=1"}, want: "got number, want string",
+		},
 		"a mistyped metrics reader key": {
 			args: []string{"--set", "metrics.reader.subject[0].name=prometheus"}, want: "at '/metrics/reader': additional properties 'subject' not allowed",
 		},

@@ -5,5 +5,7 @@
 // Standard, that its RBAC is least-privilege and covers what the binary calls, that its webhook
 // configurations are exactly what webhook.Configurations returns, that the container
 // arguments are flags the daemonguard binary accepts, and that the README's
-// `helm template ... | daemonguard check -f -` works as written (no --kube-version).
+// `helm template ... | daemonguard check -f -` works as written (no --kube-version), and that the
+// alert rules pass their promtool tests and reach the PrometheusRule and the dashboard its ConfigMap
+// as written.
 package charts

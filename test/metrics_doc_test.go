@@ -50,7 +50,7 @@ func TestMetricsTableMatchesTheCode(t *testing.T) {
 // "daemonguard_..."}, []string{labels}) calls.
 func definedMetrics(t *testing.T) map[string]metric {
 	t.Helper()
-	constructor := regexp.MustCompile(`^New(Counter|Gauge|Histogram|Summary)(Vec)?$`)
+	constructor := regexp.MustCompile(`^New(Counter|Gauge|Histogram|Summary)(Vec|Func)?$`)
 	out := map[string]metric{}
 	for _, dir := range []string{"webhook", "controller", "internal", "cmd"} {
 		err := filepath.WalkDir(filepath.Join(repoRoot, dir), func(path string, d fs.DirEntry, err error) error {

@@ -34,9 +34,9 @@ func TestAnalysisGatesJudgeEachWaveInARealPrometheus(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
 	agents := agentmetrics.New(cluster.Client, ns, "nginx-ds")
-	prom := promtest.Start(t, promtest.Config{Targets: []string{agents.Serve(t)}})
+	prom := promtest.Start(t, promtest.Options{Targets: []promtest.Target{{Job: "agents", URL: agents.Serve(t)}}})
 	ctl, err := harness.StartControllerWith(context.Background(), cluster, harness.ControllerOptions{
-		Namespace: ns, Prometheus: promquery.Options{Address: prom.URL(), Timeout: 5 * time.Second}})
+		Namespace: ns, Prometheus: promquery.Options{Address: prom.Address(), Timeout: 5 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,14 +64,18 @@ func TestAnalysisGatesJudgeEachWaveInARealPrometheus(t *testing.T) {
 	// The roll forward's pods report no errors; the failed release's keep reporting theirs.
 	agents.Set(ds.Annotations[rolloutapi.StatusFailedRevision], 0.5)
 	agents.SetOthers(0)
-	prom.Stop(t)
+	if err := prom.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	setImage(t, ns, "nginx:1.25.0")
 	ds = waitPhase(t, ns, rolloutapi.PhasePaused, 2*time.Minute)
 	if c := clustertest.RolloutCondition(ds, rolloutapi.PhasePaused); c.Reason != rolloutapi.ReasonAnalysisInconclusive || !strings.Contains(c.Message, "no answer from Prometheus") {
 		t.Fatalf("with Prometheus stopped the rollout is paused with %s: %s; want AnalysisInconclusive saying Prometheus did not answer", c.Reason, c.Message)
 	}
 	paused := nodesRunning(t, ns, "nginx:1.25.0")
-	prom.Start(t)
+	if err := prom.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	waitSettled(t, ns, "nginx:1.25.0", nodeCount)
 	waitPhase(t, ns, rolloutapi.PhaseComplete, 2*time.Minute)
 	t.Logf("paused with %d nodes on the roll forward while Prometheus was down; completed once it was back", paused)

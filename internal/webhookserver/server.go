@@ -253,10 +253,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("policies", reloader.ready); err != nil {
+	if err := addReadinessChecks(mgr, map[string]healthz.Checker{"webhook": server.StartedChecker(), "policies": reloader.ready}); err != nil {
 		return err
 	}
 	if opts.MetricsAddr != "0" {

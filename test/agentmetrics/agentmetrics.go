@@ -102,7 +102,7 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Serve serves the exporter's /metrics on a loopback port until the test ends, and returns the
-// address (host:port) for a scrape target.
+// endpoint's URL for a scrape target.
 func (e *Exporter) Serve(t testing.TB) string {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
@@ -111,5 +111,5 @@ func (e *Exporter) Serve(t testing.TB) string {
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return srv.Listener.Addr().String()
+	return srv.URL + "/metrics"
 }

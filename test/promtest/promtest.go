@@ -1,18 +1,22 @@
-// Package promtest runs a real Prometheus for the tests: Debian's prometheus binary on a loopback
-// port, with a temporary TSDB and a scrape interval of a second, scraping the targets a test names.
-// It can be stopped and started again on the same port and TSDB, as an outage mid-rollout.
+// Package promtest runs the real Prometheus server for tests: Debian's prometheus binary on a free
+// loopback port, with a temporary TSDB, a generated configuration that scrapes the caller's targets
+// and evaluates the caller's rule files every second. Tests query it with client_golang's API
+// client, and may stop and start it again on the same TSDB and port (an e2e test that loses its
+// Prometheus mid-rollout). A test skips, naming the Debian package, when the binary is missing.
 package promtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -21,125 +25,178 @@ import (
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+	"sigs.k8s.io/yaml"
 )
 
-// Config says what Prometheus scrapes.
-type Config struct {
-	// Targets are host:port addresses serving /metrics over plain HTTP, scraped as job "agents".
-	Targets []string
+// Target is one endpoint Prometheus scrapes, in a scrape job of its own.
+type Target struct {
+	// Job is the job label of its series; unique among the targets.
+	Job string
+	// URL is the metrics endpoint, e.g. https://127.0.0.1:8443/metrics: its scheme, host and path.
+	URL string
+	// CAFile verifies the target's certificate (https); ServerName is the name it must cover when
+	// not the URL's host. InsecureSkipVerify accepts any certificate.
+	CAFile             string
+	ServerName         string
+	InsecureSkipVerify bool
+	// BearerTokenFile is a file whose content Prometheus sends as a bearer token, read anew at
+	// every scrape.
+	BearerTokenFile string
 }
 
-// Prometheus is one real Prometheus process.
-type Prometheus struct {
-	bin, dir, addr string
-	args           []string
+// Options configures the server.
+type Options struct {
+	Targets []Target
+	// RuleFiles are Prometheus rule files (recording and alerting rules), evaluated every Interval.
+	RuleFiles []string
+	// Interval is the scrape and evaluation interval; 1s when zero.
+	Interval time.Duration
+}
+
+// Server is a running (or stopped) Prometheus.
+type Server struct {
+	binary string
+	dir    string // holds the configuration, the log and, under tsdb, the TSDB
+	port   int
+	api    promv1.API
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	done chan error
+	done chan struct{} // closed when cmd has exited
+	err  error         // cmd's exit, once done is closed
 }
 
-// scrapeInterval is short so that a test sees a changed series within seconds.
-const scrapeInterval = "1s"
+// readyTimeout bounds the start of Prometheus, WAL replay included.
+const readyTimeout = time.Minute
 
-// Start starts Prometheus scraping cfg's targets and waits until it is ready; the test's cleanup
-// stops it. Without the prometheus binary the test is skipped, naming the package to install.
-func Start(t testing.TB, cfg Config) *Prometheus {
+// Start starts Prometheus for the test and stops it when the test ends. It skips the test when
+// Debian's prometheus package is not installed.
+func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
+	binary, err := exec.LookPath("prometheus")
 	if err != nil {
-		t.Skip("prometheus is not installed: install Debian's prometheus package (make testdeps does, as root)")
+		t.Skip("prometheus is not on PATH: install Debian's prometheus package (`make testdeps` does as root)")
 	}
-	dir := t.TempDir()
-	var targets []string
-	for _, target := range cfg.Targets {
-		targets = append(targets, fmt.Sprintf("%q", target))
-	}
-	config := fmt.Sprintf("global: {scrape_interval: %[1]s, evaluation_interval: %[1]s}\nscrape_configs:\n- job_name: agents\n  static_configs:\n  - targets: [%[2]s]\n",
-		scrapeInterval, strings.Join(targets, ", "))
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr, err := freeAddr()
+	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Prometheus{bin: bin, dir: dir, addr: addr, args: []string{
-		"--config.file=" + filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
-		"--web.listen-address=" + addr,
-	}}
-	t.Cleanup(func() { _ = p.stop() })
-	p.Start(t)
-	return p
-}
-
-// freeAddr is a loopback address with a port free now.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	s := &Server{binary: binary, dir: t.TempDir(), port: port}
+	if err := s.writeConfig(opts); err != nil {
+		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// URL is the base URL of Prometheus' HTTP API.
-func (p *Prometheus) URL() string { return "http://" + p.addr }
-
-// Start starts Prometheus again after Stop, on the same port and TSDB, and waits until it is ready.
-func (p *Prometheus) Start(t testing.TB) {
-	t.Helper()
-	log, err := os.OpenFile(filepath.Join(p.dir, "prometheus.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	client, err := api.NewClient(api.Config{Address: s.Address()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		t.Fatalf("start prometheus: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait(); log.Close() }()
-	p.mu.Lock()
-	p.cmd, p.done = cmd, done
-	p.mu.Unlock()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("prometheus exited before it was ready (%v); its log:\n%s", err, p.log())
-		default:
+	s.api = promv1.NewAPI(client)
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("stop prometheus: %v", err)
 		}
-		resp, err := http.Get(p.URL() + "/-/ready")
+	})
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Address is the base URL of Prometheus's HTTP API and UI.
+func (s *Server) Address() string {
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// API is client_golang's client of the server's HTTP API, for what Query does not cover.
+func (s *Server) API() promv1.API { return s.api }
+
+// Query evaluates expr now; Prometheus's warnings make it fail, since a test should not rely on a
+// partial answer.
+func (s *Server) Query(ctx context.Context, expr string) (model.Value, error) {
+	v, warnings, err := s.api.Query(ctx, expr, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("query %q: %w", expr, err)
+	}
+	if len(warnings) > 0 {
+		return nil, fmt.Errorf("query %q: warnings %v", expr, warnings)
+	}
+	return v, nil
+}
+
+// Start starts Prometheus on the server's port and TSDB, again after Stop, and waits until it is
+// ready (/-/ready). It fails when Prometheus is running already.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return errors.New("prometheus is running already")
+	}
+	logFile, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close() // the child has its own descriptor
+	cmd := exec.Command(s.binary,
+		"--config.file="+filepath.Join(s.dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(s.dir, "tsdb"),
+		"--web.listen-address="+net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
+		"--web.enable-lifecycle",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.binary, err)
+	}
+	done := make(chan struct{})
+	s.cmd, s.done = cmd, done
+	go func() {
+		err := cmd.Wait()
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		close(done)
+	}()
+	if err := s.waitReady(ctx, done); err != nil {
+		return fmt.Errorf("%w\n%s", err, s.logTail())
+	}
+	return nil
+}
+
+// waitReady polls /-/ready until it answers 200, Prometheus exits or the deadline passes.
+func (s *Server) waitReady(ctx context.Context, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Address()+"/-/ready", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
+			err = fmt.Errorf("/-/ready answered %s", resp.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready after a minute; its log:\n%s", p.log())
+		last = err
+		select {
+		case <-exited:
+			return fmt.Errorf("prometheus exited before it was ready: %v", s.exitErr())
+		case <-ctx.Done():
+			return fmt.Errorf("prometheus not ready after %s: %v", readyTimeout, last)
+		case <-tick.C:
 		}
-		time.Sleep(100 * time.Millisecond) // polls readiness; the deadline above bounds it
 	}
 }
 
-// Stop stops Prometheus (SIGTERM, as a pod is stopped) and waits until it has exited.
-func (p *Prometheus) Stop(t testing.TB) {
-	t.Helper()
-	if err := p.stop(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (p *Prometheus) stop() error {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.cmd = nil
-	p.mu.Unlock()
+// Stop stops Prometheus (SIGTERM, so it closes its TSDB cleanly; SIGKILL after 30s) and waits for
+// it to exit. Stopping a stopped server does nothing.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
 	if cmd == nil {
 		return nil
 	}
@@ -148,42 +205,178 @@ func (p *Prometheus) stop() error {
 	}
 	select {
 	case <-done:
-		return nil
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
 		<-done
-		return errors.New("prometheus did not stop within 30s of SIGTERM; killed")
+		return fmt.Errorf("prometheus did not stop within 30s of SIGTERM; killed\n%s", s.logTail())
 	}
-}
-
-func (p *Prometheus) log() string {
-	b, _ := os.ReadFile(filepath.Join(p.dir, "prometheus.log"))
-	return string(b)
-}
-
-// Query runs an instant query.
-func (p *Prometheus) Query(ctx context.Context, expr string) (model.Value, error) {
-	client, err := api.NewClient(api.Config{Address: p.URL()})
-	if err != nil {
-		return nil, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cmd, s.done = nil, nil
+	var exit *exec.ExitError
+	if s.err != nil && !errors.As(s.err, &exit) {
+		return s.err
 	}
-	v, _, err := promv1.NewAPI(client).Query(ctx, expr, time.Now())
-	return v, err
+	return nil
 }
 
-// WaitForSamples waits until expr returns at least n samples, and returns them.
-func (p *Prometheus) WaitForSamples(t testing.TB, expr string, n int) model.Vector {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+// WaitForTargetsUp polls the targets API until every configured target's last scrape succeeded.
+func (s *Server) WaitForTargetsUp(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var last string
 	for {
-		v, err := p.Query(context.Background(), expr)
-		vec, _ := v.(model.Vector)
-		if err == nil && len(vec) >= n {
-			return vec
+		targets, err := s.api.Targets(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			// The deadline cut this request short: keep what the targets said before.
+		case err != nil:
+			last = err.Error()
+		case len(targets.Active) == 0:
+			last = "no active target"
+		default:
+			last = ""
+			for _, target := range targets.Active {
+				if target.Health != promv1.HealthGood {
+					last += fmt.Sprintf("%s %s: %s %s; ", target.Labels["job"], target.ScrapeURL, target.Health, target.LastError)
+				}
+			}
+			if last == "" {
+				return nil
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d samples after a minute (%v), want %d; value %v", expr, len(vec), err, n, v)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("targets not up after %s: %s", timeout, last)
+		case <-tick.C:
 		}
-		time.Sleep(250 * time.Millisecond) // polls the condition; the deadline above bounds it
 	}
+}
+
+// WaitForSamples polls expr until it returns at least n samples, and returns them; it fails the
+// test after a minute.
+func (s *Server) WaitForSamples(t testing.TB, expr string, n int) model.Vector {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var last string
+	for {
+		v, err := s.Query(ctx, expr)
+		vec, _ := v.(model.Vector)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case len(vec) >= n:
+			return vec
+		default:
+			last = fmt.Sprintf("%d samples: %v", len(vec), v)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: want at least %d samples after a minute; last answer: %s", expr, n, last)
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Server) exitErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *Server) logPath() string { return filepath.Join(s.dir, "prometheus.log") }
+
+// logTail is the end of Prometheus's log, for errors.
+func (s *Server) logTail() string {
+	data, err := os.ReadFile(s.logPath())
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			data = data[i+1:]
+		}
+	}
+	return "prometheus log:\n" + string(data)
+}
+
+// writeConfig writes prometheus.yml: one scrape job per target, the rule files, and the interval
+// for both scraping and rule evaluation.
+func (s *Server) writeConfig(opts Options) error {
+	interval := opts.Interval
+	if interval == 0 {
+		interval = time.Second
+	}
+	type tlsConfig struct {
+		CAFile             string `json:"ca_file,omitempty"`
+		ServerName         string `json:"server_name,omitempty"`
+		InsecureSkipVerify bool   `json:"insecure_skip_verify,omitempty"`
+	}
+	type authorization struct {
+		CredentialsFile string `json:"credentials_file"`
+	}
+	type staticConfig struct {
+		Targets []string `json:"targets"`
+	}
+	type scrapeConfig struct {
+		JobName       string         `json:"job_name"`
+		Scheme        string         `json:"scheme"`
+		MetricsPath   string         `json:"metrics_path"`
+		TLSConfig     *tlsConfig     `json:"tls_config,omitempty"`
+		Authorization *authorization `json:"authorization,omitempty"`
+		StaticConfigs []staticConfig `json:"static_configs"`
+	}
+	var scrapes []scrapeConfig
+	jobs := map[string]bool{}
+	for _, target := range opts.Targets {
+		if target.Job == "" || jobs[target.Job] {
+			return fmt.Errorf("target %s: job %q is empty or not unique", target.URL, target.Job)
+		}
+		jobs[target.Job] = true
+		u, err := url.Parse(target.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("target %s: want an http or https URL with a host (%v)", target.URL, err)
+		}
+		scrape := scrapeConfig{JobName: target.Job, Scheme: u.Scheme, MetricsPath: u.Path, StaticConfigs: []staticConfig{{Targets: []string{u.Host}}}}
+		if scrape.MetricsPath == "" {
+			scrape.MetricsPath = "/metrics"
+		}
+		if target.CAFile != "" || target.ServerName != "" || target.InsecureSkipVerify {
+			scrape.TLSConfig = &tlsConfig{CAFile: target.CAFile, ServerName: target.ServerName, InsecureSkipVerify: target.InsecureSkipVerify}
+		}
+		if target.BearerTokenFile != "" {
+			scrape.Authorization = &authorization{CredentialsFile: target.BearerTokenFile}
+		}
+		scrapes = append(scrapes, scrape)
+	}
+	config := map[string]any{
+		"global": map[string]string{
+			"scrape_interval":     model.Duration(interval).String(),
+			"scrape_timeout":      model.Duration(interval).String(),
+			"evaluation_interval": model.Duration(interval).String(),
+		},
+		"rule_files":     opts.RuleFiles,
+		"scrape_configs": scrapes,
+	}
+	data, err := yaml.Marshal(config)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(s.dir, "prometheus.yml"), data, 0o600)
+}
+
+// freePort returns a loopback port free right now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -1,34 +1,121 @@
 package promtest
 
 import (
+	"context"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/model"
 )
 
-// A real Prometheus scrapes an in-test exporter, serves its series back, and has it again after
-// a stop and a start on the same TSDB.
-func TestScrapesAndSurvivesARestart(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "promtest_value", Help: "A value."}, []string{"node"})
-	reg.MustRegister(g)
-	g.WithLabelValues("w1").Set(7)
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	defer srv.Close()
+// waitForValue polls expr until it returns one sample equal to want.
+func waitForValue(ctx context.Context, t *testing.T, s *Server, expr string, want float64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	var last string
+	for {
+		v, err := s.Query(ctx, expr)
+		switch {
+		case err != nil:
+			last = err.Error()
+		default:
+			last = v.String()
+			if vec, ok := v.(model.Vector); ok && len(vec) == 1 && float64(vec[0].Value) == want {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: want one sample of %v, last answer: %s", expr, want, last)
+		case <-tick.C:
+		}
+	}
+}
 
-	p := Start(t, Config{Targets: []string{srv.Listener.Addr().String()}})
-	vec := p.WaitForSamples(t, `promtest_value{node="w1"} == 7`, 1)
-	if vec[0].Metric["job"] != "agents" {
-		t.Errorf("sample %v, want job agents", vec[0])
+// Prometheus scrapes an HTTPS exporter that demands a bearer token, verifying its certificate;
+// evaluates a rule file; and after a stop and a start on the same TSDB and port still has what it
+// scraped before and scrapes again.
+func TestPrometheusScrapesEvaluatesAndRestarts(t *testing.T) {
+	const token = "promtest-token"
+	registry := prometheus.NewRegistry()
+	answer := prometheus.NewGauge(prometheus.GaugeOpts{Name: "promtest_answer", Help: "A value the test sets."})
+	registry.MustRegister(answer)
+	answer.Set(42)
+	metrics := promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
+	exporter := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "no or a wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	}))
+	t.Cleanup(exporter.Close)
+
+	dir := t.TempDir()
+	caFile, tokenFile, rulesFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token"), filepath.Join(dir, "rules.yaml")
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: exporter.Certificate().Raw})
+	rules := "groups:\n  - name: promtest\n    rules:\n      - record: promtest:answer:doubled\n        expr: promtest_answer * 2\n"
+	for path, content := range map[string]string{caFile: string(ca), tokenFile: token, rulesFile: rules} {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	p.Stop(t)
-	if _, err := http.Get(p.URL() + "/-/ready"); err == nil {
-		t.Fatal("prometheus still answers after Stop")
+
+	s := Start(t, Options{
+		Targets:   []Target{{Job: "exporter", URL: exporter.URL + "/metrics", CAFile: caFile, BearerTokenFile: tokenFile}},
+		RuleFiles: []string{rulesFile},
+	})
+	ctx := t.Context()
+	if err := s.WaitForTargetsUp(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
-	g.WithLabelValues("w1").Set(8)
-	p.Start(t)
-	p.WaitForSamples(t, `promtest_value{node="w1"} == 8`, 1)
+	waitForValue(ctx, t, s, `promtest_answer{job="exporter"}`, 42)
+	waitForValue(ctx, t, s, `promtest:answer:doubled`, 84)
+	before := time.Now()
+
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Query(ctx, "promtest_answer"); err == nil {
+		t.Fatal("a stopped Prometheus answered a query")
+	}
+	answer.Set(43)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v, _, err := s.API().Query(ctx, "promtest_answer", before)
+	if vec, ok := v.(model.Vector); err != nil || !ok || len(vec) != 1 || vec[0].Value != 42 {
+		t.Fatalf("after a restart, promtest_answer at %s is %v (%v), want the 42 scraped before", before, v, err)
+	}
+	if err := s.WaitForTargetsUp(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitForValue(ctx, t, s, `promtest_answer`, 43)
+}
+
+// A target that refuses the scrape is reported, with its error, by WaitForTargetsUp.
+func TestWaitForTargetsUpReportsAFailingTarget(t *testing.T) {
+	exporter := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "no", http.StatusForbidden)
+	}))
+	t.Cleanup(exporter.Close)
+	s := Start(t, Options{Targets: []Target{{Job: "forbidden", URL: exporter.URL + "/metrics"}}})
+	err := s.WaitForTargetsUp(t.Context(), 15*time.Second)
+	if err == nil {
+		t.Fatal("WaitForTargetsUp succeeded for a target that answers 403")
+	}
+	if !strings.Contains(err.Error(), "403") {
+		t.Errorf("WaitForTargetsUp: %v, want the target's 403 in it", err)
+	}
 }

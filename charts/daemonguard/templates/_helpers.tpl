@@ -240,6 +240,11 @@ spec:
       interval: {{ $sm.interval }}
       scrapeTimeout: {{ $sm.scrapeTimeout }}
       bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+      {{- if eq .component "controller" }}
+      # The rollout metrics' namespace label is the DaemonSet's; without this Prometheus would
+      # rename it exported_namespace and put the controller's namespace in its place.
+      honorLabels: true
+      {{- end }}
       tlsConfig:
         {{- if eq .component "webhook" }}
         serverName: {{ include "daemonguard.webhook.serviceName" .context }}.{{ .context.Release.Namespace }}.svc
