@@ -8,6 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/daemonguard/daemonguard/internal/promquery"
@@ -115,4 +116,108 @@ func nodesRunning(t *testing.T, ns, image string) int {
 		}
 	}
 	return n
+}
+
+// baselineGate compares each node of a wave with the median of nodes outside it, whatever their
+// revision: a new release may report at most 0.1 more errors than the nodes it has not reached.
+const baselineGate = `- {name: errors-vs-baseline, query: 'max by (node) (agent_error_ratio{node=~"{{ nodes }}"})', baseline: true, max: 0.1, interval: 2s, count: 1}`
+
+// TestBaselineGateIgnoresNoisePausesOnMissingDataAndRollsBack rolls nginx-ds out on 20 nodes with
+// a budget of 5 and a baseline gate, measured by a real Prometheus:
+//   - with 0.4 of noise on every node, which would fail an absolute bound of 0.1, a release that
+//     adds 0.05 completes: only the difference from the old-revision nodes counts;
+//   - a node whose series the exporter drops pauses the rollout as inconclusive, naming it, and
+//     nothing more is deleted until its series is back;
+//   - with daemonguard.io/on-analysis-failure: rollback, a release that adds 0.5 fails its first
+//     wave and the controller puts the previous template back, which then rolls out to every node.
+//
+// The budget is sampled on every pod and node event throughout.
+func TestBaselineGateIgnoresNoisePausesOnMissingDataAndRollsBack(t *testing.T) {
+	localcluster.NeedCluster(t)
+	ns := cluster.NewTestNamespace(t)
+	agents := agentmetrics.New(cluster.Client, ns, "nginx-ds")
+	prom := promtest.Start(t, promtest.Options{Targets: []promtest.Target{{Job: "agents", URL: agents.Serve(t)}}})
+	ctl, err := harness.StartControllerWith(context.Background(), cluster, harness.ControllerOptions{
+		Namespace: ns, Prometheus: promquery.Options{Address: prom.Address(), Timeout: 5 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Stop()
+	const budget = 5
+	agents.SetNoise(0.4)
+	deployManaged(t, ns, nodeCount, map[string]string{rolloutapi.AnnotationMaxUnavailable: fmt.Sprint(budget), rolloutapi.AnnotationAnalysis: baselineGate})
+	prom.WaitForSamples(t, "agent_error_ratio >= 0.4", nodeCount)
+	s := sampleBudget(t, ns)
+
+	// Noise: every node reports 0.4, the new release's nodes 0.45.
+	agents.Set(revisionOf(t, ns, "nginx:1.7.9"), 0)
+	agents.SetOthers(0.05)
+	setImage(t, ns, "nginx:1.24.0")
+	waitSettled(t, ns, "nginx:1.24.0", nodeCount)
+	ds := waitPhase(t, ns, rolloutapi.PhaseComplete, 2*time.Minute)
+	if got := lastMeasurement(t, ds, "errors-vs-baseline"); got == nil || got.Result != rolloutapi.MeasurementPassed {
+		t.Fatalf("last measurement of the baseline gate %+v, want Passed", got)
+	}
+
+	// Missing data: the exporter stops serving one node's series before the next release.
+	agents.Set(revisionOf(t, ns, "nginx:1.24.0"), 0.05)
+	agents.SetOthers(0.05)
+	const dropped = "worker-7"
+	agents.Drop(dropped, true)
+	setImage(t, ns, "nginx:1.25.0")
+	ds = clustertest.WaitDaemonSet(t, cluster, ns, "nginx-ds", 3*time.Minute, "paused for "+dropped+"'s missing series", func(ds *appsv1.DaemonSet) (bool, string) {
+		c := clustertest.RolloutCondition(ds, rolloutapi.PhasePaused)
+		return c != nil && c.Reason == rolloutapi.ReasonAnalysisInconclusive && strings.Contains(c.Message, dropped), fmt.Sprintf("conditions %+v", ds.Status.Conditions)
+	})
+	t.Logf("paused: %s", clustertest.RolloutCondition(ds, rolloutapi.PhasePaused).Message)
+	first := lastMeasurement(t, ds, "errors-vs-baseline")
+	running := nodesRunning(t, ns, "nginx:1.25.0")
+	// The controller measures again after the interval; still without the series, it deletes nothing.
+	ds = clustertest.WaitDaemonSet(t, cluster, ns, "nginx-ds", time.Minute, "a second inconclusive measurement", func(ds *appsv1.DaemonSet) (bool, string) {
+		m := lastMeasurement(t, ds, "errors-vs-baseline")
+		return m != nil && m.At.After(first.At) && m.Result == rolloutapi.MeasurementInconclusive, fmt.Sprintf("last measurement %+v", m)
+	})
+	if n := nodesRunning(t, ns, "nginx:1.25.0"); n != running {
+		t.Errorf("%d nodes ran nginx:1.25.0 when the rollout paused and %d after it measured again: the pause deleted pods", running, n)
+	}
+	agents.Drop(dropped, false)
+	waitSettled(t, ns, "nginx:1.25.0", nodeCount)
+	waitPhase(t, ns, rolloutapi.PhaseComplete, 2*time.Minute)
+
+	// Rollback: the next release adds 0.5 on every node it reaches.
+	good := revisionOf(t, ns, "nginx:1.25.0")
+	agents.Set(good, 0.05)
+	agents.SetOthers(0.55)
+	clustertest.Kubectl(t, cluster, "", "annotate", "-n", ns, "ds/nginx-ds", rolloutapi.AnnotationOnAnalysisFailure+"="+rolloutapi.OnAnalysisFailureRollback)
+	setImage(t, ns, "nginx:1.26.0")
+	waitEvent(t, ns, "a RolloutRolledBack Event", func(e eventsv1.Event) bool {
+		return e.Reason == "RolloutRolledBack" && e.Regarding.Name == "nginx-ds"
+	})
+	waitSettled(t, ns, "nginx:1.25.0", nodeCount)
+	ds = waitPhase(t, ns, rolloutapi.PhaseComplete, 2*time.Minute)
+	if image := ds.Spec.Template.Spec.Containers[0].Image; image != "nginx:1.25.0" {
+		t.Errorf("template runs %s after the rollback, want nginx:1.25.0", image)
+	}
+	if got := revisionOf(t, ns, "nginx:1.25.0"); got != good {
+		t.Errorf("pods run revision %s after the rollback, want the previous revision %s", got, good)
+	}
+	checkBudget(t, s, budget)
+}
+
+// lastMeasurement is gate's last measurement as the DaemonSet's status annotation reports it.
+func lastMeasurement(t *testing.T, ds *appsv1.DaemonSet, gate string) *rolloutapi.GateMeasurement {
+	t.Helper()
+	status, err := rolloutapi.DecodeStatus(ds.Annotations)
+	if err != nil {
+		t.Fatalf("decode the rollout status of %s: %v", ds.Name, err)
+	}
+	if status.Analysis == nil {
+		return nil
+	}
+	for _, g := range status.Analysis.Gates {
+		if g.Name == gate {
+			return g.Last
+		}
+	}
+	return nil
 }
