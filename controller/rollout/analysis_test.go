@@ -117,9 +117,8 @@ func TestDecideAnalysis(t *testing.T) {
 			wantRollback: &Rollback{Hash: oldRev, Name: "agent-old", Number: 1, Failed: newRev},
 			wantMeasured: []GateResult{{"errors", rolloutapi.MeasurementFailed}}, wantReason: rolloutapi.ReasonAnalysisFailed,
 		},
-		"a failed analysis whose old revision was pruned: a rollback without a ControllerRevision": {
+		"a failed analysis whose old revision was pruned: halted, nothing to put back": {
 			facts:        factsOf(measured(analysing(gatedSettings(t, "1", true)), errorsOf(0.5)), nil, nil),
-			wantRollback: &Rollback{Hash: oldRev, Failed: newRev},
 			wantMeasured: []GateResult{{"errors", rolloutapi.MeasurementFailed}}, wantReason: rolloutapi.ReasonAnalysisFailed,
 		},
 		"a failed analysis without the opt-in: halted, nothing put back": {

@@ -134,13 +134,6 @@ func (r *Reconciler) forgetSettled(now time.Time) {
 // template. Once put back, the DaemonSet controller records the template as a new, highest
 // revision, and the rollout controller rolls it out like any new template.
 func (r *Reconciler) rollBack(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet, rb Rollback) error {
-	if rb.Name == "" {
-		// Retrying cannot bring back a pruned revision; the rollout stays halted (Failed).
-		r.Recorder.Eventf(ds, nil, corev1.EventTypeWarning, reasonRollbackFailed, "Rollout",
-			"the analysis of revision %s failed and %s is %q, but no ControllerRevision of revision %s is left (spec.revisionHistoryLimit): the rollout stays halted; put a template back with `daemonguard rollout undo ds/%s -n %s`",
-			rb.Failed, rolloutapi.AnnotationOnAnalysisFailure, rolloutapi.OnAnalysisFailureRollback, rb.Hash, ds.Name, ds.Namespace)
-		return nil
-	}
 	reader := r.APIReader
 	if reader == nil {
 		reader = r.Client

@@ -20,9 +20,6 @@ type Facts struct {
 	SettingsErr error
 	// LastReport is when this process last reported the DaemonSet's progress; zero if never.
 	LastReport time.Time
-	// Revisions are the ControllerRevisions ds controls, shared with the cache and without their
-	// data: read only.
-	Revisions []*appsv1.ControllerRevision
 }
 
 // Decision is every write of one reconcile, decided from Facts alone; apply performs it.
@@ -43,8 +40,7 @@ type Decision struct {
 
 // Rollback names the revision whose template apply puts back (Plan.RollbackTo).
 type Rollback struct {
-	// Hash is the revision's controller-revision-hash; Name and Number its ControllerRevision's,
-	// or "" and 0 when the revision history no longer has it.
+	// Hash is the revision's controller-revision-hash; Name and Number its ControllerRevision's.
 	Hash   string
 	Name   string
 	Number int64
@@ -82,7 +78,7 @@ const revisionPending = time.Second
 //     results and when the next ones are due are the controller's memory, and a deferred report
 //     would measure again without counting what it saw.
 //   - A plan that rolls back names the ControllerRevision to put back, found among Revisions by
-//     its hash; apply puts it back before it writes the report (a failed write is retried by
+//     its hash (the planner picks only a revision that is kept); apply puts it back before it writes the report (a failed write is retried by
 //     measuring again; once the report says the revision failed, the plan no longer rolls back).
 //   - Annotations and conditions are written only where they differ from the DaemonSet's.
 func decide(f Facts) Decision {
@@ -97,11 +93,9 @@ func decide(f Facts) Decision {
 	in := rolloutplan.StateOf(f.Observed)
 	plan := rolloutplan.Compute(in)
 	d := Decision{Plan: &plan, Measured: measuredGates(plan.Status.Analysis, f.Now)}
-	if plan.RollbackTo != "" {
-		d.Rollback = &Rollback{Hash: plan.RollbackTo, Failed: f.TargetRevision}
-		if cr := rolloutapi.RevisionWithHash(f.DaemonSet, f.Revisions, plan.RollbackTo); cr != nil {
-			d.Rollback.Name, d.Rollback.Number = cr.Name, cr.Revision
-		}
+	// The planner rolls back only to a revision among f.Revisions, so the lookup finds it.
+	if cr := rolloutapi.RevisionWithHash(f.DaemonSet, f.Revisions, plan.RollbackTo); plan.RollbackTo != "" && cr != nil {
+		d.Rollback = &Rollback{Hash: plan.RollbackTo, Failed: f.TargetRevision, Name: cr.Name, Number: cr.Revision}
 	}
 
 	previous := rolloutplan.ActiveCondition(conditions)

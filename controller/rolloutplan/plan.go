@@ -62,7 +62,10 @@ type RolloutState struct {
 	// Measurements are the answers to DueAnalysis's request, taken by this reconcile; nil when
 	// none was due.
 	Measurements []Measurement
-	Now          time.Time
+	// KeptRevisions are the revision hashes whose ControllerRevision still exists: the templates
+	// a rollback can put back (spec.revisionHistoryLimit prunes the rest).
+	KeptRevisions []string
+	Now           time.Time
 }
 
 // PodRef names a pod to delete; the UID is used as a precondition so a pod recreated under the
@@ -126,6 +129,9 @@ type Observed struct {
 	Deleted map[types.UID]time.Time
 	// Measurements are the analysis gates' measurements this reconcile took (DueAnalysis).
 	Measurements []Measurement
+	// Revisions are the ControllerRevisions the DaemonSet controls, shared with the cache and
+	// without their data (read only): a rollback can only put back a template one of them keeps.
+	Revisions []*appsv1.ControllerRevision
 }
 
 // failureReasons are container waiting reasons that do not fix themselves without a new template.
@@ -146,6 +152,9 @@ func StateOf(o Observed) RolloutState {
 		Status:          o.Status,
 		Measurements:    o.Measurements,
 		Now:             o.Now,
+	}
+	for _, cr := range o.Revisions {
+		in.KeptRevisions = append(in.KeptRevisions, cr.Labels[revisionLabel])
 	}
 	if c := ActiveCondition(ds.Status.Conditions); c != nil && c.Type == rolloutapi.ConditionFailed {
 		in.PreviousFailure = c.Reason
@@ -1074,7 +1083,11 @@ func (p *planner) analyse() (Plan, bool) {
 	if len(failed) > 0 {
 		cause := fmt.Sprintf("analysis of %s failed: %s", nodeCount(wave), strings.Join(failed, "; "))
 		// Never back to a revision that failed itself: a rollback that fails its gates halts.
-		if to := p.oldRevision(); p.in.Settings.RollbackOnAnalysisFailure && to != "" && to != p.status.FailedRevision {
+		to := p.oldRevision()
+		if p.in.Settings.RollbackOnAnalysisFailure && to != "" && to != p.status.FailedRevision && !slices.Contains(p.in.KeptRevisions, to) {
+			return p.halt(rolloutapi.ReasonAnalysisFailed, fmt.Sprintf("%s; no ControllerRevision of revision %s is left to roll back to (spec.revisionHistoryLimit)", cause, to)), true
+		}
+		if p.in.Settings.RollbackOnAnalysisFailure && to != "" && to != p.status.FailedRevision {
 			p.status.FailedRevision = p.in.TargetRevision
 			plan := p.finish(rolloutapi.PhaseFailed, rolloutapi.ReasonAnalysisFailed, fmt.Sprintf("step %s: %s; rolling back: the template of revision %s is put back (%s: %s)",
 				p.stepLabel(p.status.Step.Index), cause, to, rolloutapi.AnnotationOnAnalysisFailure, rolloutapi.OnAnalysisFailureRollback))

@@ -52,6 +52,7 @@ func TestAnalysis(t *testing.T) {
 		status           rolloutapi.Status
 		previousFailure  string
 		measurements     []Measurement
+		kept             []string // revision hashes whose ControllerRevision exists
 		wantDelete       []string
 		wantPhase        rolloutapi.Phase
 		wantReason       string
@@ -88,10 +89,16 @@ func TestAnalysis(t *testing.T) {
 			wantInMsg: []string{"gate errors: 1 of 1 nodes out of bounds (max 0.1): a=0.25", "daemonguard rollout undo"},
 		},
 		"with rollback opted in a failed gate rolls back to the old revision": {
-			nodes: wave, settings: gated("1", errorsGate, true), status: analysing(1, 1),
+			nodes: wave, settings: gated("1", errorsGate, true), status: analysing(1, 1), kept: []string{oldRev, newRev},
 			measurements: []Measurement{{Gate: "errors", Values: values("a", 0.25)}},
 			wantPhase:    rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed, wantPassed: 1, wantRollbackTo: oldRev,
 			wantInMsg: []string{"rolling back: the template of revision old is put back"},
+		},
+		"with rollback opted in but the old revision pruned, a failed gate halts and says so": {
+			nodes: wave, settings: gated("1", errorsGate, true), status: analysing(1, 1), kept: []string{newRev},
+			measurements: []Measurement{{Gate: "errors", Values: values("a", 0.25)}},
+			wantPhase:    rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed, wantPassed: 1,
+			wantInMsg: []string{"no ControllerRevision of revision old is left to roll back to", "daemonguard rollout undo"},
 		},
 		"a rollback that fails its gates halts rather than going back to the failed revision": {
 			nodes: wave, settings: gated("1", errorsGate, true),
@@ -166,7 +173,7 @@ func TestAnalysis(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			in := RolloutState{Name: "agent", Namespace: "ns", TargetRevision: newRev, Nodes: tc.nodes, Settings: tc.settings,
-				Status: tc.status, PreviousFailure: tc.previousFailure, Measurements: tc.measurements, Now: t0}
+				Status: tc.status, PreviousFailure: tc.previousFailure, Measurements: tc.measurements, KeptRevisions: tc.kept, Now: t0}
 			plan := Compute(in)
 			if got := deletedNodes(plan); !slices.Equal(got, tc.wantDelete) {
 				t.Errorf("deleted %v, want %v", got, tc.wantDelete)
