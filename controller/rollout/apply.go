@@ -142,15 +142,12 @@ func (r *Reconciler) rollBack(ctx context.Context, log logr.Logger, ds *appsv1.D
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: ds.Namespace, Name: rb.Name}, &rev); err != nil {
 		return fmt.Errorf("roll back to revision %d (%s): read it: %w", rb.Number, rb.Name, err)
 	}
-	if len(rev.Data.Raw) == 0 {
-		return fmt.Errorf("roll back to revision %d (%s): it records no template", rb.Number, rb.Name)
+	patch, err := rolloutapi.RestorePatch(&rev, ds.ResourceVersion)
+	if err != nil {
+		return fmt.Errorf("roll back: %w", err)
 	}
 	if same, err := rolloutapi.RevisionMatches(ds, &rev); err != nil || same {
 		return err // already put back (by hand, or by a reconcile whose report was not written)
-	}
-	patch, err := lockedPatch(rev.Data.Raw, ds.ResourceVersion)
-	if err != nil {
-		return fmt.Errorf("roll back to revision %d (%s): %w", rb.Number, rb.Name, err)
 	}
 	if err := r.Client.Patch(ctx, ds, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil {
 		if !apierrors.IsConflict(err) {
@@ -172,16 +169,6 @@ const (
 	reasonRolledBack     = "RolloutRolledBack"
 	reasonRollbackFailed = "RolloutRollbackFailed"
 )
-
-// lockedPatch is a revision's data with the resourceVersion the patch requires of the DaemonSet.
-func lockedPatch(data []byte, resourceVersion string) ([]byte, error) {
-	var patch map[string]any
-	if err := json.Unmarshal(data, &patch); err != nil {
-		return nil, fmt.Errorf("its data is not a JSON patch: %w", err)
-	}
-	patch["metadata"] = map[string]any{"resourceVersion": resourceVersion}
-	return json.Marshal(patch)
-}
 
 // writeAnnotations patches the status annotation changes, if any. The patch touches only
 // status.daemonguard.io/ keys, which the admission webhook lets through without re-evaluating.

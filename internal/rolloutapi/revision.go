@@ -61,6 +61,25 @@ func ApplyRevision(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision) (*appsv
 	return out, nil
 }
 
+// RestorePatch is the strategic merge patch that puts rev's template back on its DaemonSet, as
+// `kubectl rollout undo` sends it: the revision's data, which replaces spec.template. With a
+// resourceVersion the patch carries it as a precondition, so that the API server refuses it with
+// a conflict when the DaemonSet changed since it was read; "" patches whatever is stored.
+func RestorePatch(rev *appsv1.ControllerRevision, resourceVersion string) ([]byte, error) {
+	if len(rev.Data.Raw) == 0 {
+		return nil, fmt.Errorf("revision %d (%s) records no template", rev.Revision, rev.Name)
+	}
+	if resourceVersion == "" {
+		return rev.Data.Raw, nil
+	}
+	var patch map[string]any
+	if err := json.Unmarshal(rev.Data.Raw, &patch); err != nil {
+		return nil, fmt.Errorf("revision %d (%s): its data is not a JSON patch: %w", rev.Revision, rev.Name, err)
+	}
+	patch["metadata"] = map[string]any{"resourceVersion": resourceVersion}
+	return json.Marshal(patch)
+}
+
 // TemplatePatch is the ControllerRevision data the DaemonSet controller records for ds:
 // {"spec":{"template":{...,"$patch":"replace"}}}.
 func TemplatePatch(ds *appsv1.DaemonSet) ([]byte, error) {

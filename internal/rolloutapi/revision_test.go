@@ -1,10 +1,14 @@
 package rolloutapi
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
@@ -77,5 +81,47 @@ func TestRevisionWithHash(t *testing.T) {
 	}
 	if got := RevisionWithHash(ds, revs, "pruned"); got != nil {
 		t.Errorf("RevisionWithHash of a hash no revision has = %v, want nil", got)
+	}
+}
+
+// RestorePatch puts back what the revision recorded, with the DaemonSet's resourceVersion as a
+// precondition when given, and refuses a revision whose data is no patch.
+func TestRestorePatch(t *testing.T) {
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "ns", ResourceVersion: "41"}}
+	ds.Spec.Template.Spec.Containers = []corev1.Container{{Name: "agent", Image: "agent:v1"}}
+	recorded, err := TemplatePatch(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "agent-1"}, Revision: 1, Data: runtime.RawExtension{Raw: recorded}}
+
+	unlocked, err := RestorePatch(rev, "")
+	if err != nil || string(unlocked) != string(recorded) {
+		t.Errorf("RestorePatch without a resourceVersion = %s, %v; want the revision's data", unlocked, err)
+	}
+	locked, err := RestorePatch(rev, "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patch struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(locked, &patch); err != nil || patch.Metadata.ResourceVersion != "42" {
+		t.Errorf("RestorePatch with resourceVersion 42 = %s (%v); want it as the precondition", locked, err)
+	}
+	// Applied to a DaemonSet that changed image since, the patch brings the revision's back.
+	ds.Spec.Template.Spec.Containers[0].Image = "agent:v2"
+	restored, err := ApplyRevision(ds, &appsv1.ControllerRevision{Data: runtime.RawExtension{Raw: locked}})
+	if err != nil || restored.Spec.Template.Spec.Containers[0].Image != "agent:v1" {
+		t.Errorf("the locked patch applied: %v, %v; want image agent:v1", restored, err)
+	}
+
+	for name, data := range map[string][]byte{"no data": nil, "not JSON": []byte("spec: {}")} {
+		bad := &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "agent-2"}, Revision: 2, Data: runtime.RawExtension{Raw: data}}
+		if _, err := RestorePatch(bad, "42"); err == nil || !strings.Contains(err.Error(), "revision 2 (agent-2)") {
+			t.Errorf("%s: RestorePatch error %v, want one naming revision 2 (agent-2)", name, err)
+		}
 	}
 }

@@ -201,7 +201,13 @@ func Undo(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, toR
 	if dryRun == DryRunServer {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	if _, err := c.AppsV1().DaemonSets(ds.Namespace).Patch(ctx, ds.Name, types.StrategicMergePatchType, target.Data.Raw, opts); err != nil {
+	// No precondition: the rollout controller writes its status annotations throughout a
+	// rollout, when an undo is most needed, and the patch replaces only the template.
+	patch, err := rolloutapi.RestorePatch(target, "")
+	if err != nil {
+		return res, err
+	}
+	if _, err := c.AppsV1().DaemonSets(ds.Namespace).Patch(ctx, ds.Name, types.StrategicMergePatchType, patch, opts); err != nil {
 		return res, fmt.Errorf("failed restoring revision %d: %w", to, err)
 	}
 	return res, nil
