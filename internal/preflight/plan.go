@@ -3,8 +3,9 @@ package preflight
 // This file is the run of `daemonguard rollout plan`, from the command's flags (NewPlanCommand):
 // it gathers what the cluster runs (nodes, pods, pod disruption budgets, priority classes,
 // daemonguard's webhooks and policy ConfigMaps, the live DaemonSet), merges the manifest into the
-// live object as kubectl apply does, runs admission as the cluster would, and assesses the stored
-// object (Assess). It only reads.
+// live object as kubectl apply does, runs admission as the cluster would, assesses the stored
+// object (Assess), and runs its analysis gates' queries once in Prometheus (checkAnalysis). It
+// only reads.
 
 import (
 	"context"
