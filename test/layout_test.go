@@ -120,7 +120,7 @@ func TestRunsCrossFewFiles(t *testing.T) {
 		forbidden         []string // packages the run must not enter
 	}{
 		// The issue's bar: a `rollout plan` run at most 15 files in at most 5 packages.
-		"rollout plan": {pkg: "/internal/rolloutcli", entry: "NewPlanCommand", maxFiles: 15, maxPkgs: 5,
+		"rollout plan": {pkg: "/internal/preflight", entry: "NewPlanCommand", maxFiles: 15, maxPkgs: 5,
 			forbidden: []string{"/controller/rollout", "/internal/cli"}},
 		// A validating review at most 5 files, from the HTTP handler to the policy engine's entry.
 		"a validating review": {pkg: "/webhook", entry: "DaemonSetValidator.Handle", maxFiles: 5, maxPkgs: 3},

@@ -746,8 +746,9 @@ func nodesOf(refs []PodRef) string {
 // listedNodes is how many nodes a message names before it counts the rest.
 const listedNodes = 3
 
-// listNodes names the first listedNodes items and counts the rest: "a, b, c and 4 more".
-func listNodes(items []string) string {
+// ListNodes names the first listedNodes items and counts the rest: "a, b, c and 4 more", as
+// the rollout's messages name nodes.
+func ListNodes(items []string) string {
 	if len(items) <= listedNodes {
 		return strings.Join(items, ", ")
 	}
@@ -770,7 +771,7 @@ func haltMessage(step, cause string, views []nodeView, desired int, ds string) s
 	}
 	nodes := "no new pod is unavailable now"
 	if len(issues) > 0 {
-		nodes = fmt.Sprintf("new pods not available on %d of %d nodes: %s", len(issues), desired, listNodes(issues))
+		nodes = fmt.Sprintf("new pods not available on %d of %d nodes: %s", len(issues), desired, ListNodes(issues))
 	}
 	return fmt.Sprintf("step %s: %s; %s; no further pods are replaced; fix the template and apply it to roll forward, or roll back with: daemonguard rollout undo %s",
 		step, cause, nodes, ds)
@@ -1111,7 +1112,7 @@ func (p *planner) analyse() (Plan, bool) {
 			step, nodeCount(wave), strings.Join(inconclusive, "; "), p.at(p.plan.RequeueAfter))), true
 	}
 	return p.finish(rolloutapi.PhaseProgressing, rolloutapi.ReasonAnalysisRunning, fmt.Sprintf("step %s: %d of %d nodes updated; analysing %s (%s): %s; next measurement at %s",
-		step, p.plan.Updated, p.plan.Desired, nodeCount(wave), listNodes(wave), strings.Join(waiting, ", "), p.at(p.plan.RequeueAfter))), true
+		step, p.plan.Updated, p.plan.Desired, nodeCount(wave), ListNodes(wave), strings.Join(waiting, ", "), p.at(p.plan.RequeueAfter))), true
 }
 
 // nextMeasurement is how long until the first gate's next measurement is due.
@@ -1145,7 +1146,8 @@ func measurementOf(ms []Measurement, gate string) *Measurement {
 
 // judge is one gate's result on the wave: Failed naming the nodes out of bounds and their
 // values (the first few, a count of the rest), Inconclusive saying what data is missing, or
-// Passed.
+// Passed. The judging itself is Judge's; judge words it and decides what wins: missing data
+// over values out of bounds, since a measurement must cover every node it judges.
 func judge(g rolloutapi.Gate, m *Measurement, wave, baseline []string) (result, message string) {
 	switch {
 	case m == nil:
@@ -1153,16 +1155,61 @@ func judge(g rolloutapi.Gate, m *Measurement, wave, baseline []string) (result, 
 	case m.Err != "":
 		return rolloutapi.MeasurementInconclusive, "no answer from Prometheus: " + m.Err
 	}
-	var missing []string
-	for _, n := range wave {
+	j := Judge(g, *m, wave, baseline)
+	switch {
+	case len(j.Missing) > 0:
+		return rolloutapi.MeasurementInconclusive, fmt.Sprintf("no sample labelled %s for %d of %d nodes: %s", g.NodeLabel, len(j.Missing), len(wave), ListNodes(j.Missing))
+	case g.Baseline && j.BaselineNodes == 0:
+		return rolloutapi.MeasurementInconclusive, fmt.Sprintf("no baseline: no sample labelled %s for any of %d baseline nodes (%s)", g.NodeLabel, len(baseline), ListNodes(baseline))
+	case len(j.OutOfBounds) > 0:
+		out := make([]string, len(j.OutOfBounds))
+		for i, nv := range j.OutOfBounds {
+			out[i] = nv.Node + "=" + FormatValue(nv.Value)
+		}
+		return rolloutapi.MeasurementFailed, fmt.Sprintf("%d of %d nodes out of bounds (%s): %s", len(out), len(wave), j.Bound, ListNodes(out))
+	}
+	return rolloutapi.MeasurementPassed, fmt.Sprintf("%d nodes within bounds (%s)", len(wave), j.Bound)
+}
+
+// NodeValue is one node's value in a measurement.
+type NodeValue struct {
+	Node  string
+	Value float64
+}
+
+// Judgement is one gate's measurement judged node by node, before anything is worded or
+// decided: the rollout judges each wave with it (judge), and `rollout plan` the nodes it measures
+// today, so that both apply the bounds the same way.
+type Judgement struct {
+	// Measured counts the nodes with a value; Missing are the nodes without a sample, or with
+	// NaN, in the order given.
+	Measured int
+	Missing  []string
+	// Baseline is the median of the baseline nodes' values and BaselineNodes how many have one
+	// (baseline gates only). Without any, nothing is judged out of bounds: there is nothing to
+	// compare with.
+	Baseline      float64
+	BaselineNodes int
+	// OutOfBounds are the nodes whose value breaks the gate's bounds (for a baseline gate, its
+	// difference from Baseline), in the order given.
+	OutOfBounds []NodeValue
+	// Bound says the bounds as messages show them: "max 0.05", with a baseline "max 0.5 of the
+	// baseline median 0.1 (3 nodes)".
+	Bound string
+}
+
+// Judge judges m's values for nodes against g's bounds, which are inclusive; for a baseline
+// gate, each value minus the median of m's Baseline values of the baseline nodes. A node
+// without a value is Missing, never in bounds nor out of them.
+func Judge(g rolloutapi.Gate, m Measurement, nodes, baseline []string) Judgement {
+	j := Judgement{Bound: boundText(g)}
+	for _, n := range nodes {
 		if v, ok := m.Values[n]; !ok || math.IsNaN(v) {
-			missing = append(missing, n)
+			j.Missing = append(j.Missing, n)
+		} else {
+			j.Measured++
 		}
 	}
-	if len(missing) > 0 {
-		return rolloutapi.MeasurementInconclusive, fmt.Sprintf("no sample labelled %s for %d of %d nodes: %s", g.NodeLabel, len(missing), len(wave), listNodes(missing))
-	}
-	ref, bound := 0.0, boundText(g)
 	if g.Baseline {
 		var values []float64
 		for _, n := range baseline {
@@ -1171,37 +1218,37 @@ func judge(g rolloutapi.Gate, m *Measurement, wave, baseline []string) (result, 
 			}
 		}
 		if len(values) == 0 {
-			return rolloutapi.MeasurementInconclusive, fmt.Sprintf("no baseline: no sample labelled %s for any of %d baseline nodes (%s)", g.NodeLabel, len(baseline), listNodes(baseline))
+			return j
 		}
-		ref = median(values)
-		bound = fmt.Sprintf("%s of the baseline median %s (%d nodes)", bound, formatValue(ref), len(values))
+		j.Baseline, j.BaselineNodes = median(values), len(values)
+		j.Bound = fmt.Sprintf("%s of the baseline median %s (%d nodes)", j.Bound, FormatValue(j.Baseline), len(values))
 	}
-	var out []string
-	for _, n := range wave {
-		v := m.Values[n]
-		if (g.Max != nil && v-ref > *g.Max) || (g.Min != nil && v-ref < *g.Min) {
-			out = append(out, n+"="+formatValue(v))
+	for _, n := range nodes {
+		v, ok := m.Values[n]
+		if !ok || math.IsNaN(v) {
+			continue
+		}
+		if d := v - j.Baseline; (g.Max != nil && d > *g.Max) || (g.Min != nil && d < *g.Min) {
+			j.OutOfBounds = append(j.OutOfBounds, NodeValue{Node: n, Value: v})
 		}
 	}
-	if len(out) > 0 {
-		return rolloutapi.MeasurementFailed, fmt.Sprintf("%d of %d nodes out of bounds (%s): %s", len(out), len(wave), bound, listNodes(out))
-	}
-	return rolloutapi.MeasurementPassed, fmt.Sprintf("%d nodes within bounds (%s)", len(wave), bound)
+	return j
 }
 
 // boundText says a gate's bounds: "max 0.05", "min 1", "min 1, max 5".
 func boundText(g rolloutapi.Gate) string {
 	var parts []string
 	if g.Min != nil {
-		parts = append(parts, "min "+formatValue(*g.Min))
+		parts = append(parts, "min "+FormatValue(*g.Min))
 	}
 	if g.Max != nil {
-		parts = append(parts, "max "+formatValue(*g.Max))
+		parts = append(parts, "max "+FormatValue(*g.Max))
 	}
 	return strings.Join(parts, ", ")
 }
 
-func formatValue(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
+// FormatValue is a measured value as the rollout's messages show it: four significant digits.
+func FormatValue(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
 
 func median(values []float64) float64 {
 	s := slices.Clone(values)

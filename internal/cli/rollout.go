@@ -17,6 +17,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/daemonguard/daemonguard/internal/kubetext"
+	"github.com/daemonguard/daemonguard/internal/preflight"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/rolloutcli"
 )
@@ -89,7 +90,7 @@ and behave as with kubectl.`,
 		newRolloutPauseCommand(k),
 		newRolloutResumeCommand(k),
 		newRolloutRestartCommand(k),
-		rolloutcli.NewPlanCommand(k.connect),
+		preflight.NewPlanCommand(k.connect),
 	)
 	return cmd
 }

@@ -1,16 +1,20 @@
 package preflight
 
-// This file is the run of `daemonguard rollout plan`: it gathers what the cluster runs (nodes,
-// pods, pod disruption budgets, priority classes, daemonguard's webhooks and policy ConfigMaps,
-// the live DaemonSet), merges the manifest into the live object as kubectl apply does, runs
-// admission as the cluster would, and assesses the stored object (Assess). It only reads.
+// This file is the run of `daemonguard rollout plan`, from the command's flags (NewPlanCommand):
+// it gathers what the cluster runs (nodes, pods, pod disruption budgets, priority classes,
+// daemonguard's webhooks and policy ConfigMaps, the live DaemonSet), merges the manifest into the
+// live object as kubectl apply does, runs admission as the cluster would, assesses the stored
+// object (Assess), and runs its analysis gates' queries once in Prometheus (checkAnalysis). It
+// only reads.
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,21 +28,110 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/daemonguard/daemonguard/internal/admission"
+	"github.com/daemonguard/daemonguard/internal/exitcode"
 	"github.com/daemonguard/daemonguard/internal/manifest"
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/promquery"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // The exit statuses of `rollout plan`, apart so CI can tell them: a denial is worse than a pod
-// that will not fit, which is worse than fine. 1 is any error (the plan could not be made).
+// that will not fit, which is worse than an analysis gate that would not pass today, which is
+// worse than fine. 1 is any error (the plan could not be made).
 const (
 	exitPlanDenied = 2
 	exitPlanNotFit = 3
+	exitPlanGates  = 4
 )
+
+// severity orders the exit statuses of findings, the least serious first.
+var severity = []int{0, exitPlanGates, exitPlanNotFit, exitPlanDenied}
+
+// gatesNotRun says why the analysis check did not run without a Prometheus, and how to run it.
+const gatesNotRun = "no --prometheus-address: pass the controller's (with --prometheus-ca-file and --prometheus-bearer-token-file as it has them) to run each gate's query once against the revision the pods run today"
 
 // lastAppliedAnnotation is kubectl's record of the last client-side apply, the "original" of its
 // three-way merge.
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// NewPlanCommand is `daemonguard rollout plan`: the flags, the manifests read, the cluster
+// reached through connect (the client and the default namespace of the kubeconfig), then the
+// plan made and rendered, and the exit status says the most serious outcome. It lives with the
+// run it starts, so that a reader follows a plan from its flags to its report in one package.
+func NewPlanCommand(connect func() (kubernetes.Interface, string, error)) *cobra.Command {
+	var files []string
+	var output, policyNamespace string
+	var prometheus promquery.Options
+	cmd := &cobra.Command{
+		Use:   "plan -f FILE|DIR|- [-f ...]",
+		Short: "Show what applying DaemonSet manifests would do, node by node, before they are applied",
+		Long: `plan reads the target cluster (it never writes) and tells, for every DaemonSet in the manifests:
+
+  - admission as the cluster runs it: the object after daemonguard's injection (webhook or
+    in-process policy), the warnings or the denial, a diff against the live object, and whether
+    the pod template changes at all (no new revision: no pod is touched);
+  - every node: its pod today, and whether it gains, loses, replaces or keeps it, and why; where the
+    new pod will not fit or collides on a host port, and which lower-priority pods it preempts;
+  - the rollout: daemonguard's waves and pauses for managed DaemonSets, the built-in strategy's
+    otherwise, with an estimate from how long this DaemonSet's pods took to become ready.
+
+The manifest is merged into the live DaemonSet as kubectl apply does (three-way, with the
+last-applied annotation).
+
+A managed DaemonSet's analysis gates (daemonguard.io/analysis) are listed; with --prometheus-address
+each gate's query is run once against the revision the DaemonSet's pods run today, over every node
+that runs it, and the plan names the nodes without a series and those already out of bounds: what
+would hold or halt the rollout whatever the new revision does.
+
+Exit status: 0 fine, 2 some DaemonSet would be denied, 3 some new pod would not fit or would preempt
+other pods, 4 some analysis gate would not pass today (a node out of bounds or without a series,
+Prometheus not answering), 1 the plan could not be made.
+
+  helm template my-release ./chart | daemonguard rollout plan -f - -o markdown`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" && output != "markdown" {
+				return fmt.Errorf("--output %q is not one of table, json, markdown", output)
+			}
+			prom, err := promquery.New(prometheus)
+			if err != nil {
+				return err
+			}
+			if err := manifest.RequirePaths(files); err != nil {
+				return err
+			}
+			docs, err := manifest.Read(files, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			client, ns, err := connect()
+			if err != nil {
+				return err
+			}
+			reports, err := PlanManifests(cmd.Context(), client, prom, ns, policyNamespace, docs, time.Now())
+			if err != nil {
+				return err
+			}
+			if err := Render(cmd.OutOrStdout(), output, reports); err != nil {
+				return err
+			}
+			if code := ExitStatus(reports); code != 0 {
+				return exitcode.Error{Code: code}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable); kinds other than DaemonSet are skipped")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or markdown")
+	cmd.Flags().StringVar(&policyNamespace, "daemonguard-namespace", "", "namespace of daemonguard's policy ConfigMaps (default: the namespace of the service its validating webhook calls)")
+	// The controller's flags, with the same names and meaning, so that a plan reaches the
+	// Prometheus the controller measures with.
+	cmd.Flags().StringVar(&prometheus.Address, "prometheus-address", "", "base URL of the Prometheus the controller measures analysis gates with, e.g. https://prometheus.monitoring:9090; without it the gates' queries are not run")
+	cmd.Flags().StringVar(&prometheus.CAFile, "prometheus-ca-file", "", "CA certificate file that verifies Prometheus' serving certificate (default: the system's roots)")
+	cmd.Flags().StringVar(&prometheus.BearerTokenFile, "prometheus-bearer-token-file", "", "file of the bearer token sent to Prometheus")
+	cmd.Flags().DurationVar(&prometheus.Timeout, "prometheus-timeout", promquery.DefaultTimeout, "deadline of each gate's query")
+	return cmd
+}
 
 // Report is one DaemonSet's pre-flight: admission, then the plan when admitted.
 type Report struct {
@@ -88,9 +181,10 @@ type clusterView struct {
 }
 
 // PlanManifests plans every DaemonSet of docs against the cluster: admission, then, when admitted,
-// the assessment of the object as it would be stored. defaultNS is the namespace of documents
+// the assessment of the object as it would be stored, and the check of its analysis gates
+// against prom (nil, or without an address: not run). defaultNS is the namespace of documents
 // without one; policyNS that of daemonguard's policy ConfigMaps, found from its webhooks when "".
-func PlanManifests(ctx context.Context, client kubernetes.Interface, defaultNS, policyNS string, docs []manifest.Document, now time.Time) ([]Report, error) {
+func PlanManifests(ctx context.Context, client kubernetes.Interface, prom *promquery.Client, defaultNS, policyNS string, docs []manifest.Document, now time.Time) ([]Report, error) {
 	var daemonSets []manifest.Document
 	for _, d := range docs {
 		if manifest.IsDaemonSet(d) {
@@ -110,7 +204,7 @@ func PlanManifests(ctx context.Context, client kubernetes.Interface, defaultNS, 
 		if ns == "" {
 			ns = defaultNS
 		}
-		rep, err := planDocument(ctx, client, view, d, ns, now)
+		rep, err := planDocument(ctx, client, prom, view, d, ns, now)
 		if err != nil {
 			return nil, err
 		}
@@ -255,7 +349,7 @@ func (v *clusterView) namespaceLabels(ctx context.Context, client kubernetes.Int
 }
 
 // planDocument plans one DaemonSet manifest.
-func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterView, d manifest.Document, ns string, now time.Time) (Report, error) {
+func planDocument(ctx context.Context, client kubernetes.Interface, prom *promquery.Client, v *clusterView, d manifest.Document, ns string, now time.Time) (Report, error) {
 	rep := Report{Source: d.Source, Namespace: ns, Name: d.Name, Admission: AdmissionReport{Injection: "none", Validation: "none", Allowed: true, Violations: []policy.Violation{}, Policies: v.policySource}}
 	raw, err := withNamespace(d.Raw, ns)
 	if err != nil {
@@ -332,8 +426,27 @@ func planDocument(ctx context.Context, client kubernetes.Interface, v *clusterVi
 		in.PreemptionPolicy = *p
 	}
 	impact := Assess(in)
+	impact.Analysis = checkAnalysis(ctx, prom, &after, impact.Nodes)
 	rep.Plan = &impact
 	return rep, nil
+}
+
+// checkAnalysis runs each analysis gate's query of the stored DaemonSet once, through the
+// controller's Prometheus client, against the revision its pods run today (analysisCheck), and
+// judges the answers (judgeGates). Without a Prometheus address nothing is run, and the check
+// says how to run it. Prometheus not answering is the gate's result, never an error of the plan.
+func checkAnalysis(ctx context.Context, prom *promquery.Client, ds *appsv1.DaemonSet, nodes []NodeImpact) *AnalysisCheck {
+	c, run := analysisCheck(ds, nodes)
+	switch {
+	case run == nil:
+		return c
+	case prom == nil || prom.Address() == "":
+		c.NotRun = gatesNotRun
+		return c
+	}
+	c.Ran, c.Prometheus = true, prom.Address()
+	c.Gates = judgeGates(*run, prom.Measure(ctx, run.req))
+	return c
 }
 
 // applyMerge is what kubectl apply stores: the three-way strategic merge of the last applied
@@ -475,17 +588,25 @@ func ownedBy(pods []*corev1.Pod, uid types.UID) []*corev1.Pod {
 
 // ExitStatus is the most serious outcome of the reports, as the command's exit status: 1 when
 // some DaemonSet could not be planned, 2 when one would be denied, 3 when a new pod would not
-// fit, collide or preempt, else 0.
+// fit, collide or preempt, 4 when an analysis gate would not pass today, else 0.
 func ExitStatus(reports []Report) int {
 	code := 0
+	worse := func(c int) {
+		if slices.Index(severity, c) > slices.Index(severity, code) {
+			code = c
+		}
+	}
 	for _, r := range reports {
 		switch {
 		case r.Error != "":
 			return 1
 		case !r.Admission.Allowed:
-			code = exitPlanDenied
-		case code == 0 && r.Plan != nil && (r.Plan.Summary.NotFit > 0 || r.Plan.Summary.Preempting > 0 || len(r.Plan.Problems) > 0):
-			code = exitPlanNotFit
+			worse(exitPlanDenied)
+		case r.Plan == nil:
+		case r.Plan.Summary.NotFit > 0 || r.Plan.Summary.Preempting > 0 || len(r.Plan.Problems) > 0:
+			worse(exitPlanNotFit)
+		case r.Plan.Analysis.finding():
+			worse(exitPlanGates)
 		}
 	}
 	return code

@@ -3,6 +3,7 @@ package preflight
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -58,12 +59,17 @@ func TestApplyMergeIsKubectlApply(t *testing.T) {
 	}
 }
 
+// TestExitStatus holds the order of the plan's outcomes: an error, a denial, a pod that does not
+// fit, an analysis gate that would not pass today, fine.
 func TestExitStatus(t *testing.T) {
 	fine := Report{Admission: AdmissionReport{Allowed: true}, Plan: &Impact{}}
 	notFit := Report{Admission: AdmissionReport{Allowed: true}, Plan: &Impact{Summary: Summary{NotFit: 1}}}
 	preempts := Report{Admission: AdmissionReport{Allowed: true}, Plan: &Impact{Summary: Summary{Preempting: 1}}}
 	denied := Report{Admission: AdmissionReport{Allowed: false}}
 	broken := Report{Error: "decode object"}
+	gateFails := Report{Admission: AdmissionReport{Allowed: true}, Plan: &Impact{Analysis: &AnalysisCheck{Ran: true, Gates: []GateCheck{{Name: "errors", Result: GateFail}}}}}
+	noPrometheus := Report{Admission: AdmissionReport{Allowed: true}, Plan: &Impact{Analysis: &AnalysisCheck{Gates: []GateCheck{{Name: "errors", Result: GateError}}}}}
+	notRun := Report{Admission: AdmissionReport{Allowed: true}, Plan: &Impact{Analysis: &AnalysisCheck{NotRun: gatesNotRun, Gates: []GateCheck{{Name: "errors", Result: GateNotRun}}}}}
 	cases := []struct {
 		name    string
 		reports []Report
@@ -75,6 +81,11 @@ func TestExitStatus(t *testing.T) {
 		{"preempts", []Report{preempts}, exitPlanNotFit},
 		{"a denial outranks a pod that does not fit", []Report{notFit, denied}, exitPlanDenied},
 		{"an error outranks everything", []Report{denied, broken, notFit}, 1},
+		{"a gate that would not pass today", []Report{fine, gateFails}, exitPlanGates},
+		{"Prometheus not answering is a finding", []Report{noPrometheus}, exitPlanGates},
+		{"gates not run find nothing", []Report{notRun}, 0},
+		{"a pod that does not fit outranks a gate", []Report{gateFails, notFit, gateFails}, exitPlanNotFit},
+		{"a denial outranks a gate", []Report{gateFails, denied}, exitPlanDenied},
 	}
 	for _, tc := range cases {
 		if got := ExitStatus(tc.reports); got != tc.want {
@@ -99,6 +110,13 @@ func TestRenderPlans(t *testing.T) {
 			Pauses: []rolloutplan.PauseStep{{At: time.Minute, Step: "2/3: pause:1m", StepIndex: 1, Duration: time.Minute}},
 		}},
 	}
+	plan.Analysis = &AnalysisCheck{Ran: true, Revision: "r1", Nodes: []string{"w1", "w2", "w3", "w4", "w5"}, OtherRevisions: 1, Prometheus: "http://prom:9090", Gates: []GateCheck{
+		{Name: "errors", Result: GateFail, Measured: 5, Bound: "max 0.05", OutOfBounds: []NodeValue{{"w1", "0.123456"}, {"w2", "+Inf"}, {"w3", "1"}, {"w4", "2"}}},
+		{Name: "drops", Result: GateMissing, Measured: 4, Missing: []string{"w5"}, Baseline: BaselineToday, Bound: "max 1 of the baseline median 2 (4 nodes)"},
+		{Name: "few", Result: GateMissing, Measured: 1, Missing: []string{"w2", "w3", "w4", "w5"}, Baseline: BaselineRollout, Bound: "max 1"},
+		{Name: "slow", Result: GateError, Error: "Prometheus at http://prom:9090 did not answer within 10s (--prometheus-timeout)"},
+		{Name: "fine", Result: GatePass, Measured: 5, Bound: "max 1"},
+	}}
 	reports := []Report{{Source: "ds.yaml#1", Namespace: "default", Name: "agent", Plan: plan,
 		Admission: AdmissionReport{Injection: "webhook", Validation: "webhook", Mutated: true, Allowed: true, Policies: "built-in policies",
 			Violations: []policy.Violation{{Policy: "budget", Action: policy.Warn, Message: "wide"}}}}}
@@ -109,6 +127,18 @@ func TestRenderPlans(t *testing.T) {
 	}
 	out := table.String()
 	for _, want := range []string{"injection webhook (injects)", "policies: built-in policies", "WARN", "w1", "does not fit: cpu", "preempts x/low|pod (priority 0)", "estimate: 1m0s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	for _, want := range []string{
+		"  analysis check: each gate's query run once against revision r1 on the 5 nodes that run it (Prometheus http://prom:9090); 1 node running another revision left out:\n",
+		"    gate errors: WOULD FAIL: 4 of 5 nodes out of bounds already (max 0.05): w1=0.1235, w2=+Inf, w3=1 and 1 more\n",
+		"    gate drops: NO SERIES for 1 of 5 nodes: w5; the rollout would pause (inconclusive) until they have one; the other 4 within bounds (max 1 of the baseline median 2 (4 nodes), the nodes measured today as the baseline)\n",
+		"    gate few: NO SERIES for 4 of 5 nodes: w2, w3, w4 and 1 more; the rollout would pause (inconclusive) until they have one; a baseline gate: with 1 of 5 nodes measured there is no median to judge them by; the rollout judges it against old-revision nodes, and only missing series are checked here\n",
+		"    gate slow: NO ANSWER from Prometheus: Prometheus at http://prom:9090 did not answer within 10s (--prometheus-timeout); the rollout would pause (inconclusive) until it answers\n",
+		"    gate fine: passes: 5 of 5 nodes within bounds (max 1)\n",
+	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -128,6 +158,9 @@ func TestRenderPlans(t *testing.T) {
 	if !strings.Contains(md.String(), "| w1 |") || !strings.Contains(md.String(), `low\|pod`) {
 		t.Errorf("markdown lacks the node row or does not escape a pipe:\n%s", md.String())
 	}
+	if !strings.Contains(md.String(), "\n\nanalysis check: each gate's query") || !strings.Contains(md.String(), "\n- gate errors: WOULD FAIL: 4 of 5 nodes") {
+		t.Errorf("markdown lacks the analysis check as a list of gates:\n%s", md.String())
+	}
 
 	var js bytes.Buffer
 	if err := Render(&js, "json", reports); err != nil {
@@ -142,5 +175,8 @@ func TestRenderPlans(t *testing.T) {
 	}
 	if decoded.ExitCode != exitPlanNotFit || len(decoded.Items) != 1 || len(decoded.Items[0].Plan.Nodes) != 2 {
 		t.Errorf("json = %s", js.String())
+	}
+	if got := decoded.Items[0].Plan.Analysis; got == nil || !reflect.DeepEqual(*got, *plan.Analysis) {
+		t.Errorf("the analysis check does not survive JSON: %+v", got)
 	}
 }

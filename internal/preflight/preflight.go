@@ -1,13 +1,15 @@
 // Package preflight is `daemonguard rollout plan`: what a DaemonSet change will do before it is
-// applied. plan.go gathers the cluster's objects, merges each manifest into the live DaemonSet as
-// kubectl apply does, runs admission through daemonguard's admission core as the cluster would,
-// and assesses the object as it would be stored (PlanManifests, one Report per DaemonSet, and
-// ExitStatus); render.go writes the reports as a table, markdown or JSON (Render). The rest is
-// pure, over plain data and a clock: preflight.go decides node by node which nodes gain, lose or
-// replace the daemon pod and why, and which template fields change (Assess, an Impact); fit.go
-// whether the new pod fits or preempts (Fit); rollout.go how the rollout proceeds, for managed
-// DaemonSets with the controller's own planner (rolloutplan.Forecast). The cobra command is
-// internal/rolloutcli/plan.go.
+// applied. plan.go is the command (NewPlanCommand) and its run: it gathers the cluster's objects,
+// merges each manifest into the live DaemonSet as kubectl apply does, runs admission through
+// daemonguard's admission core as the cluster would, assesses the object as it would be stored,
+// and runs a managed DaemonSet's analysis gates once through the controller's Prometheus client
+// (internal/promquery) (PlanManifests, one Report per DaemonSet, and ExitStatus); render.go
+// writes the reports as a table, markdown or JSON (Render). The rest is pure, over plain data and
+// a clock: preflight.go decides node by node which nodes gain, lose or replace the daemon pod and
+// why, and which template fields change (Assess, an Impact); fit.go whether the new pod fits or
+// preempts (Fit); rollout.go how the rollout proceeds, for managed DaemonSets with the
+// controller's own planner (rolloutplan.Forecast), and what the gates' queries found today,
+// judged with the planner's own judgement (rolloutplan.Judge).
 package preflight
 
 import (
@@ -86,6 +88,9 @@ type Impact struct {
 	Nodes    []NodeImpact `json:"nodes"`
 	Summary  Summary      `json:"summary"`
 	Rollout  Rollout      `json:"rollout"`
+	// Analysis is the analysis gates' check against today's revision (managed DaemonSets with
+	// gates only); PlanManifests adds it, Assess does not measure.
+	Analysis *AnalysisCheck `json:"analysis,omitempty"`
 }
 
 // Summary counts nodes by change and problem.

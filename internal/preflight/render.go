@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -78,6 +79,9 @@ func renderTable(w io.Writer, reports []Report) error {
 		for _, line := range rolloutLines(p.Rollout) {
 			fmt.Fprintln(w, "  "+line)
 		}
+		for _, line := range analysisLines(p.Analysis) {
+			fmt.Fprintln(w, "  "+line)
+		}
 		if r.Admission.Diff != "" {
 			fmt.Fprintln(w, "  diff:")
 			fmt.Fprint(w, kubetext.Indent(r.Admission.Diff, "    "))
@@ -125,6 +129,13 @@ func renderMarkdown(w io.Writer, reports []Report) error {
 		fmt.Fprintln(w)
 		for _, line := range rolloutLines(p.Rollout) {
 			fmt.Fprintf(w, "%s  \n", mdEscape(strings.TrimSpace(line)))
+		}
+		if lines := analysisLines(p.Analysis); len(lines) > 0 {
+			// The gates are a list under the check's first line, apart from the rollout's lines.
+			fmt.Fprintf(w, "\n%s\n\n", mdEscape(lines[0]))
+			for _, line := range lines[1:] {
+				fmt.Fprintf(w, "- %s\n", mdEscape(strings.TrimSpace(line)))
+			}
 		}
 		if r.Admission.Diff != "" {
 			fmt.Fprintf(w, "\n<details><summary>diff against the live object</summary>\n\n```diff\n%s```\n</details>\n", r.Admission.Diff)
@@ -256,6 +267,83 @@ func gateLines(gates []rolloutplan.GateSummary) []string {
 		out = append(out, fmt.Sprintf("  gate %s: %d measurements %s apart%s: %s", g.Name, g.Count, g.Interval, how, g.Query))
 	}
 	return out
+}
+
+// analysisLines say what the analysis check found: a first line on what was measured (or why
+// nothing was), then one line per gate that was run. Nodes and values are named as the rollout's
+// messages name them, the first few and a count of the rest.
+func analysisLines(c *AnalysisCheck) []string {
+	switch {
+	case c == nil:
+		return nil
+	case c.Error != "":
+		return []string{"analysis check: ERROR: " + c.Error}
+	case !c.Ran:
+		names := make([]string, len(c.Gates))
+		for i, g := range c.Gates {
+			names[i] = g.Name
+		}
+		return []string{fmt.Sprintf("analysis check: the queries of %s (%s) were not run: %s", count(len(c.Gates), "gate"), strings.Join(names, ", "), c.NotRun)}
+	}
+	head := fmt.Sprintf("analysis check: each gate's query run once against revision %s on the %s that run it (Prometheus %s)", c.Revision, count(len(c.Nodes), "node"), c.Prometheus)
+	if c.OtherRevisions > 0 {
+		head += fmt.Sprintf("; %s running another revision left out", count(c.OtherRevisions, "node"))
+	}
+	out := []string{head + ":"}
+	for _, g := range c.Gates {
+		out = append(out, "  gate "+g.Name+": "+gateVerdict(g, len(c.Nodes)))
+	}
+	return out
+}
+
+// gateVerdict is one gate's line: the result first, in capitals when it would stop the rollout.
+func gateVerdict(g GateCheck, nodes int) string {
+	if g.Result == GateError {
+		return "NO ANSWER from Prometheus: " + g.Error + "; the rollout would pause (inconclusive) until it answers"
+	}
+	bound := g.Bound
+	if g.Baseline == BaselineToday {
+		bound += ", the nodes measured today as the baseline"
+	}
+	var parts []string
+	switch g.Result {
+	case GatePass:
+		if g.Baseline == BaselineRollout {
+			parts = append(parts, fmt.Sprintf("passes: %d of %d nodes have a series", g.Measured, nodes))
+		} else {
+			parts = append(parts, fmt.Sprintf("passes: %d of %d nodes within bounds (%s)", g.Measured, nodes, bound))
+		}
+	case GateFail:
+		values := make([]string, len(g.OutOfBounds))
+		for i, nv := range g.OutOfBounds {
+			value, err := strconv.ParseFloat(nv.Value, 64)
+			if err == nil {
+				nv.Value = rolloutplan.FormatValue(value)
+			}
+			values[i] = nv.Node + "=" + nv.Value
+		}
+		parts = append(parts, fmt.Sprintf("WOULD FAIL: %d of %d nodes out of bounds already (%s): %s", len(values), nodes, bound, rolloutplan.ListNodes(values)))
+	case GateMissing:
+		parts = append(parts, fmt.Sprintf("NO SERIES for %d of %d nodes: %s; the rollout would pause (inconclusive) until they have one", len(g.Missing), nodes, rolloutplan.ListNodes(g.Missing)))
+		if g.Measured > 0 && g.Baseline != BaselineRollout {
+			parts = append(parts, fmt.Sprintf("the other %d within bounds (%s)", g.Measured, bound))
+		}
+	}
+	if g.Result == GateFail && len(g.Missing) > 0 {
+		parts = append(parts, fmt.Sprintf("no series for %d of %d nodes: %s", len(g.Missing), nodes, rolloutplan.ListNodes(g.Missing)))
+	}
+	if g.Baseline == BaselineRollout {
+		parts = append(parts, fmt.Sprintf("a baseline gate: with %d of %d nodes measured there is no median to judge them by; the rollout judges it against old-revision nodes, and only missing series are checked here", g.Measured, nodes))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// count counts things for people: "1 node", "3 nodes".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // shownWaves bounds the waves listed in a row; pauses are always listed, in time order.
