@@ -48,6 +48,9 @@ type Handlers struct {
 // patches, so that the handlers here only decide. Bodies over the size limit are answered
 // before it (refuseOversized).
 func (h *Handlers) Endpoints() map[string]http.Handler {
+	// Here rather than at registration: the controller runs the same binary, and serves no
+	// webhook whose answers it could count.
+	exportAnswerResults(admissionTotal, admissionDuration)
 	return map[string]http.Handler{
 		MutateDaemonSetPath:   answerThroughShutdown(refuseOversized(&cradmission.Webhook{Handler: DaemonSetMutator{h}})),
 		ValidateDaemonSetPath: answerThroughShutdown(refuseOversized(&cradmission.Webhook{Handler: DaemonSetValidator{h}})),
@@ -200,8 +203,31 @@ var (
 	}, []string{"webhook", "result"})
 )
 
+// answerResults are the results each webhook can answer with (observe): mutate-daemonset denies
+// only by the failure mode, when the policies could not be evaluated; validate-daemonset never
+// patches; mutate-pod never denies.
+var answerResults = map[string][]string{
+	"mutate-daemonset":   {"allowed", "patched", "denied", "error"},
+	"validate-daemonset": {"allowed", "denied", "error"},
+	"mutate-pod":         {"allowed", "patched", "error"},
+}
+
 func init() {
 	crmetrics.Registry.MustRegister(admissionTotal, violationsTotal, evaluationErrors, admissionDuration)
+}
+
+// exportAnswerResults creates the request counter and the latency histogram of every result of
+// every webhook at 0, as Prometheus's instrumentation practice asks of label values known in
+// advance. A result not seen yet (an error, a denial) is then a rate of 0 rather than no series,
+// so the alerts' ratio of errors to requests has a value; and the first answers of a result count
+// in rate() and increase(), which take a series' first sample as its start, not as an increase.
+func exportAnswerResults(counter *prometheus.CounterVec, histogram *prometheus.HistogramVec) {
+	for webhook, results := range answerResults {
+		for _, result := range results {
+			counter.WithLabelValues(webhook, result)
+			histogram.WithLabelValues(webhook, result)
+		}
+	}
 }
 
 // observe answers a request with handle and counts and times the answer by webhook and result.

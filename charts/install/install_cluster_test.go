@@ -175,16 +175,27 @@ func (r *release) token(name string) string {
 // against ca.crt of the webhook's TLS Secret, under the webhook Service's name.
 func (r *release) webhookMetricsTLS() *tls.Config {
 	r.t.Helper()
+	caPEM, serverName := r.webhookMetricsCA()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		r.t.Fatal("the webhook's TLS secret has no certificate in ca.crt")
+	}
+	return &tls.Config{RootCAs: pool, ServerName: serverName}
+}
+
+// webhookMetricsCA returns what webhookMetricsTLS verifies with: ca.crt of the webhook's TLS
+// Secret, and the name the certificate must cover.
+func (r *release) webhookMetricsCA() (caPEM []byte, serverName string) {
+	r.t.Helper()
 	secret := r.object("Deployment", "webhook").GetName() + "-tls"
 	s, err := cluster.Client.CoreV1().Secrets(r.namespace).Get(context.Background(), secret, metav1.GetOptions{})
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(s.Data["ca.crt"]) {
+	if len(s.Data["ca.crt"]) == 0 {
 		r.t.Fatalf("secret %s has no ca.crt", secret)
 	}
-	return &tls.Config{RootCAs: pool, ServerName: r.object("Service", "-webhook").GetName() + "." + r.namespace + ".svc"}
+	return s.Data["ca.crt"], r.object("Service", "-webhook").GetName() + "." + r.namespace + ".svc"
 }
 
 // runWebhook runs a webhook replica serving on port with its own cert dir.

@@ -42,6 +42,12 @@ type Target struct {
 	// BearerTokenFile is a file whose content Prometheus sends as a bearer token, read anew at
 	// every scrape.
 	BearerTokenFile string
+	// Labels are attached to every series of the target, as service discovery attaches the
+	// target's namespace and pod in a cluster.
+	Labels map[string]string
+	// HonorLabels keeps a scraped label that clashes with a target label (Labels, job, instance)
+	// instead of renaming it exported_<name>.
+	HonorLabels bool
 }
 
 // Options configures the server.
@@ -322,12 +328,14 @@ func (s *Server) writeConfig(opts Options) error {
 		CredentialsFile string `json:"credentials_file"`
 	}
 	type staticConfig struct {
-		Targets []string `json:"targets"`
+		Targets []string          `json:"targets"`
+		Labels  map[string]string `json:"labels,omitempty"`
 	}
 	type scrapeConfig struct {
 		JobName       string         `json:"job_name"`
 		Scheme        string         `json:"scheme"`
 		MetricsPath   string         `json:"metrics_path"`
+		HonorLabels   bool           `json:"honor_labels,omitempty"`
 		TLSConfig     *tlsConfig     `json:"tls_config,omitempty"`
 		Authorization *authorization `json:"authorization,omitempty"`
 		StaticConfigs []staticConfig `json:"static_configs"`
@@ -343,7 +351,8 @@ func (s *Server) writeConfig(opts Options) error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("target %s: want an http or https URL with a host (%v)", target.URL, err)
 		}
-		scrape := scrapeConfig{JobName: target.Job, Scheme: u.Scheme, MetricsPath: u.Path, StaticConfigs: []staticConfig{{Targets: []string{u.Host}}}}
+		scrape := scrapeConfig{JobName: target.Job, Scheme: u.Scheme, MetricsPath: u.Path, HonorLabels: target.HonorLabels,
+			StaticConfigs: []staticConfig{{Targets: []string{u.Host}, Labels: target.Labels}}}
 		if scrape.MetricsPath == "" {
 			scrape.MetricsPath = "/metrics"
 		}

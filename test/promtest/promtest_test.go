@@ -119,3 +119,25 @@ func TestWaitForTargetsUpReportsAFailingTarget(t *testing.T) {
 		t.Errorf("WaitForTargetsUp: %v, want the target's 403 in it", err)
 	}
 }
+
+// A target's Labels are on its series; a scraped label that clashes with one is renamed
+// exported_<name>, unless the target honors scraped labels, as a ServiceMonitor's honorLabels asks.
+func TestTargetLabelsAndHonorLabels(t *testing.T) {
+	registry := prometheus.NewRegistry()
+	labelled := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "promtest_labelled", Help: "A series with a namespace label of its own."}, []string{"namespace"})
+	registry.MustRegister(labelled)
+	labelled.WithLabelValues("scraped").Set(1)
+	exporter := httptest.NewServer(promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	t.Cleanup(exporter.Close)
+	target := map[string]string{"namespace": "target", "pod": "exporter-0"}
+	s := Start(t, Options{Targets: []Target{
+		{Job: "honoring", URL: exporter.URL + "/metrics", Labels: target, HonorLabels: true},
+		{Job: "renaming", URL: exporter.URL + "/metrics", Labels: target},
+	}})
+	ctx := t.Context()
+	if err := s.WaitForTargetsUp(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitForValue(ctx, t, s, `promtest_labelled{job="honoring", namespace="scraped", pod="exporter-0", exported_namespace=""}`, 1)
+	waitForValue(ctx, t, s, `promtest_labelled{job="renaming", namespace="target", pod="exporter-0", exported_namespace="scraped"}`, 1)
+}
