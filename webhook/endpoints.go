@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -48,8 +49,9 @@ type Handlers struct {
 // patches, so that the handlers here only decide. Bodies over the size limit are answered
 // before it (refuseOversized).
 func (h *Handlers) Endpoints() map[string]http.Handler {
-	// Here rather than at registration: the controller runs the same binary, and serves no
-	// webhook whose answers it could count.
+	// Here rather than at init: the controller runs the same binary, and serves no webhook
+	// whose answers it could count.
+	registerMetrics()
 	exportAnswerResults(admissionTotal, admissionDuration)
 	return map[string]http.Handler{
 		MutateDaemonSetPath:   answerThroughShutdown(refuseOversized(&cradmission.Webhook{Handler: DaemonSetMutator{h}})),
@@ -212,9 +214,11 @@ var answerResults = map[string][]string{
 	"mutate-pod":         {"allowed", "patched", "error"},
 }
 
-func init() {
+// registerMetrics registers the admission metrics once, when the webhooks are served: the
+// controller runs the same binary, and must not export a webhook's series.
+var registerMetrics = sync.OnceFunc(func() {
 	crmetrics.Registry.MustRegister(admissionTotal, violationsTotal, evaluationErrors, admissionDuration)
-}
+})
 
 // exportAnswerResults creates the request counter and the latency histogram of every result of
 // every webhook at 0, as Prometheus's instrumentation practice asks of label values known in

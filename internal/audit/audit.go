@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -137,9 +138,17 @@ var (
 	auditLastRun    = prometheus.NewGauge(prometheus.GaugeOpts{Name: "daemonguard_audit_last_run_timestamp_seconds", Help: "When the last audit finished (Unix seconds)."})
 )
 
-func init() {
-	metrics.Registry.MustRegister(auditViolations, auditDaemonSets, auditLastRun)
-}
+// registerMetrics registers the audit's metrics once, when an audit runs or writes Reports
+// (webhook replicas): the controller runs the same binary, and must not export them.
+var registerMetrics = sync.OnceFunc(func() {
+	metrics.Registry.MustRegister(auditViolations, auditDaemonSets, auditLastRun, reportWrites, reportFailures)
+	for _, op := range []string{"create", "update", "delete"} {
+		reportWrites.WithLabelValues(op)
+	}
+	for _, reason := range []string{"crd_missing", "forbidden", "error"} {
+		reportFailures.WithLabelValues(reason)
+	}
+})
 
 // Auditor runs the audit periodically and reports every finding as an Event on the DaemonSet, as
 // metrics and, with Reports set, as OpenReports Reports. Only the holder of the audit's lease runs
@@ -157,6 +166,7 @@ type Auditor struct {
 
 // Start audits now, then every Interval until ctx ends.
 func (a *Auditor) Start(ctx context.Context) error {
+	registerMetrics()
 	ticker := time.NewTicker(a.Interval)
 	defer ticker.Stop()
 	for {

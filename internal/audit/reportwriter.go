@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
@@ -23,16 +22,6 @@ var (
 	reportWrites   = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "daemonguard_audit_report_writes_total", Help: "OpenReports Report writes by the audit, by operation (create, update, delete)."}, []string{"operation"})
 	reportFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "daemonguard_audit_report_failures_total", Help: "Audit passes whose OpenReports Reports could not all be written, by reason (crd_missing, forbidden, error)."}, []string{"reason"})
 )
-
-func init() {
-	metrics.Registry.MustRegister(reportWrites, reportFailures)
-	for _, op := range []string{"create", "update", "delete"} {
-		reportWrites.WithLabelValues(op)
-	}
-	for _, reason := range []string{"crd_missing", "forbidden", "error"} {
-		reportFailures.WithLabelValues(reason)
-	}
-}
 
 // ReportWriter keeps the OpenReports Reports in step with the audit's findings: it lists the
 // Reports labelled as daemonguard's, decides the desired ones (Reports, PlanReports) and writes
@@ -46,6 +35,7 @@ type ReportWriter struct {
 // NewReportWriter returns a ReportWriter with a client for cfg. It makes no request: a missing
 // CRD or permission shows up in Write, as an error that says which.
 func NewReportWriter(cfg *rest.Config) (*ReportWriter, error) {
+	registerMetrics()
 	scheme := runtime.NewScheme()
 	if err := openreports.Install(scheme); err != nil {
 		return nil, err

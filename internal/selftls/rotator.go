@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -83,6 +84,7 @@ type Rotator struct {
 
 // NewRotator returns a Rotator on the real clock.
 func NewRotator(c client.Client, opts Options, log logr.Logger) *Rotator {
+	registerMetrics()
 	opts.Config = opts.Config.WithDefaults()
 	return &Rotator{Options: opts, Client: c, Log: log, clock: clock.RealClock{}}
 }
@@ -356,7 +358,9 @@ var certificateExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Help: "When the self-managed webhook serving certificate (kind=serving) and the newest CA (kind=ca) expire, as a Unix time.",
 }, []string{"kind"})
 
-func init() { metrics.Registry.MustRegister(certificateExpiry) }
+// registerMetrics registers the certificate expiry once a rotator exists (webhook replicas with
+// self-managed TLS): the controller runs the same binary, and has no such certificate.
+var registerMetrics = sync.OnceFunc(func() { metrics.Registry.MustRegister(certificateExpiry) })
 
 func recordExpiry(st State) {
 	set := func(kind string, c *x509.Certificate) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // readinessChecks are the checks of the running server's /readyz, set by Run; nil before it.
@@ -21,10 +20,6 @@ var webhookReady = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 	Name: "daemonguard_webhook_ready",
 	Help: "1 when this webhook replica passes its readiness checks (webhook server serving TLS, policy ConfigMaps read), 0 otherwise.",
 }, replicaReady)
-
-func init() {
-	metrics.Registry.MustRegister(webhookReady)
-}
 
 // replicaReady is 1 when every readiness check passes, 0 when one fails or none is set yet.
 func replicaReady() float64 {

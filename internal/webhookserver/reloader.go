@@ -46,10 +46,12 @@ var (
 	}, []string{"result"})
 )
 
-func init() {
+// registerMetrics registers the webhook replica's own metrics once, when Run starts: the
+// controller runs the same binary, and must not export them.
+var registerMetrics = sync.OnceFunc(func() {
 	policySetHealthy.Set(1)
-	metrics.Registry.MustRegister(policySetHealthy, policyReloads)
-}
+	metrics.Registry.MustRegister(policySetHealthy, policyReloads, webhookReady)
+})
 
 // policyReloader recompiles the whole policy set whenever a labelled ConfigMap changes. Admission
 // never waits for it: handlers read the set in force from the engine (an atomic pointer), and mu

@@ -89,6 +89,7 @@ type Options struct {
 // follows the labelled ConfigMaps: a set that fails to compile is reported (an Event and
 // admission.PolicyErrorAnnotation on the ConfigMaps at fault) and the last good set keeps serving.
 func Run(ctx context.Context, opts Options) error {
+	registerMetrics()
 	log := opts.Log
 	builtin, builtinParams, err := policy.Builtin()
 	if err != nil {
