@@ -125,14 +125,29 @@ func (s *Server) Query(ctx context.Context, expr string) (model.Value, error) {
 // Start starts Prometheus on the server's port and TSDB, again after Stop, and waits until it is
 // ready (/-/ready). It fails when Prometheus is running already.
 func (s *Server) Start(ctx context.Context) error {
+	done, err := s.start()
+	if err != nil {
+		return err
+	}
+	// Without the lock: the goroutine that reaps Prometheus takes it before it closes done, so
+	// a Prometheus that exits at once (a configuration it rejects) is reported at once.
+	if err := s.waitReady(ctx, done); err != nil {
+		return fmt.Errorf("%w\n%s", err, s.logTail())
+	}
+	return nil
+}
+
+// start starts the Prometheus process and the goroutine that reaps it, which closes done when
+// the process has exited.
+func (s *Server) start() (done chan struct{}, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
-		return errors.New("prometheus is running already")
+		return nil, errors.New("prometheus is running already")
 	}
 	logFile, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer logFile.Close() // the child has its own descriptor
 	cmd := exec.Command(s.binary,
@@ -143,9 +158,9 @@ func (s *Server) Start(ctx context.Context) error {
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.binary, err)
+		return nil, fmt.Errorf("start %s: %w", s.binary, err)
 	}
-	done := make(chan struct{})
+	done = make(chan struct{})
 	s.cmd, s.done = cmd, done
 	go func() {
 		err := cmd.Wait()
@@ -154,10 +169,7 @@ func (s *Server) Start(ctx context.Context) error {
 		s.mu.Unlock()
 		close(done)
 	}()
-	if err := s.waitReady(ctx, done); err != nil {
-		return fmt.Errorf("%w\n%s", err, s.logTail())
-	}
-	return nil
+	return done, nil
 }
 
 // waitReady polls /-/ready until it answers 200, Prometheus exits or the deadline passes.
