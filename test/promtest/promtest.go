@@ -3,6 +3,9 @@
 // and evaluates the caller's rule files every second. Tests query it with client_golang's API
 // client, and may stop and start it again on the same TSDB and port (an e2e test that loses its
 // Prometheus mid-rollout). A test skips, naming the Debian package, when the binary is missing.
+// A test whose Prometheus discovers a cluster's pods (PodJobs) runs the Prometheus built from
+// tools/prometheus instead (KubernetesSDBinary), and one whose pods query it listens where they
+// reach it (ListenHost).
 package promtest
 
 import (
@@ -26,6 +29,8 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/toolbin"
 )
 
 // Target is one endpoint Prometheus scrapes, in a scrape job of its own.
@@ -51,12 +56,49 @@ type Options struct {
 	RuleFiles []string
 	// Interval is the scrape and evaluation interval; 1s when zero.
 	Interval time.Duration
+	// ListenHost is the address Prometheus listens on; 127.0.0.1 when empty. Pods of the local
+	// cluster's real node reach the host only at its address on the node's network
+	// (localcluster's Cluster.NodeHostIP), so a controller pod that queries Prometheus needs that.
+	ListenHost string
+	// PodJobs are scrape jobs whose targets Prometheus discovers among a cluster's pods, as it
+	// does in a cluster. Debian's prometheus cannot: set Binary to KubernetesSDBinary's.
+	PodJobs []PodJob
+	// Binary is the prometheus program to run; Debian's prometheus on PATH when empty.
+	Binary string
+}
+
+// PodJob is a scrape job that discovers its targets with kubernetes_sd_configs, role pod: one
+// target per declared container port of each pod with an IP, at podIP:port, carrying the pod's
+// __meta_kubernetes_pod_* labels, which RelabelConfigs keep, drop and copy into target labels.
+type PodJob struct {
+	// Job is the job label of its series; unique among the jobs and targets.
+	Job string
+	// KubeconfigFile is the kubeconfig Prometheus lists and watches pods with: it needs list and
+	// watch on pods in Namespaces.
+	KubeconfigFile string
+	// Namespaces limits discovery to these namespaces; every namespace when empty.
+	Namespaces []string
+	// RelabelConfigs are the job's relabel_configs, applied in order to each discovered target.
+	RelabelConfigs []RelabelConfig
+	// MetricsPath is the path scraped on each target; /metrics when empty.
+	MetricsPath string
+}
+
+// RelabelConfig is one rule of a job's relabel_configs, as Prometheus documents it. An empty
+// field takes Prometheus' default (action replace, regex (.*), replacement $1).
+type RelabelConfig struct {
+	SourceLabels []string `json:"source_labels,omitempty"`
+	Regex        string   `json:"regex,omitempty"`
+	TargetLabel  string   `json:"target_label,omitempty"`
+	Replacement  string   `json:"replacement,omitempty"`
+	Action       string   `json:"action,omitempty"`
 }
 
 // Server is a running (or stopped) Prometheus.
 type Server struct {
 	binary string
 	dir    string // holds the configuration, the log and, under tsdb, the TSDB
+	host   string
 	port   int
 	api    promv1.API
 
@@ -69,19 +111,26 @@ type Server struct {
 // readyTimeout bounds the start of Prometheus, WAL replay included.
 const readyTimeout = time.Minute
 
-// Start starts Prometheus for the test and stops it when the test ends. It skips the test when
-// Debian's prometheus package is not installed.
+// Start starts Prometheus for the test and stops it when the test ends. Without Options.Binary it
+// skips the test when Debian's prometheus package is not installed.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	binary, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Skip("prometheus is not on PATH: install Debian's prometheus package (`make testdeps` does as root)")
+	binary := opts.Binary
+	if binary == "" {
+		var err error
+		if binary, err = exec.LookPath("prometheus"); err != nil {
+			t.Skip("prometheus is not on PATH: install Debian's prometheus package (`make testdeps` does as root)")
+		}
 	}
-	port, err := freePort()
+	host := opts.ListenHost
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	port, err := freePort(host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{binary: binary, dir: t.TempDir(), port: port}
+	s := &Server{binary: binary, dir: t.TempDir(), host: host, port: port}
 	if err := s.writeConfig(opts); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +152,7 @@ func Start(t testing.TB, opts Options) *Server {
 
 // Address is the base URL of Prometheus's HTTP API and UI.
 func (s *Server) Address() string {
-	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	return "http://" + net.JoinHostPort(s.host, strconv.Itoa(s.port))
 }
 
 // API is client_golang's client of the server's HTTP API, for what Query does not cover.
@@ -153,7 +202,7 @@ func (s *Server) start() (done chan struct{}, err error) {
 	cmd := exec.Command(s.binary,
 		"--config.file="+filepath.Join(s.dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(s.dir, "tsdb"),
-		"--web.listen-address="+net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
+		"--web.listen-address="+net.JoinHostPort(s.host, strconv.Itoa(s.port)),
 		"--web.enable-lifecycle",
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -367,6 +416,10 @@ func (s *Server) writeConfig(opts Options) error {
 		}
 		scrapes = append(scrapes, scrape)
 	}
+	pods, err := podScrapeConfigs(opts.PodJobs, jobs)
+	if err != nil {
+		return err
+	}
 	config := map[string]any{
 		"global": map[string]string{
 			"scrape_interval":     model.Duration(interval).String(),
@@ -374,7 +427,7 @@ func (s *Server) writeConfig(opts Options) error {
 			"evaluation_interval": model.Duration(interval).String(),
 		},
 		"rule_files":     opts.RuleFiles,
-		"scrape_configs": scrapes,
+		"scrape_configs": append(toAny(scrapes), pods...),
 	}
 	data, err := yaml.Marshal(config)
 	if err != nil {
@@ -383,12 +436,75 @@ func (s *Server) writeConfig(opts Options) error {
 	return os.WriteFile(filepath.Join(s.dir, "prometheus.yml"), data, 0o600)
 }
 
-// freePort returns a loopback port free right now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freePort returns a port of host free right now.
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// podScrapeConfigs renders the pod jobs as scrape configs; jobs holds the job names taken so far.
+func podScrapeConfigs(podJobs []PodJob, jobs map[string]bool) ([]any, error) {
+	type namespaces struct {
+		Names []string `json:"names"`
+	}
+	type kubernetesSDConfig struct {
+		Role           string      `json:"role"`
+		KubeconfigFile string      `json:"kubeconfig_file"`
+		Namespaces     *namespaces `json:"namespaces,omitempty"`
+	}
+	type scrapeConfig struct {
+		JobName             string               `json:"job_name"`
+		MetricsPath         string               `json:"metrics_path"`
+		KubernetesSDConfigs []kubernetesSDConfig `json:"kubernetes_sd_configs"`
+		RelabelConfigs      []RelabelConfig      `json:"relabel_configs,omitempty"`
+	}
+	var scrapes []any
+	for _, job := range podJobs {
+		if job.Job == "" || jobs[job.Job] {
+			return nil, fmt.Errorf("pod job %q is empty or not unique", job.Job)
+		}
+		jobs[job.Job] = true
+		if job.KubeconfigFile == "" {
+			return nil, fmt.Errorf("pod job %s: no kubeconfig file", job.Job)
+		}
+		sd := kubernetesSDConfig{Role: "pod", KubeconfigFile: job.KubeconfigFile}
+		if len(job.Namespaces) > 0 {
+			sd.Namespaces = &namespaces{Names: job.Namespaces}
+		}
+		path := job.MetricsPath
+		if path == "" {
+			path = "/metrics"
+		}
+		scrapes = append(scrapes, scrapeConfig{JobName: job.Job, MetricsPath: path,
+			KubernetesSDConfigs: []kubernetesSDConfig{sd}, RelabelConfigs: job.RelabelConfigs})
+	}
+	return scrapes, nil
+}
+
+// toAny converts a slice to []any, to append scrape configs of other types to it.
+func toAny[T any](s []T) []any {
+	out := make([]any, 0, len(s))
+	for _, v := range s {
+		out = append(out, v)
+	}
+	return out
+}
+
+// KubernetesSDBinary builds, or finds cached, Prometheus from tools/prometheus and returns its path
+// for Options.Binary: Debian's package is built without the Kubernetes service discovery that
+// PodJobs use. A cold build takes minutes, so the test skips under -short.
+func KubernetesSDBinary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds Prometheus with Kubernetes discovery from tools/prometheus (minutes on a new machine); run without -short")
+	}
+	bins, err := toolbin.Ensure(t.Context(), os.Stderr, "prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bins.Path("prometheus")
 }
