@@ -51,11 +51,6 @@ type Target struct {
 
 // Options configures the server.
 type Options struct {
-	Targets []Target
-	// RuleFiles are Prometheus rule files (recording and alerting rules), evaluated every Interval.
-	RuleFiles []string
-	// Interval is the scrape and evaluation interval; 1s when zero.
-	Interval time.Duration
 	// ListenHost is the address Prometheus listens on; 127.0.0.1 when empty. Pods of the local
 	// cluster's real node reach the host only at its address on the node's network
 	// (localcluster's Cluster.NodeHostIP), so a controller pod that queries Prometheus needs that.
@@ -65,6 +60,12 @@ type Options struct {
 	PodJobs []PodJob
 	// Binary is the prometheus program to run; Debian's prometheus on PATH when empty.
 	Binary string
+
+	Targets []Target
+	// RuleFiles are Prometheus rule files (recording and alerting rules), evaluated every Interval.
+	RuleFiles []string
+	// Interval is the scrape and evaluation interval; 1s when zero.
+	Interval time.Duration
 }
 
 // PodJob is a scrape job that discovers its targets with kubernetes_sd_configs, role pod: one
@@ -395,6 +396,10 @@ func (s *Server) writeConfig(opts Options) error {
 	}
 	var scrapes []scrapeConfig
 	jobs := map[string]bool{}
+	pods, err := podScrapeConfigs(opts.PodJobs, jobs)
+	if err != nil {
+		return err
+	}
 	for _, target := range opts.Targets {
 		if target.Job == "" || jobs[target.Job] {
 			return fmt.Errorf("target %s: job %q is empty or not unique", target.URL, target.Job)
@@ -416,10 +421,6 @@ func (s *Server) writeConfig(opts Options) error {
 		}
 		scrapes = append(scrapes, scrape)
 	}
-	pods, err := podScrapeConfigs(opts.PodJobs, jobs)
-	if err != nil {
-		return err
-	}
 	config := map[string]any{
 		"global": map[string]string{
 			"scrape_interval":     model.Duration(interval).String(),
@@ -434,16 +435,6 @@ func (s *Server) writeConfig(opts Options) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(s.dir, "prometheus.yml"), data, 0o600)
-}
-
-// freePort returns a port of host free right now.
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // podScrapeConfigs renders the pod jobs as scrape configs; jobs holds the job names taken so far.
@@ -507,4 +498,14 @@ func KubernetesSDBinary(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return bins.Path("prometheus")
+}
+
+// freePort returns a port of host free right now.
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
