@@ -2,7 +2,6 @@ package toolbin
 
 import (
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,35 +40,6 @@ func TestExecNamesAreUniquePerModule(t *testing.T) {
 				seen[execName(pkg)] = name
 			}
 		}
-	}
-}
-
-// A module's build tags reach go build: the binary has the file only the tag compiles in, as
-// tools/prometheus needs for its Kubernetes discovery.
-func TestEnsureBuildsWithTheModuleTags(t *testing.T) {
-	root := t.TempDir()
-	moduleDir := filepath.Join(root, "tools", "tagged")
-	write := func(name, content string) { writeFile(t, moduleDir, name, content) }
-	write("go.mod", "module example.com/tagged\n\ngo 1.26\n")
-	write("go.sum", "")
-	write("cmd/a/main.go", "package main\n\nimport \"fmt\"\n\nvar said = \"untagged\"\n\nfunc main() { fmt.Println(said) }\n")
-	write("cmd/a/tagged.go", "//go:build special\n\npackage main\n\nfunc init() { said = \"special\" }\n")
-	b := builder{
-		log: io.Discard, root: root, cacheRoot: filepath.Join(root, "cache"), every: time.Minute,
-		modules: []toolModule{{dir: "tagged", ldflags: "-s -w", tags: []string{"other", "special"}, sets: []outputSet{
-			{name: "a", outputs: map[string]string{"a": "example.com/tagged/cmd/a"}},
-		}}},
-	}
-	bins, err := b.ensure(context.Background(), []string{"a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(bins.Path("a")).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.TrimSpace(string(out)); got != "special" {
-		t.Errorf("the binary printed %q, want special: built without the module's tags", got)
 	}
 }
 

@@ -35,9 +35,6 @@ const KubernetesVersion = "v1.36.3"
 type toolModule struct {
 	dir     string // folder under tools/
 	ldflags string // stamped into every binary of the module
-	// tags are build tags of every binary of the module, e.g. to leave out the parts of a
-	// program the tests do not use.
-	tags []string
 	// sets are the module's binaries in the groups they are built and cached in: asking for one
 	// binary builds its whole set (the control plane runs as a whole), and a set is built on its
 	// own when only it is needed, so the demo does not wait for kubelet. The sets of a module that
@@ -113,16 +110,6 @@ var toolModules = []toolModule{
 		dir:     "gotestsum",
 		ldflags: "-s -w",
 		sets:    []outputSet{{name: "gotestsum", outputs: map[string]string{"gotestsum": "gotest.tools/gotestsum"}}},
-	},
-	{
-		// Prometheus with Kubernetes service discovery, which Debian's package leaves out: the
-		// tests that scrape pods the way Prometheus does in a cluster (kubernetes_sd_configs).
-		// Its build tags leave out every other discovery mechanism but file and HTTP, and with
-		// them the cloud providers' SDKs.
-		dir:     "prometheus",
-		ldflags: "-s -w -X github.com/prometheus/common/version.Version=3.14.0",
-		tags:    []string{"remove_all_sd", "enable_kubernetes_sd"},
-		sets:    []outputSet{{name: "Prometheus", outputs: map[string]string{"prometheus": "github.com/prometheus/prometheus/cmd/prometheus"}}},
 	},
 	{
 		// cert-manager's controllers and cainjector in one process (see tools/certmanager), and
@@ -352,9 +339,6 @@ func (b builder) build(ctx context.Context, s buildStep, n, of int) error {
 	fmt.Fprintf(b.log, "Building %s: %s from tools/%s into %s%s\n", p.title(), strings.Join(names, ", "), m.dir, s.dir, p.lastTime())
 	p.start(ctx, s.moduleDir, pkgs)
 	args := append(append([]string{"build", "-v"}, CompileFlags...), "-ldflags", ldflags, "-o", staging)
-	if len(m.tags) > 0 {
-		args = append(args, "-tags", strings.Join(m.tags, ","))
-	}
 	args = append(args, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = s.moduleDir
@@ -481,9 +465,8 @@ func copyModuleFolder(ctx context.Context, moduleDir string, from moduleFolder, 
 	return nil
 }
 
-// moduleKey hashes what decides a module's build: go.mod, go.sum, the Go version, the platform, the
-// ldflags and the build tags; for a module with code of its own also its .go files, and the
-// folders it copies.
+// moduleKey hashes what decides a module's build: go.mod, go.sum, the Go version, the platform and
+// the ldflags; for a module with code of its own also its .go files, and the folders it copies.
 func moduleKey(moduleDir string, m toolModule) (string, error) {
 	ldflags, err := m.buildLDFlags(moduleDir)
 	if err != nil {
@@ -498,10 +481,6 @@ func moduleKey(moduleDir string, m toolModule) (string, error) {
 		h.Write(data)
 	}
 	fmt.Fprintf(h, "%s %s/%s %s %s", runtime.Version(), runtime.GOOS, runtime.GOARCH, strings.Join(CompileFlags, " "), ldflags)
-	if len(m.tags) > 0 {
-		// Only when set, so the keys of the modules without tags, and their cached builds, stay.
-		fmt.Fprintf(h, " -tags %s", strings.Join(m.tags, ","))
-	}
 	if m.ownCode {
 		if err := hashGoFiles(h, moduleDir); err != nil {
 			return "", fmt.Errorf("hash tools module %s: %w", m.dir, err)
