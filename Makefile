@@ -53,7 +53,7 @@ LOCALCLUSTER := $(STATIC_GO) run $(STATIC_FLAGS) ./cmd/localcluster
 DEMO_TOOLS   := --set demo$(if $(filter 1 true yes,$(REAL_NODE)), --set real-node)
 
 .PHONY: testbin
-testbin: testdeps ## Build (or reuse cached) every pinned tool: the control plane, kwok, kubelet, kube-proxy, helm, ko, cert-manager, Argo CD, Prometheus and gotestsum.
+testbin: testdeps ## Build (or reuse cached) every pinned tool: the control plane, kwok, kubelet, kube-proxy, helm, ko, cert-manager, Argo CD and gotestsum.
 	$(TESTBIN) --set all
 
 .PHONY: demobin

@@ -1,12 +1,17 @@
 package promtest
 
 import (
-	"os"
-	"path/filepath"
+	"net"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/yaml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // ListenHost moves Prometheus off 127.0.0.1: it answers at the address asked for.
@@ -20,62 +25,76 @@ func TestListenHost(t *testing.T) {
 	}
 }
 
-// A pod job reaches Prometheus as the kubernetes_sd_configs job it describes (Prometheus reports
-// the configuration it loaded, defaults filled in). Discovery itself needs a cluster:
-// test/e2e/realnode scrapes real pods with it.
+// A pod job scrapes a pod at podIP:port, with the labels Kubernetes discovery gives it turned
+// into target labels by the job's relabel_configs, and skips pods a keep rule does not select.
 func TestPodJob(t *testing.T) {
-	binary := KubernetesSDBinary(t)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	// No API server listens there: Prometheus loads the job and retries its watch.
-	const unreachable = "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n" +
-		"users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"
-	if err := os.WriteFile(kubeconfig, []byte(unreachable), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	relabel := []RelabelConfig{
-		{SourceLabels: []string{"__meta_kubernetes_pod_label_app"}, Regex: "agent", Action: "keep"},
-		{SourceLabels: []string{"__meta_kubernetes_pod_label_controller_revision_hash"}, TargetLabel: "revision"},
-	}
-	s := Start(t, Options{Binary: binary, PodJobs: []PodJob{{Job: "agents", KubeconfigFile: kubeconfig, Namespaces: []string{"ns1"}, RelabelConfigs: relabel}}})
-	loaded, err := s.API().Config(t.Context())
+	registry := prometheus.NewRegistry()
+	answer := prometheus.NewGauge(prometheus.GaugeOpts{Name: "promtest_agent_answer", Help: "A value the test sets."})
+	registry.MustRegister(answer)
+	answer.Set(7)
+	exporter := httptest.NewServer(promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	t.Cleanup(exporter.Close)
+	host, port, err := net.SplitHostPort(exporter.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var config struct {
-		ScrapeConfigs []struct {
-			JobName             string `json:"job_name"`
-			MetricsPath         string `json:"metrics_path"`
-			KubernetesSDConfigs []struct {
-				Role           string `json:"role"`
-				KubeconfigFile string `json:"kubeconfig_file"`
-				Namespaces     struct {
-					Names []string `json:"names"`
-				} `json:"namespaces"`
-			} `json:"kubernetes_sd_configs"`
-			RelabelConfigs []struct {
-				SourceLabels []string `json:"source_labels"`
-				Regex        string   `json:"regex"`
-				TargetLabel  string   `json:"target_label"`
-				Replacement  string   `json:"replacement"`
-				Action       string   `json:"action"`
-			} `json:"relabel_configs"`
-		} `json:"scrape_configs"`
+	portNumber, _ := strconv.Atoi(port)
+	pod := func(name, app string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns1",
+				Labels: map[string]string{"app": app, "controller-revision-hash": "abc123"}},
+			Spec: corev1.PodSpec{NodeName: "worker-1", Containers: []corev1.Container{{Name: "agent",
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(portNumber)}}}}},
+			Status: corev1.PodStatus{PodIP: host},
+		}
 	}
-	if err := yaml.Unmarshal([]byte(loaded.YAML), &config); err != nil {
-		t.Fatalf("Prometheus' loaded configuration: %v\n%s", err, loaded.YAML)
+	client := fake.NewClientset(pod("agent-x", "agent"), pod("other-y", "other"))
+	relabel := []RelabelConfig{
+		{SourceLabels: []string{"__meta_kubernetes_pod_label_app"}, Regex: "agent", Action: "keep"},
+		{SourceLabels: []string{"__meta_kubernetes_pod_label_controller_revision_hash"}, TargetLabel: "revision"},
+		{SourceLabels: []string{"__meta_kubernetes_pod_node_name"}, TargetLabel: "node"},
+		{SourceLabels: []string{"__meta_kubernetes_pod_name"}, TargetLabel: "pod"},
 	}
-	if len(config.ScrapeConfigs) != 1 {
-		t.Fatalf("%d scrape configs loaded, want the pod job:\n%s", len(config.ScrapeConfigs), loaded.YAML)
+	s := Start(t, Options{PodJobs: []PodJob{{Job: "agents", Client: client, Namespaces: []string{"ns1"}, RelabelConfigs: relabel}}})
+	waitForValue(t.Context(), t, s, `promtest_agent_answer{job="agents",revision="abc123",node="worker-1",pod="agent-x"}`, 7)
+	targets, err := s.API().Targets(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
-	job := config.ScrapeConfigs[0]
-	if job.JobName != "agents" || job.MetricsPath != "/metrics" || len(job.KubernetesSDConfigs) != 1 {
-		t.Fatalf("loaded %+v, want job agents scraping /metrics of pods it discovers:\n%s", job, loaded.YAML)
+	if len(targets.Active) != 1 || string(targets.Active[0].Labels["pod"]) != "agent-x" {
+		t.Errorf("active targets %+v, want only the pod agent-x that the keep rule selects", targets.Active)
 	}
-	if sd := job.KubernetesSDConfigs[0]; sd.Role != "pod" || sd.KubeconfigFile != kubeconfig || strings.Join(sd.Namespaces.Names, ",") != "ns1" {
-		t.Errorf("loaded discovery %+v, want role pod in ns1 through %s", sd, kubeconfig)
+}
+
+// podTargets makes a target per declared port of a pod with an IP, labelled as Kubernetes
+// discovery labels it (label names sanitised), and none of a pod without an IP.
+func TestPodTargets(t *testing.T) {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-x", Namespace: "ns1", Labels: map[string]string{"app.kubernetes.io/name": "agent"}},
+		Spec: corev1.PodSpec{NodeName: "worker-1", Containers: []corev1.Container{{Name: "agent", Ports: []corev1.ContainerPort{
+			{Name: "http", ContainerPort: 8080}, {Name: "grpc", ContainerPort: 9090}}}}},
+		Status: corev1.PodStatus{PodIP: "10.0.0.7", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
-	if r := job.RelabelConfigs; len(r) != 2 || r[0].Action != "keep" || r[0].Regex != "agent" ||
-		r[1].Action != "replace" || r[1].TargetLabel != "revision" || r[1].Replacement != "$1" {
-		t.Errorf("loaded relabel_configs %+v, want keep app=agent, then the revision hash copied to revision with Prometheus' defaults", r)
+	groups := podTargets(p)
+	if len(groups) != 2 || groups[0].Targets[0] != "10.0.0.7:8080" || groups[1].Targets[0] != "10.0.0.7:9090" {
+		t.Fatalf("targets %+v, want 10.0.0.7:8080 and 10.0.0.7:9090", groups)
+	}
+	want := map[string]string{
+		"__meta_kubernetes_pod_label_app_kubernetes_io_name":        "agent",
+		"__meta_kubernetes_pod_labelpresent_app_kubernetes_io_name": "true",
+		"__meta_kubernetes_pod_container_port_name":                 "http",
+		"__meta_kubernetes_pod_container_port_number":               "8080",
+		"__meta_kubernetes_pod_node_name":                           "worker-1",
+		"__meta_kubernetes_pod_ready":                               "true",
+		"__meta_kubernetes_namespace":                               "ns1",
+	}
+	for k, v := range want {
+		if got := groups[0].Labels[k]; got != v {
+			t.Errorf("label %s = %q, want %q", k, got, v)
+		}
+	}
+	p.Status.PodIP = ""
+	if groups := podTargets(p); len(groups) != 0 {
+		t.Errorf("a pod without an IP has targets %+v, want none", groups)
 	}
 }

@@ -3,9 +3,8 @@
 // and evaluates the caller's rule files every second. Tests query it with client_golang's API
 // client, and may stop and start it again on the same TSDB and port (an e2e test that loses its
 // Prometheus mid-rollout). A test skips, naming the Debian package, when the binary is missing.
-// A test whose Prometheus discovers a cluster's pods (PodJobs) runs the Prometheus built from
-// tools/prometheus instead (KubernetesSDBinary), and one whose pods query it listens where they
-// reach it (ListenHost).
+// A test's Prometheus can scrape a cluster's pods with the labels Kubernetes discovery gives them
+// (PodJobs, podsd.go), and listen where the cluster's pods reach it (ListenHost).
 package promtest
 
 import (
@@ -29,8 +28,6 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 	"sigs.k8s.io/yaml"
-
-	"github.com/daemonguard/daemonguard/internal/toolbin"
 )
 
 // Target is one endpoint Prometheus scrapes, in a scrape job of its own.
@@ -55,44 +52,14 @@ type Options struct {
 	// cluster's real node reach the host only at its address on the node's network
 	// (localcluster's Cluster.NodeHostIP), so a controller pod that queries Prometheus needs that.
 	ListenHost string
-	// PodJobs are scrape jobs whose targets Prometheus discovers among a cluster's pods, as it
-	// does in a cluster. Debian's prometheus cannot: set Binary to KubernetesSDBinary's.
+	// PodJobs are scrape jobs whose targets are a cluster's pods (podsd.go).
 	PodJobs []PodJob
-	// Binary is the prometheus program to run; Debian's prometheus on PATH when empty.
-	Binary string
 
 	Targets []Target
 	// RuleFiles are Prometheus rule files (recording and alerting rules), evaluated every Interval.
 	RuleFiles []string
 	// Interval is the scrape and evaluation interval; 1s when zero.
 	Interval time.Duration
-}
-
-// PodJob is a scrape job that discovers its targets with kubernetes_sd_configs, role pod: one
-// target per declared container port of each pod with an IP, at podIP:port, carrying the pod's
-// __meta_kubernetes_pod_* labels, which RelabelConfigs keep, drop and copy into target labels.
-type PodJob struct {
-	// Job is the job label of its series; unique among the jobs and targets.
-	Job string
-	// KubeconfigFile is the kubeconfig Prometheus lists and watches pods with: it needs list and
-	// watch on pods in Namespaces.
-	KubeconfigFile string
-	// Namespaces limits discovery to these namespaces; every namespace when empty.
-	Namespaces []string
-	// RelabelConfigs are the job's relabel_configs, applied in order to each discovered target.
-	RelabelConfigs []RelabelConfig
-	// MetricsPath is the path scraped on each target; /metrics when empty.
-	MetricsPath string
-}
-
-// RelabelConfig is one rule of a job's relabel_configs, as Prometheus documents it. An empty
-// field takes Prometheus' default (action replace, regex (.*), replacement $1).
-type RelabelConfig struct {
-	SourceLabels []string `json:"source_labels,omitempty"`
-	Regex        string   `json:"regex,omitempty"`
-	TargetLabel  string   `json:"target_label,omitempty"`
-	Replacement  string   `json:"replacement,omitempty"`
-	Action       string   `json:"action,omitempty"`
 }
 
 // Server is a running (or stopped) Prometheus.
@@ -112,16 +79,13 @@ type Server struct {
 // readyTimeout bounds the start of Prometheus, WAL replay included.
 const readyTimeout = time.Minute
 
-// Start starts Prometheus for the test and stops it when the test ends. Without Options.Binary it
-// skips the test when Debian's prometheus package is not installed.
+// Start starts Prometheus for the test and stops it when the test ends. It skips the test when
+// Debian's prometheus package is not installed.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	binary := opts.Binary
-	if binary == "" {
-		var err error
-		if binary, err = exec.LookPath("prometheus"); err != nil {
-			t.Skip("prometheus is not on PATH: install Debian's prometheus package (`make testdeps` does as root)")
-		}
+	binary, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Skip("prometheus is not on PATH: install Debian's prometheus package (`make testdeps` does as root)")
 	}
 	host := opts.ListenHost
 	if host == "" {
@@ -132,7 +96,11 @@ func Start(t testing.TB, opts Options) *Server {
 		t.Fatal(err)
 	}
 	s := &Server{binary: binary, dir: t.TempDir(), host: host, port: port}
-	if err := s.writeConfig(opts); err != nil {
+	sd, err := servePodDiscovery(t, opts.PodJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.writeConfig(opts, sd); err != nil {
 		t.Fatal(err)
 	}
 	client, err := api.NewClient(api.Config{Address: s.Address()})
@@ -370,7 +338,7 @@ func (s *Server) logTail() string {
 
 // writeConfig writes prometheus.yml: one scrape job per target, the rule files, and the interval
 // for both scraping and rule evaluation.
-func (s *Server) writeConfig(opts Options) error {
+func (s *Server) writeConfig(opts Options, sd map[string]string) error {
 	interval := opts.Interval
 	if interval == 0 {
 		interval = time.Second
@@ -396,7 +364,7 @@ func (s *Server) writeConfig(opts Options) error {
 	}
 	var scrapes []scrapeConfig
 	jobs := map[string]bool{}
-	pods, err := podScrapeConfigs(opts.PodJobs, jobs)
+	pods, err := podScrapeConfigs(opts.PodJobs, sd, jobs)
 	if err != nil {
 		return err
 	}
@@ -437,45 +405,6 @@ func (s *Server) writeConfig(opts Options) error {
 	return os.WriteFile(filepath.Join(s.dir, "prometheus.yml"), data, 0o600)
 }
 
-// podScrapeConfigs renders the pod jobs as scrape configs; jobs holds the job names taken so far.
-func podScrapeConfigs(podJobs []PodJob, jobs map[string]bool) ([]any, error) {
-	type namespaces struct {
-		Names []string `json:"names"`
-	}
-	type kubernetesSDConfig struct {
-		Role           string      `json:"role"`
-		KubeconfigFile string      `json:"kubeconfig_file"`
-		Namespaces     *namespaces `json:"namespaces,omitempty"`
-	}
-	type scrapeConfig struct {
-		JobName             string               `json:"job_name"`
-		MetricsPath         string               `json:"metrics_path"`
-		KubernetesSDConfigs []kubernetesSDConfig `json:"kubernetes_sd_configs"`
-		RelabelConfigs      []RelabelConfig      `json:"relabel_configs,omitempty"`
-	}
-	var scrapes []any
-	for _, job := range podJobs {
-		if job.Job == "" || jobs[job.Job] {
-			return nil, fmt.Errorf("pod job %q is empty or not unique", job.Job)
-		}
-		jobs[job.Job] = true
-		if job.KubeconfigFile == "" {
-			return nil, fmt.Errorf("pod job %s: no kubeconfig file", job.Job)
-		}
-		sd := kubernetesSDConfig{Role: "pod", KubeconfigFile: job.KubeconfigFile}
-		if len(job.Namespaces) > 0 {
-			sd.Namespaces = &namespaces{Names: job.Namespaces}
-		}
-		path := job.MetricsPath
-		if path == "" {
-			path = "/metrics"
-		}
-		scrapes = append(scrapes, scrapeConfig{JobName: job.Job, MetricsPath: path,
-			KubernetesSDConfigs: []kubernetesSDConfig{sd}, RelabelConfigs: job.RelabelConfigs})
-	}
-	return scrapes, nil
-}
-
 // toAny converts a slice to []any, to append scrape configs of other types to it.
 func toAny[T any](s []T) []any {
 	out := make([]any, 0, len(s))
@@ -483,21 +412,6 @@ func toAny[T any](s []T) []any {
 		out = append(out, v)
 	}
 	return out
-}
-
-// KubernetesSDBinary builds, or finds cached, Prometheus from tools/prometheus and returns its path
-// for Options.Binary: Debian's package is built without the Kubernetes service discovery that
-// PodJobs use. A cold build takes minutes, so the test skips under -short.
-func KubernetesSDBinary(t testing.TB) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds Prometheus with Kubernetes discovery from tools/prometheus (minutes on a new machine); run without -short")
-	}
-	bins, err := toolbin.Ensure(t.Context(), os.Stderr, "prometheus")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bins.Path("prometheus")
 }
 
 // freePort returns a port of host free right now.

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -97,17 +98,26 @@ var agentScrapeConfig = []promtest.RelabelConfig{
 }
 
 // testGatedRollout rolls the node agent out on the real node under an analysis gate measured by
-// a real Prometheus that discovers the agent's pods through the API server and scrapes them at
-// their pod IPs; the chart's controller pod queries it. The first revision is not measured; v2,
+// a real Prometheus that scrapes the agent's pods at their pod IPs, found through the API server
+// with a pod reader's identity (promtest.PodJob: the labels of Kubernetes discovery, served over
+// HTTP discovery, since Debian's Prometheus lacks Kubernetes discovery); the chart's controller
+// pod queries it. The first revision is not measured; v2,
 // healthy, completes with the gate Passed; v2 failing half its records halts with AnalysisFailed,
 // naming the real node and the error ratio its container reported.
 func testGatedRollout(t *testing.T, in *installed) {
 	ns := cluster.NewTestNamespace(t)
+	reader, err := clientcmd.BuildConfigFromFlags("", podReaderKubeconfig(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	podReader, err := kubernetes.NewForConfig(reader)
+	if err != nil {
+		t.Fatal(err)
+	}
 	prom := promtest.Start(t, promtest.Options{
-		Binary: promtest.KubernetesSDBinary(t),
 		// The controller pod reaches the host only at its address on the node's network.
 		ListenHost: cluster.NodeHostIP(),
-		PodJobs: []promtest.PodJob{{Job: "node-agents", KubeconfigFile: podReaderKubeconfig(t, ns),
+		PodJobs: []promtest.PodJob{{Job: "node-agents", Client: podReader,
 			Namespaces: []string{ns}, RelabelConfigs: agentScrapeConfig}},
 	})
 	start := time.Now()
@@ -177,8 +187,9 @@ func testGatedRollout(t *testing.T, in *installed) {
 	})
 }
 
-// podReaderKubeconfig gives Prometheus what a user's Prometheus has: a ServiceAccount allowed only
-// to list and watch the pods of ns, its token and the API server's CA, in a kubeconfig file.
+// podReaderKubeconfig is the identity a user's Prometheus discovers pods with: a ServiceAccount
+// allowed only to list and watch the pods of ns, its token and the API server's CA, in a
+// kubeconfig file.
 func podReaderKubeconfig(t *testing.T, ns string) string {
 	t.Helper()
 	ctx := context.Background()
