@@ -3,6 +3,8 @@
 // and evaluates the caller's rule files every second. Tests query it with client_golang's API
 // client, and may stop and start it again on the same TSDB and port (an e2e test that loses its
 // Prometheus mid-rollout). A test skips, naming the Debian package, when the binary is missing.
+// A test's Prometheus can scrape a cluster's pods with the labels Kubernetes discovery gives them
+// (PodJobs, podsd.go), and listen where the cluster's pods reach it (ListenHost).
 package promtest
 
 import (
@@ -52,6 +54,13 @@ type Target struct {
 
 // Options configures the server.
 type Options struct {
+	// ListenHost is the address Prometheus listens on; 127.0.0.1 when empty. Pods of the local
+	// cluster's real node reach the host only at its address on the node's network
+	// (localcluster's Cluster.NodeHostIP), so a controller pod that queries Prometheus needs that.
+	ListenHost string
+	// PodJobs are scrape jobs whose targets are a cluster's pods (podsd.go).
+	PodJobs []PodJob
+
 	Targets []Target
 	// RuleFiles are Prometheus rule files (recording and alerting rules), evaluated every Interval.
 	RuleFiles []string
@@ -63,6 +72,7 @@ type Options struct {
 type Server struct {
 	binary string
 	dir    string // holds the configuration, the log and, under tsdb, the TSDB
+	host   string
 	port   int
 	api    promv1.API
 
@@ -83,12 +93,20 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Skip("prometheus is not on PATH: install Debian's prometheus package (`make testdeps` does as root)")
 	}
-	port, err := freePort()
+	host := opts.ListenHost
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	port, err := freePort(host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{binary: binary, dir: t.TempDir(), port: port}
-	if err := s.writeConfig(opts); err != nil {
+	s := &Server{binary: binary, dir: t.TempDir(), host: host, port: port}
+	sd, err := servePodDiscovery(t, opts.PodJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.writeConfig(opts, sd); err != nil {
 		t.Fatal(err)
 	}
 	client, err := api.NewClient(api.Config{Address: s.Address()})
@@ -109,7 +127,7 @@ func Start(t testing.TB, opts Options) *Server {
 
 // Address is the base URL of Prometheus's HTTP API and UI.
 func (s *Server) Address() string {
-	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	return "http://" + net.JoinHostPort(s.host, strconv.Itoa(s.port))
 }
 
 // API is client_golang's client of the server's HTTP API, for what Query does not cover.
@@ -131,27 +149,42 @@ func (s *Server) Query(ctx context.Context, expr string) (model.Value, error) {
 // Start starts Prometheus on the server's port and TSDB, again after Stop, and waits until it is
 // ready (/-/ready). It fails when Prometheus is running already.
 func (s *Server) Start(ctx context.Context) error {
+	done, err := s.start()
+	if err != nil {
+		return err
+	}
+	// Without the lock: the goroutine that reaps Prometheus takes it before it closes done, so
+	// a Prometheus that exits at once (a configuration it rejects) is reported at once.
+	if err := s.waitReady(ctx, done); err != nil {
+		return fmt.Errorf("%w\n%s", err, s.logTail())
+	}
+	return nil
+}
+
+// start starts the Prometheus process and the goroutine that reaps it, which closes done when
+// the process has exited.
+func (s *Server) start() (done chan struct{}, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
-		return errors.New("prometheus is running already")
+		return nil, errors.New("prometheus is running already")
 	}
 	logFile, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer logFile.Close() // the child has its own descriptor
 	cmd := exec.Command(s.binary,
 		"--config.file="+filepath.Join(s.dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(s.dir, "tsdb"),
-		"--web.listen-address="+net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
+		"--web.listen-address="+net.JoinHostPort(s.host, strconv.Itoa(s.port)),
 		"--web.enable-lifecycle",
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.binary, err)
+		return nil, fmt.Errorf("start %s: %w", s.binary, err)
 	}
-	done := make(chan struct{})
+	done = make(chan struct{})
 	s.cmd, s.done = cmd, done
 	go func() {
 		err := cmd.Wait()
@@ -160,10 +193,7 @@ func (s *Server) Start(ctx context.Context) error {
 		s.mu.Unlock()
 		close(done)
 	}()
-	if err := s.waitReady(ctx, done); err != nil {
-		return fmt.Errorf("%w\n%s", err, s.logTail())
-	}
-	return nil
+	return done, nil
 }
 
 // waitReady polls /-/ready until it answers 200, Prometheus exits or the deadline passes.
@@ -314,7 +344,7 @@ func (s *Server) logTail() string {
 
 // writeConfig writes prometheus.yml: one scrape job per target, the rule files, and the interval
 // for both scraping and rule evaluation.
-func (s *Server) writeConfig(opts Options) error {
+func (s *Server) writeConfig(opts Options, sd map[string]string) error {
 	interval := opts.Interval
 	if interval == 0 {
 		interval = time.Second
@@ -342,6 +372,10 @@ func (s *Server) writeConfig(opts Options) error {
 	}
 	var scrapes []scrapeConfig
 	jobs := map[string]bool{}
+	pods, err := podScrapeConfigs(opts.PodJobs, sd, jobs)
+	if err != nil {
+		return err
+	}
 	for _, target := range opts.Targets {
 		if target.Job == "" || jobs[target.Job] {
 			return fmt.Errorf("target %s: job %q is empty or not unique", target.URL, target.Job)
@@ -371,7 +405,7 @@ func (s *Server) writeConfig(opts Options) error {
 			"evaluation_interval": model.Duration(interval).String(),
 		},
 		"rule_files":     opts.RuleFiles,
-		"scrape_configs": scrapes,
+		"scrape_configs": append(toAny(scrapes), pods...),
 	}
 	data, err := yaml.Marshal(config)
 	if err != nil {
@@ -380,9 +414,18 @@ func (s *Server) writeConfig(opts Options) error {
 	return os.WriteFile(filepath.Join(s.dir, "prometheus.yml"), data, 0o600)
 }
 
-// freePort returns a loopback port free right now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// toAny converts a slice to []any, to append scrape configs of other types to it.
+func toAny[T any](s []T) []any {
+	out := make([]any, 0, len(s))
+	for _, v := range s {
+		out = append(out, v)
+	}
+	return out
+}
+
+// freePort returns a port of host free right now.
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}

@@ -15,7 +15,8 @@ import (
 // default): the chart pulled from an OCI registry with the image pinned by digest, in a namespace
 // that enforces the restricted Pod Security level. Then, on that one install, what users meet:
 // the seed DaemonSet, a denial, the containers as the kernel runs them, a managed rollout of real
-// containers, faults, a helm upgrade of daemonguard itself under write load, and the uninstall.
+// containers, one gated on what a real container reports to a real Prometheus, faults, a helm
+// upgrade of daemonguard itself under write load, and the uninstall.
 func TestChartOnRealNode(t *testing.T) {
 	needRealNode(t)
 	a := getArtifacts(t)
@@ -45,6 +46,9 @@ func TestChartOnRealNode(t *testing.T) {
 	})
 	t.Run("a managed rollout of real containers", func(t *testing.T) {
 		testManagedRollout(t, a)
+	})
+	t.Run("a rollout gated on the metrics of the real container", func(t *testing.T) {
+		testGatedRollout(t, in)
 	})
 	t.Run("faults", func(t *testing.T) {
 		testFaults(t, a, in)
