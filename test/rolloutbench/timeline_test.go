@@ -106,11 +106,12 @@ type phases struct {
 	tail time.Duration
 }
 
-// analyze pairs, per node, the old pod (oldImage) with the new one (newImage).
-func (tl *timeline) analyze(start, done time.Time, oldImage, newImage string, budget int) phases {
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	type chain struct{ old, new *podTimes }
+// chain is one node's replacement: its old pod and the new one.
+type chain struct{ old, new *podTimes }
+
+// chains pairs, per node, the old pod (oldImage) with the new one (newImage): the nodes whose old
+// pod the benchmark saw deleted and whose new pod it saw created. The caller holds tl.mu.
+func (tl *timeline) chains(oldImage, newImage string) []chain {
 	perNode := map[string]*chain{}
 	for _, pt := range tl.pods {
 		if pt.node == "" && pt.image == oldImage {
@@ -128,12 +129,22 @@ func (tl *timeline) analyze(start, done time.Time, oldImage, newImage string, bu
 			c.new = pt
 		}
 	}
+	var out []chain
+	for _, c := range perNode {
+		if c.old != nil && c.new != nil && !c.old.deleting.IsZero() && !c.new.created.IsZero() {
+			out = append(out, *c)
+		}
+	}
+	return out
+}
+
+// analyze pairs, per node, the old pod (oldImage) with the new one (newImage).
+func (tl *timeline) analyze(start, done time.Time, oldImage, newImage string, budget int) phases {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
 	var ph phases
 	var deletions, readies []time.Time
-	for _, c := range perNode {
-		if c.old == nil || c.new == nil || c.old.deleting.IsZero() || c.new.created.IsZero() {
-			continue
-		}
+	for _, c := range tl.chains(oldImage, newImage) {
 		deletions = append(deletions, c.old.deleting)
 		if !c.old.gone.IsZero() {
 			ph.terminate = append(ph.terminate, c.old.gone.Sub(c.old.deleting))
