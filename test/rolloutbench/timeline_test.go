@@ -174,6 +174,37 @@ func (tl *timeline) analyze(start, done time.Time, oldImage, newImage string, bu
 	return ph
 }
 
+// wave is one wave of a rollout that replaces budget nodes at a time and waits for each wave to
+// pass before it deletes the next (a rollout with analysis gates).
+type wave struct {
+	firstDelete time.Time // the first of its old pods' deletions
+	lastReady   time.Time // the last of its new pods turning Ready; zero if one never did
+}
+
+// waves splits the rollout into waves of budget nodes in the order their old pods were deleted:
+// a gated rollout deletes a wave's pods together, and the next wave's only after the wave passed.
+func (tl *timeline) waves(oldImage, newImage string, budget int) []wave {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	cs := tl.chains(oldImage, newImage)
+	sort.Slice(cs, func(i, j int) bool { return cs[i].old.deleting.Before(cs[j].old.deleting) })
+	var out []wave
+	for i := 0; i < len(cs); i += budget {
+		w := wave{firstDelete: cs[i].old.deleting}
+		for _, c := range cs[i:min(i+budget, len(cs))] {
+			if c.new.ready.IsZero() {
+				w.lastReady = time.Time{}
+				break
+			}
+			if c.new.ready.After(w.lastReady) {
+				w.lastReady = c.new.ready
+			}
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
 func sortTimes(ts []time.Time) { sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) }) }
 
 // quantile is the nearest-rank q-quantile; zero for no samples.
