@@ -13,7 +13,17 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// Each node serves the value of its pod's revision, with the noise, except for terminating pods,
+// pods of another owner, unscheduled pods and dropped nodes; read from the API server at every
+// scrape, and from informers after Watch.
 func TestSeriesFollowThePodOnEachNode(t *testing.T) {
+	for _, watch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "list", true: "watch"}[watch], func(t *testing.T) { testSeriesFollowThePodOnEachNode(t, watch) })
+	}
+}
+
+// testSeriesFollowThePodOnEachNode checks the series of one exporter, reading pods as watch says.
+func testSeriesFollowThePodOnEachNode(t *testing.T, watch bool) {
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "ns", UID: "ds-uid"}}
 	pod := func(name, node, rev string, opts ...func(*corev1.Pod)) runtime.Object {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: rev},
@@ -30,6 +40,9 @@ func TestSeriesFollowThePodOnEachNode(t *testing.T) {
 		pod("a", "w1", "v1"), pod("b", "w2", "v2"), pod("c", "w3", "v1", terminating), pod("d", "w3", "v2"),
 		pod("e", "w4", "v1", other), pod("f", "", "v1"), pod("g", "w5", "v3"))
 	e := New(client, "ns", "agent")
+	if watch {
+		e.Watch(t)
+	}
 	e.Set("v2", 0.5)
 	e.Set("v1", 0)
 	e.SetOthers(1)

@@ -10,6 +10,7 @@ package promtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -66,6 +67,9 @@ type Options struct {
 	RuleFiles []string
 	// Interval is the scrape and evaluation interval; 1s when zero.
 	Interval time.Duration
+	// QueryLog makes Prometheus log every query it evaluates (its query_log_file), for
+	// Server.QueryLog: what a client sent, how, and how long Prometheus took, per query.
+	QueryLog bool
 }
 
 // Server is a running (or stopped) Prometheus.
@@ -132,6 +136,17 @@ func (s *Server) Address() string {
 
 // API is client_golang's client of the server's HTTP API, for what Query does not cover.
 func (s *Server) API() promv1.API { return s.api }
+
+// PID is the process ID of the running Prometheus, for a benchmark that reads its CPU time and
+// memory in /proc; 0 while it is stopped.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
 
 // Query evaluates expr now; Prometheus's warnings make it fail, since a test should not rely on a
 // partial answer.
@@ -398,12 +413,16 @@ func (s *Server) writeConfig(opts Options, sd map[string]string) error {
 		}
 		scrapes = append(scrapes, scrape)
 	}
+	global := map[string]string{
+		"scrape_interval":     model.Duration(interval).String(),
+		"scrape_timeout":      model.Duration(interval).String(),
+		"evaluation_interval": model.Duration(interval).String(),
+	}
+	if opts.QueryLog {
+		global["query_log_file"] = s.queryLogPath()
+	}
 	config := map[string]any{
-		"global": map[string]string{
-			"scrape_interval":     model.Duration(interval).String(),
-			"scrape_timeout":      model.Duration(interval).String(),
-			"evaluation_interval": model.Duration(interval).String(),
-		},
+		"global":         global,
 		"rule_files":     opts.RuleFiles,
 		"scrape_configs": append(toAny(scrapes), pods...),
 	}
@@ -431,4 +450,60 @@ func freePort(host string) (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) queryLogPath() string { return filepath.Join(s.dir, "query.log") }
+
+// LoggedQuery is one query Prometheus evaluated, as its query log records it.
+type LoggedQuery struct {
+	// At is the query's evaluation time: for an instant query without a time, when Prometheus
+	// received it.
+	At time.Time
+	// Method and Path are the HTTP request's (POST or GET, /api/v1/query); empty for a query a
+	// rule evaluated.
+	Method, Path string
+	// Query is the PromQL expression as Prometheus received it.
+	Query string
+	// Exec is Prometheus' own time for the query: waiting for a slot, preparing (reading the
+	// series), evaluating and sorting; not the HTTP request's reading and the answer's encoding.
+	Exec time.Duration
+}
+
+// QueryLog reads every query Prometheus has logged so far; Options.QueryLog must be set.
+func (s *Server) QueryLog() ([]LoggedQuery, error) {
+	data, err := os.ReadFile(s.queryLogPath())
+	if err != nil {
+		return nil, err
+	}
+	// The fields of Prometheus 2's query log (promql.Engine's QueryLogger entries).
+	type entry struct {
+		HTTPRequest struct {
+			Method string `json:"method"`
+			Path   string `json:"path"`
+		} `json:"httpRequest"`
+		Params struct {
+			End   time.Time `json:"end"`
+			Query string    `json:"query"`
+		} `json:"params"`
+		Stats struct {
+			Timings struct {
+				ExecTotalTime float64 `json:"execTotalTime"`
+			} `json:"timings"`
+		} `json:"stats"`
+	}
+	var out []LoggedQuery
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var e entry
+		if err := json.Unmarshal(line, &e); err != nil {
+			return nil, fmt.Errorf("query log line %q: %w", line, err)
+		}
+		out = append(out, LoggedQuery{
+			At: e.Params.End, Method: e.HTTPRequest.Method, Path: e.HTTPRequest.Path, Query: e.Params.Query,
+			Exec: time.Duration(e.Stats.Timings.ExecTotalTime * float64(time.Second)),
+		})
+	}
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -136,4 +137,44 @@ func TestTargetLabelsAndHonorLabels(t *testing.T) {
 	}
 	waitForValue(ctx, t, s, `promtest_labelled{job="honoring", namespace="scraped", pod="exporter-0", exported_namespace=""}`, 1)
 	waitForValue(ctx, t, s, `promtest_labelled{job="renaming", namespace="target", pod="exporter-0", exported_namespace="scraped"}`, 1)
+}
+
+// With QueryLog, every query a client sends is logged with its method, text and Prometheus' own
+// time for it; PID names the running process, and 0 once it is stopped.
+func TestQueryLogRecordsEachQueryAndPIDNamesTheProcess(t *testing.T) {
+	s := Start(t, Options{QueryLog: true})
+	comm, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.PID()), "comm"))
+	if err != nil || strings.TrimSpace(string(comm)) != "prometheus" {
+		t.Fatalf("PID %d names %q (%v), want the prometheus process", s.PID(), comm, err)
+	}
+	const expr = `vector(1) + on() group_left() count(up{job=~"a|b"} or vector(0))`
+	before := time.Now()
+	if _, err := s.Query(t.Context(), expr); err != nil {
+		t.Fatal(err)
+	}
+	// Prometheus writes the entry after it has answered; a moment's lag is possible.
+	var logged []LoggedQuery
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		logged, err = s.QueryLog()
+		if err == nil && len(logged) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no query logged within 10s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	q := logged[len(logged)-1]
+	// client_golang sends queries as a POST form, so their length is not bound by a URL's limits.
+	if q.Query != expr || q.Method != http.MethodPost || q.Path != "/api/v1/query" || q.Exec <= 0 ||
+		q.At.Before(before.Add(-time.Second)) || q.At.After(time.Now()) {
+		t.Errorf("logged %+v, want %q as a POST to /api/v1/query at about %s with its execution time", q, expr, before)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if pid := s.PID(); pid != 0 {
+		t.Errorf("PID of a stopped Prometheus = %d, want 0", pid)
+	}
 }

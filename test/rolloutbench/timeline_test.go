@@ -106,11 +106,12 @@ type phases struct {
 	tail time.Duration
 }
 
-// analyze pairs, per node, the old pod (oldImage) with the new one (newImage).
-func (tl *timeline) analyze(start, done time.Time, oldImage, newImage string, budget int) phases {
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	type chain struct{ old, new *podTimes }
+// chain is one node's replacement: its old pod and the new one.
+type chain struct{ old, new *podTimes }
+
+// chains pairs, per node, the old pod (oldImage) with the new one (newImage): the nodes whose old
+// pod the benchmark saw deleted and whose new pod it saw created. The caller holds tl.mu.
+func (tl *timeline) chains(oldImage, newImage string) []chain {
 	perNode := map[string]*chain{}
 	for _, pt := range tl.pods {
 		if pt.node == "" && pt.image == oldImage {
@@ -128,12 +129,22 @@ func (tl *timeline) analyze(start, done time.Time, oldImage, newImage string, bu
 			c.new = pt
 		}
 	}
+	var out []chain
+	for _, c := range perNode {
+		if c.old != nil && c.new != nil && !c.old.deleting.IsZero() && !c.new.created.IsZero() {
+			out = append(out, *c)
+		}
+	}
+	return out
+}
+
+// analyze pairs, per node, the old pod (oldImage) with the new one (newImage).
+func (tl *timeline) analyze(start, done time.Time, oldImage, newImage string, budget int) phases {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
 	var ph phases
 	var deletions, readies []time.Time
-	for _, c := range perNode {
-		if c.old == nil || c.new == nil || c.old.deleting.IsZero() || c.new.created.IsZero() {
-			continue
-		}
+	for _, c := range tl.chains(oldImage, newImage) {
 		deletions = append(deletions, c.old.deleting)
 		if !c.old.gone.IsZero() {
 			ph.terminate = append(ph.terminate, c.old.gone.Sub(c.old.deleting))
@@ -161,6 +172,37 @@ func (tl *timeline) analyze(start, done time.Time, oldImage, newImage string, bu
 		ph.tail = done.Sub(readies[len(readies)-1])
 	}
 	return ph
+}
+
+// wave is one wave of a rollout that replaces budget nodes at a time and waits for each wave to
+// pass before it deletes the next (a rollout with analysis gates).
+type wave struct {
+	firstDelete time.Time // the first of its old pods' deletions
+	lastReady   time.Time // the last of its new pods turning Ready; zero if one never did
+}
+
+// waves splits the rollout into waves of budget nodes in the order their old pods were deleted:
+// a gated rollout deletes a wave's pods together, and the next wave's only after the wave passed.
+func (tl *timeline) waves(oldImage, newImage string, budget int) []wave {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	cs := tl.chains(oldImage, newImage)
+	sort.Slice(cs, func(i, j int) bool { return cs[i].old.deleting.Before(cs[j].old.deleting) })
+	var out []wave
+	for i := 0; i < len(cs); i += budget {
+		w := wave{firstDelete: cs[i].old.deleting}
+		for _, c := range cs[i:min(i+budget, len(cs))] {
+			if c.new.ready.IsZero() {
+				w.lastReady = time.Time{}
+				break
+			}
+			if c.new.ready.After(w.lastReady) {
+				w.lastReady = c.new.ready
+			}
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 func sortTimes(ts []time.Time) { sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) }) }
