@@ -265,3 +265,30 @@ func TestReconcileMeasuresOnlyWhenAGateIsDue(t *testing.T) {
 		t.Errorf("template runs %s, want agent:2 untouched", image)
 	}
 }
+
+// A wave whose analysis starts is reported at once, even right after another report: when it
+// started is the controller's memory, and a deferred report would start it again a moment later,
+// delaying every wave's first measurement.
+func TestDecideReportsAnAnalysisStartAtOnce(t *testing.T) {
+	in := analysing(gatedSettings(t, "1", false))
+	in.Status.Analysis = nil // the wave of w00 is up; its analysis has not started
+	first := decide(factsOf(in, nil, nil))
+	shown := map[string]string{}
+	for k, v := range first.Annotations {
+		if v != nil && k != rolloutapi.StatusAnalysis {
+			shown[k] = *v
+		}
+	}
+	if _, ok := first.Annotations[rolloutapi.StatusAnalysis]; !ok {
+		t.Fatalf("the first reconcile starts no analysis: annotations %v", first.Annotations)
+	}
+	// The DaemonSet shows the same phase, step and counts, reported a moment ago, and no analysis.
+	d := decide(reportedAt(factsOf(in, shown, first.Conditions), t0))
+	if !d.Reported {
+		t.Fatalf("the analysis start was deferred (requeue after %s)", d.RequeueAfter)
+	}
+	v := d.Annotations[rolloutapi.StatusAnalysis]
+	if v == nil || !strings.Contains(*v, `"wave":1`) {
+		t.Errorf("status analysis written %v, want the wave of one node started", v)
+	}
+}

@@ -74,9 +74,10 @@ const revisionPending = time.Second
 //     cost two writes to the API server the rollout itself is waiting on, so the report is
 //     written at most once per reportInterval, and the reconcile comes back after
 //     reportInterval to flush it.
-//   - A reconcile that measured analysis gates writes the report at once: the measurements'
-//     results and when the next ones are due are the controller's memory, and a deferred report
-//     would measure again without counting what it saw.
+//   - A reconcile that changes the analysis (a wave whose analysis starts, a measurement taken)
+//     writes the report at once: when the wave's analysis started, the measurements' results and
+//     when the next ones are due are the controller's memory, and a deferred report would start
+//     the analysis again a moment later, or measure again without counting what it saw.
 //   - A plan that rolls back names the ControllerRevision to put back, found among Revisions by
 //     its hash (the planner picks only a revision that is kept); apply puts it back before it writes the report (a failed write is retried by
 //     measuring again; once the report says the revision failed, the plan no longer rolls back).
@@ -101,12 +102,14 @@ func decide(f Facts) Decision {
 	previous := rolloutplan.ActiveCondition(conditions)
 	transition := previous == nil || string(previous.Type) != string(plan.Phase) || previous.Reason != plan.Reason ||
 		annotations[rolloutapi.StatusStep] != plan.Status.Step.String() || annotations[rolloutapi.StatusRevision] != plan.Status.Revision
-	if !transition && len(f.Measurements) == 0 && f.Now.Sub(f.LastReport) < reportInterval {
+	changes := rolloutapi.StatusChanges(annotations, plan.Status)
+	_, analysisChanged := changes[rolloutapi.StatusAnalysis]
+	if !transition && !analysisChanged && f.Now.Sub(f.LastReport) < reportInterval {
 		d.RequeueAfter = reportInterval
 		return d
 	}
 	d.Reported = true
-	d.Annotations = rolloutapi.StatusChanges(annotations, plan.Status)
+	d.Annotations = changes
 	d.Conditions = rolloutConditions(conditions, plan.Phase, plan.Reason, plan.Message, f.Now)
 	if transition {
 		d.Event = &plan.Event

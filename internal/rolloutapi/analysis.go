@@ -329,8 +329,8 @@ func decodeAnalysis(v string) (*AnalysisStatus, error) {
 	return &a, nil
 }
 
-// normalised is a as the annotation holds it: times in UTC to the second, no empty list. a is
-// not modified.
+// normalised is a as the annotation holds it: times in UTC to the second (a gate's next
+// measurement rounded up, the others down), no empty list. a is not modified.
 func normalised(a AnalysisStatus) AnalysisStatus {
 	second := func(t time.Time) time.Time { return t.UTC().Truncate(time.Second) }
 	a.VerifiedAt = second(a.VerifiedAt)
@@ -340,7 +340,12 @@ func normalised(a AnalysisStatus) AnalysisStatus {
 	a.Gates = slices.Clone(a.Gates)
 	for i := range a.Gates {
 		g := &a.Gates[i]
-		g.Next = second(g.Next)
+		// Up, not down: a measurement is never due before its interval has passed.
+		if next := second(g.Next); next.Before(g.Next) {
+			g.Next = next.Add(time.Second)
+		} else {
+			g.Next = next
+		}
 		if g.Last != nil {
 			last := *g.Last
 			last.At = second(last.At)
