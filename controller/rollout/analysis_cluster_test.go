@@ -32,16 +32,7 @@ const errorsGate = `- {name: errors, query: 'max by (node) (agent_error_ratio{no
 // with Prometheus stopped while its first wave is up, pauses as inconclusive and completes once
 // Prometheus is back. The budget is sampled on every pod and node event throughout.
 func TestAnalysisGatesJudgeEachWaveInARealPrometheus(t *testing.T) {
-	localcluster.NeedCluster(t)
-	ns := cluster.NewTestNamespace(t)
-	agents := agentmetrics.New(cluster.Client, ns, "nginx-ds")
-	prom := promtest.Start(t, promtest.Options{Targets: []promtest.Target{{Job: "agents", URL: agents.Serve(t)}}})
-	ctl, err := harness.StartControllerWith(context.Background(), cluster, harness.ControllerOptions{
-		Namespace: ns, Prometheus: promquery.Options{Address: prom.Address(), Timeout: 5 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctl.Stop()
+	ns, agents, prom := startAnalysis(t)
 	const budget = 2
 	deployManaged(t, ns, nodeCount, map[string]string{rolloutapi.AnnotationMaxUnavailable: fmt.Sprint(budget), rolloutapi.AnnotationAnalysis: errorsGate})
 	prom.WaitForSamples(t, "agent_error_ratio == 0", nodeCount)
@@ -84,6 +75,28 @@ func TestAnalysisGatesJudgeEachWaveInARealPrometheus(t *testing.T) {
 		t.Errorf("%d nodes ran the roll forward while Prometheus was down, want at most the failed wave's and the first wave's %d", paused, 2*budget)
 	}
 	checkBudget(t, s, budget)
+}
+
+// startAnalysis is what a gate test runs on: a namespace, the exporter of its nginx-ds's per-node
+// series, a real Prometheus scraping it and the rollout controller measuring gates there; all
+// stop when the test ends.
+func startAnalysis(t *testing.T) (string, *agentmetrics.Exporter, *promtest.Server) {
+	t.Helper()
+	localcluster.NeedCluster(t)
+	ns := cluster.NewTestNamespace(t)
+	agents := agentmetrics.New(cluster.Client, ns, "nginx-ds")
+	prom := promtest.Start(t, promtest.Options{Targets: []promtest.Target{{Job: "agents", URL: agents.Serve(t)}}})
+	ctl, err := harness.StartControllerWith(context.Background(), cluster, harness.ControllerOptions{
+		Namespace: ns, Prometheus: promquery.Options{Address: prom.Address(), Timeout: 5 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ctl.Stop(); err != nil {
+			t.Errorf("stop the controller: %v", err)
+		}
+	})
+	return ns, agents, prom
 }
 
 // revisionOf is the controller-revision-hash of the pods running image.
@@ -133,16 +146,7 @@ const baselineGate = `- {name: errors-vs-baseline, query: 'max by (node) (agent_
 //
 // The budget is sampled on every pod and node event throughout.
 func TestBaselineGateIgnoresNoisePausesOnMissingDataAndRollsBack(t *testing.T) {
-	localcluster.NeedCluster(t)
-	ns := cluster.NewTestNamespace(t)
-	agents := agentmetrics.New(cluster.Client, ns, "nginx-ds")
-	prom := promtest.Start(t, promtest.Options{Targets: []promtest.Target{{Job: "agents", URL: agents.Serve(t)}}})
-	ctl, err := harness.StartControllerWith(context.Background(), cluster, harness.ControllerOptions{
-		Namespace: ns, Prometheus: promquery.Options{Address: prom.Address(), Timeout: 5 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctl.Stop()
+	ns, agents, prom := startAnalysis(t)
 	const budget = 5
 	agents.SetNoise(0.4)
 	deployManaged(t, ns, nodeCount, map[string]string{rolloutapi.AnnotationMaxUnavailable: fmt.Sprint(budget), rolloutapi.AnnotationAnalysis: baselineGate})
@@ -155,7 +159,7 @@ func TestBaselineGateIgnoresNoisePausesOnMissingDataAndRollsBack(t *testing.T) {
 	setImage(t, ns, "nginx:1.24.0")
 	waitSettled(t, ns, "nginx:1.24.0", nodeCount)
 	ds := waitPhase(t, ns, rolloutapi.PhaseComplete, 2*time.Minute)
-	if got := lastMeasurement(t, ds, "errors-vs-baseline"); got == nil || got.Result != rolloutapi.MeasurementPassed {
+	if got := clustertest.LastMeasurement(t, ds, "errors-vs-baseline"); got == nil || got.Result != rolloutapi.MeasurementPassed {
 		t.Fatalf("last measurement of the baseline gate %+v, want Passed", got)
 	}
 
@@ -170,11 +174,11 @@ func TestBaselineGateIgnoresNoisePausesOnMissingDataAndRollsBack(t *testing.T) {
 		return c != nil && c.Reason == rolloutapi.ReasonAnalysisInconclusive && strings.Contains(c.Message, dropped), fmt.Sprintf("conditions %+v", ds.Status.Conditions)
 	})
 	t.Logf("paused: %s", clustertest.RolloutCondition(ds, rolloutapi.PhasePaused).Message)
-	first := lastMeasurement(t, ds, "errors-vs-baseline")
+	first := clustertest.LastMeasurement(t, ds, "errors-vs-baseline")
 	running := nodesRunning(t, ns, "nginx:1.25.0")
 	// The controller measures again after the interval; still without the series, it deletes nothing.
 	ds = clustertest.WaitDaemonSet(t, cluster, ns, "nginx-ds", time.Minute, "a second inconclusive measurement", func(ds *appsv1.DaemonSet) (bool, string) {
-		m := lastMeasurement(t, ds, "errors-vs-baseline")
+		m := clustertest.LastMeasurement(t, ds, "errors-vs-baseline")
 		return m != nil && m.At.After(first.At) && m.Result == rolloutapi.MeasurementInconclusive, fmt.Sprintf("last measurement %+v", m)
 	})
 	if n := nodesRunning(t, ns, "nginx:1.25.0"); n != running {
@@ -202,22 +206,4 @@ func TestBaselineGateIgnoresNoisePausesOnMissingDataAndRollsBack(t *testing.T) {
 		t.Errorf("pods run revision %s after the rollback, want the previous revision %s", got, good)
 	}
 	checkBudget(t, s, budget)
-}
-
-// lastMeasurement is gate's last measurement as the DaemonSet's status annotation reports it.
-func lastMeasurement(t *testing.T, ds *appsv1.DaemonSet, gate string) *rolloutapi.GateMeasurement {
-	t.Helper()
-	status, err := rolloutapi.DecodeStatus(ds.Annotations)
-	if err != nil {
-		t.Fatalf("decode the rollout status of %s: %v", ds.Name, err)
-	}
-	if status.Analysis == nil {
-		return nil
-	}
-	for _, g := range status.Analysis.Gates {
-		if g.Name == gate {
-			return g.Last
-		}
-	}
-	return nil
 }

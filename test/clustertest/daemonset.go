@@ -40,3 +40,22 @@ func RolloutCondition(ds *appsv1.DaemonSet, phase rolloutapi.Phase) *appsv1.Daem
 	}
 	return nil
 }
+
+// LastMeasurement is the last measurement of the analysis gate named gate, as the DaemonSet's
+// status annotation (status.daemonguard.io/analysis) reports it; nil when it has none.
+func LastMeasurement(t testing.TB, ds *appsv1.DaemonSet, gate string) *rolloutapi.GateMeasurement {
+	t.Helper()
+	status, err := rolloutapi.DecodeStatus(ds.Annotations)
+	if err != nil {
+		t.Fatalf("decode the rollout status of %s: %v", ds.Name, err)
+	}
+	if status.Analysis == nil {
+		return nil
+	}
+	for _, g := range status.Analysis.Gates {
+		if g.Name == gate {
+			return g.Last
+		}
+	}
+	return nil
+}

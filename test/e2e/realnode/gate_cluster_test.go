@@ -136,7 +136,7 @@ func testGatedRollout(t *testing.T, in *installed) {
 	ds := waitGated(t, ns, v1, "Complete, not measured", func(ds *appsv1.DaemonSet, status rolloutapi.Status) bool {
 		return clustertest.RolloutCondition(ds, rolloutapi.PhaseComplete) != nil && status.Analysis != nil && status.Analysis.NothingReplaced
 	})
-	if m := gateMeasurement(t, ds); m != nil {
+	if m := clustertest.LastMeasurement(t, ds, "record-errors"); m != nil {
 		t.Errorf("the first revision was measured: %+v", m)
 	}
 	// Prometheus found the pod through the API server and labelled its series as users do.
@@ -151,7 +151,7 @@ func testGatedRollout(t *testing.T, in *installed) {
 		ds := waitGated(t, ns, v2, "Complete after its measurements", func(ds *appsv1.DaemonSet, _ rolloutapi.Status) bool {
 			return clustertest.RolloutCondition(ds, rolloutapi.PhaseComplete) != nil
 		})
-		m := gateMeasurement(t, ds)
+		m := clustertest.LastMeasurement(t, ds, "record-errors")
 		if m == nil || m.Result != rolloutapi.MeasurementPassed || !strings.Contains(m.Message, "1 nodes within bounds (max 0.1)") {
 			t.Fatalf("the last measurement of record-errors is %+v, want Passed for the one node", m)
 		}
@@ -311,24 +311,6 @@ func waitGated(t *testing.T, ns string, pod gatedPod, what string, done func(*ap
 		}
 		return done(ds, status), fmt.Sprintf("conditions %+v, analysis %s", ds.Status.Conditions, ds.Annotations[rolloutapi.StatusAnalysis])
 	})
-}
-
-// gateMeasurement is the last measurement of the record-errors gate, from the rollout's status.
-func gateMeasurement(t *testing.T, ds *appsv1.DaemonSet) *rolloutapi.GateMeasurement {
-	t.Helper()
-	status, err := rolloutapi.DecodeStatus(ds.Annotations)
-	if err != nil {
-		t.Fatalf("decode the rollout status of %s: %v", ds.Name, err)
-	}
-	if status.Analysis == nil {
-		return nil
-	}
-	for _, g := range status.Analysis.Gates {
-		if g.Name == "record-errors" {
-			return g.Last
-		}
-	}
-	return nil
 }
 
 // agentCounters reads the agent's failed and handled records from its /metrics at the pod's IP,
