@@ -497,7 +497,8 @@ func (p *planner) complete() Plan {
 //   - A new pod failing for a reason that does not fix itself (Failures) halts at once.
 //   - A revision halted before stays halted, with the reason it was halted for. That reason
 //     comes from the Failed condition, which is written after the status annotations: a
-//     reconcile that sees the annotations first finds the deadline passed in them.
+//     reconcile that sees the annotations first finds the deadline passed, or a gate's failed
+//     measurement, in them.
 func (p *planner) failed() (Plan, bool) {
 	if len(p.plan.Failures) > 0 {
 		return p.halt(rolloutapi.ReasonPodFailure, "new pods fail"), true
@@ -513,6 +514,9 @@ func (p *planner) failed() (Plan, bool) {
 		return p.halt(rolloutapi.ReasonAnalysisFailed, analysisFailedCause(p.status.Analysis)), true
 	case p.in.PreviousFailure == rolloutapi.ReasonProgressDeadline || !p.in.Now.Before(p.status.Progress.Add(deadline)):
 		return p.halt(rolloutapi.ReasonProgressDeadline, deadlineCause(deadline)), true
+	case len(failedGates(p.status.Analysis)) > 0:
+		// The annotations, written first, hold the failed measurement.
+		return p.halt(rolloutapi.ReasonAnalysisFailed, analysisFailedCause(p.status.Analysis)), true
 	}
 	return p.halt(rolloutapi.ReasonRolloutFailed, "the rollout of revision "+p.in.TargetRevision+" failed"), true
 }
@@ -1274,6 +1278,15 @@ func (p *planner) at(d time.Duration) string {
 
 // analysisFailedCause names the failed gates of an earlier reconcile's halt, as it recorded them.
 func analysisFailedCause(a *rolloutapi.AnalysisStatus) string {
+	failed := failedGates(a)
+	if len(failed) == 0 {
+		return "the analysis failed"
+	}
+	return "the analysis failed: " + strings.Join(failed, "; ")
+}
+
+// failedGates names the gates whose last measurement failed, with what it saw.
+func failedGates(a *rolloutapi.AnalysisStatus) []string {
 	var failed []string
 	if a != nil {
 		for _, g := range a.Gates {
@@ -1282,10 +1295,7 @@ func analysisFailedCause(a *rolloutapi.AnalysisStatus) string {
 			}
 		}
 	}
-	if len(failed) == 0 {
-		return "the analysis failed"
-	}
-	return "the analysis failed: " + strings.Join(failed, "; ")
+	return failed
 }
 
 // passingMeasurements are measurements of req that every gate passes on every node: the value at

@@ -171,6 +171,17 @@ func TestAnalysis(t *testing.T) {
 			wantPhase: rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed, wantPassed: 1,
 			wantInMsg: []string{"the analysis failed: gate errors: 1 of 1 nodes out of bounds (max 0.1): a=0.25"},
 		},
+		"a revision halted by its analysis, seen before its Failed condition is written, says so": {
+			nodes: wave, settings: gated("1", errorsGate, false),
+			status: func() rolloutapi.Status {
+				s := analysing(1, 1)
+				s.FailedRevision = newRev
+				s.Analysis.Gates[0].Last = &rolloutapi.GateMeasurement{At: t0, Result: rolloutapi.MeasurementFailed, Message: "1 of 1 nodes out of bounds (max 0.1): a=0.25"}
+				return s
+			}(),
+			wantPhase: rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed, wantPassed: 1,
+			wantInMsg: []string{"the analysis failed: gate errors: 1 of 1 nodes out of bounds (max 0.1): a=0.25"},
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
