@@ -316,8 +316,8 @@ func encodeAnalysis(a *AnalysisStatus) string {
 }
 
 // decodeAnalysis reads StatusAnalysis's value as encodeAnalysis would have written it: times in
-// UTC to the second, and nil for an analysis with nothing in it, so that what is read is what the
-// controller writes back unchanged.
+// UTC to the millisecond, and nil for an analysis with nothing in it, so that what is read is
+// what the controller writes back unchanged.
 func decodeAnalysis(v string) (*AnalysisStatus, error) {
 	var a AnalysisStatus
 	if err := json.Unmarshal([]byte(v), &a); err != nil {
@@ -329,26 +329,22 @@ func decodeAnalysis(v string) (*AnalysisStatus, error) {
 	return &a, nil
 }
 
-// normalised is a as the annotation holds it: times in UTC to the second (a gate's next
-// measurement rounded up, the others down), no empty list. a is not modified.
+// normalised is a as the annotation holds it: times in UTC to the millisecond, no empty list. a
+// is not modified. Not to the second: a gate's next measurement rounded down would come up to a
+// second early (before a 1s interval has passed), and rounded up a second late on every wave.
 func normalised(a AnalysisStatus) AnalysisStatus {
-	second := func(t time.Time) time.Time { return t.UTC().Truncate(time.Second) }
-	a.VerifiedAt = second(a.VerifiedAt)
+	milli := func(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+	a.VerifiedAt = milli(a.VerifiedAt)
 	if len(a.Gates) == 0 {
 		a.Gates = nil
 	}
 	a.Gates = slices.Clone(a.Gates)
 	for i := range a.Gates {
 		g := &a.Gates[i]
-		// Up, not down: a measurement is never due before its interval has passed.
-		if next := second(g.Next); next.Before(g.Next) {
-			g.Next = next.Add(time.Second)
-		} else {
-			g.Next = next
-		}
+		g.Next = milli(g.Next)
 		if g.Last != nil {
 			last := *g.Last
-			last.At = second(last.At)
+			last.At = milli(last.At)
 			g.Last = &last
 		}
 	}

@@ -128,11 +128,11 @@ func TestRenderQuery(t *testing.T) {
 	}
 }
 
-// The annotation keeps times to the second: a gate's next measurement is rounded up, so that it
-// is never taken before its interval has passed; the other times are rounded down.
-func TestAnalysisStatusRoundsTheNextMeasurementUp(t *testing.T) {
+// The annotation keeps times to the millisecond, so that a gate's next measurement is due when
+// its interval has passed, neither a second early nor a second late, and a round trip is stable.
+func TestAnalysisStatusKeepsMilliseconds(t *testing.T) {
 	at := time.Date(2026, 11, 27, 10, 0, 5, 0, time.UTC)
-	a := &AnalysisStatus{VerifiedAt: at.Add(300 * time.Millisecond), Wave: 3, Gates: []GateStatus{
+	a := &AnalysisStatus{VerifiedAt: at.Add(300*time.Millisecond + 17*time.Microsecond), Wave: 3, Gates: []GateStatus{
 		{Name: "late", Next: at.Add(200 * time.Millisecond), Last: &GateMeasurement{At: at.Add(900 * time.Millisecond), Result: MeasurementPassed}},
 		{Name: "whole", Next: at},
 	}}
@@ -140,11 +140,11 @@ func TestAnalysisStatusRoundsTheNextMeasurementUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.Gates[0].Next.Equal(at.Add(time.Second)) || !got.Gates[1].Next.Equal(at) {
-		t.Errorf("next measurements %s and %s, want %s (rounded up) and %s (whole)", got.Gates[0].Next, got.Gates[1].Next, at.Add(time.Second), at)
+	if !got.Gates[0].Next.Equal(at.Add(200*time.Millisecond)) || !got.Gates[1].Next.Equal(at) {
+		t.Errorf("next measurements %s and %s, want %s and %s", got.Gates[0].Next, got.Gates[1].Next, at.Add(200*time.Millisecond), at)
 	}
-	if !got.VerifiedAt.Equal(at) || !got.Gates[0].Last.At.Equal(at) {
-		t.Errorf("verified at %s, measured at %s, want both %s (rounded down)", got.VerifiedAt, got.Gates[0].Last.At, at)
+	if !got.VerifiedAt.Equal(at.Add(300*time.Millisecond)) || !got.Gates[0].Last.At.Equal(at.Add(900*time.Millisecond)) {
+		t.Errorf("verified at %s, measured at %s, want to the millisecond", got.VerifiedAt, got.Gates[0].Last.At)
 	}
 	if again, _ := decodeAnalysis(encodeAnalysis(got)); !reflect.DeepEqual(again, got) {
 		t.Errorf("a second round trip changed %+v to %+v", got, again)
