@@ -79,8 +79,9 @@ const revisionPending = time.Second
 //     when the next ones are due are the controller's memory, and a deferred report would start
 //     the analysis again a moment later, or measure again without counting what it saw.
 //   - A plan that rolls back names the ControllerRevision to put back, found among Revisions by
-//     its hash (the planner picks only a revision that is kept); apply puts it back before it writes the report (a failed write is retried by
-//     measuring again; once the report says the revision failed, the plan no longer rolls back).
+//     its hash (the planner picks only a revision that is kept); apply puts it back before it
+//     writes the report (a failed write is retried by measuring again; once the report says the
+//     revision failed, the plan no longer rolls back).
 //   - Annotations and conditions are written only where they differ from the DaemonSet's.
 func decide(f Facts) Decision {
 	annotations, conditions := f.DaemonSet.Annotations, f.DaemonSet.Status.Conditions
