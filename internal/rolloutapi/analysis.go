@@ -316,7 +316,7 @@ func encodeAnalysis(a *AnalysisStatus) string {
 }
 
 // decodeAnalysis reads StatusAnalysis's value as encodeAnalysis would have written it: times in
-// UTC to the millisecond, and nil for an analysis with nothing in it, so that what is read is
+// UTC (see normalised), and nil for an analysis with nothing in it, so that what is read is
 // what the controller writes back unchanged.
 func decodeAnalysis(v string) (*AnalysisStatus, error) {
 	var a AnalysisStatus
@@ -329,12 +329,14 @@ func decodeAnalysis(v string) (*AnalysisStatus, error) {
 	return &a, nil
 }
 
-// normalised is a as the annotation holds it: times in UTC to the millisecond, no empty list. a
-// is not modified. Not to the second: a gate's next measurement rounded down would come up to a
-// second early (before a 1s interval has passed), and rounded up a second late on every wave.
+// normalised is a as the annotation holds it: times in UTC, no empty list; a is not modified.
+// VerifiedAt is to the second, as the pods' Ready times it is compared with (a pod Ready later in
+// the same second must count in the next wave). The measurements' times are to the millisecond:
+// a gate's next measurement rounded down would come up to a second early (before a 1s interval
+// has passed), and rounded up a second late on every wave.
 func normalised(a AnalysisStatus) AnalysisStatus {
 	milli := func(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
-	a.VerifiedAt = milli(a.VerifiedAt)
+	a.VerifiedAt = a.VerifiedAt.UTC().Truncate(time.Second)
 	if len(a.Gates) == 0 {
 		a.Gates = nil
 	}

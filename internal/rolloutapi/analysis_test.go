@@ -128,8 +128,9 @@ func TestRenderQuery(t *testing.T) {
 	}
 }
 
-// The annotation keeps times to the millisecond, so that a gate's next measurement is due when
-// its interval has passed, neither a second early nor a second late, and a round trip is stable.
+// The annotation keeps a gate's times to the millisecond, so that its next measurement is due when
+// its interval has passed, neither a second early nor a second late; the verification time to
+// the second, as the pods' Ready times; and a round trip is stable.
 func TestAnalysisStatusKeepsMilliseconds(t *testing.T) {
 	at := time.Date(2026, 11, 27, 10, 0, 5, 0, time.UTC)
 	a := &AnalysisStatus{VerifiedAt: at.Add(300*time.Millisecond + 17*time.Microsecond), Wave: 3, Gates: []GateStatus{
@@ -143,8 +144,13 @@ func TestAnalysisStatusKeepsMilliseconds(t *testing.T) {
 	if !got.Gates[0].Next.Equal(at.Add(200*time.Millisecond)) || !got.Gates[1].Next.Equal(at) {
 		t.Errorf("next measurements %s and %s, want %s and %s", got.Gates[0].Next, got.Gates[1].Next, at.Add(200*time.Millisecond), at)
 	}
-	if !got.VerifiedAt.Equal(at.Add(300*time.Millisecond)) || !got.Gates[0].Last.At.Equal(at.Add(900*time.Millisecond)) {
-		t.Errorf("verified at %s, measured at %s, want to the millisecond", got.VerifiedAt, got.Gates[0].Last.At)
+	if !got.Gates[0].Last.At.Equal(at.Add(900 * time.Millisecond)) {
+		t.Errorf("measured at %s, want %s: to the millisecond", got.Gates[0].Last.At, at.Add(900*time.Millisecond))
+	}
+	// Pods' Ready times are to the second: one Ready at 10:00:05.7 shows 10:00:05, and must
+	// belong to the wave after a verification at 10:00:05.3.
+	if !got.VerifiedAt.Equal(at) {
+		t.Errorf("verified at %s, want %s: to the second, as pods' Ready times", got.VerifiedAt, at)
 	}
 	if again, _ := decodeAnalysis(encodeAnalysis(got)); !reflect.DeepEqual(again, got) {
 		t.Errorf("a second round trip changed %+v to %+v", got, again)
