@@ -136,12 +136,13 @@ var (
 	auditViolations = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_audit_violations", Help: "Policy violations found by the last audit, by policy and enforcement action."}, []string{"policy", "action"})
 	auditDaemonSets = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_audit_daemonsets", Help: "DaemonSets seen by the last audit, by state (compliant, violating, missing_injection, error)."}, []string{"state"})
 	auditLastRun    = prometheus.NewGauge(prometheus.GaugeOpts{Name: "daemonguard_audit_last_run_timestamp_seconds", Help: "When the last audit finished (Unix seconds)."})
+	auditDuration   = prometheus.NewGauge(prometheus.GaugeOpts{Name: "daemonguard_audit_duration_seconds", Help: "How long the last audit took, from reading the DaemonSets to its last Event and Report write."})
 )
 
 // registerMetrics registers the audit's metrics once, when an audit runs or writes Reports
 // (webhook replicas): the controller runs the same binary, and must not export them.
 var registerMetrics = sync.OnceFunc(func() {
-	metrics.Registry.MustRegister(auditViolations, auditDaemonSets, auditLastRun, reportWrites, reportFailures)
+	metrics.Registry.MustRegister(auditViolations, auditDaemonSets, auditLastRun, auditDuration, reportWrites, reportFailures)
 	for _, op := range []string{"create", "update", "delete"} {
 		reportWrites.WithLabelValues(op)
 	}
@@ -180,6 +181,7 @@ func (a *Auditor) Start(ctx context.Context) error {
 }
 
 func (a *Auditor) once(ctx context.Context) {
+	start := time.Now()
 	set := a.Engine.Set()
 	findings, err := Run(ctx, a.Reader, set, a.Exempt)
 	if err != nil {
@@ -217,9 +219,11 @@ func (a *Auditor) once(ctx context.Context) {
 	for state, n := range counts {
 		auditDaemonSets.WithLabelValues(state).Set(n)
 	}
-	auditLastRun.SetToCurrentTime()
-	a.Log.Info("Audit finished", "daemonSets", len(findings), "violating", counts["violating"], "missingInjection", counts["missing_injection"])
 	if a.Reports != nil {
 		a.writeReports(ctx, findings, set)
 	}
+	took := time.Since(start)
+	auditDuration.Set(took.Seconds())
+	auditLastRun.SetToCurrentTime()
+	a.Log.Info("Audit finished", "daemonSets", len(findings), "violating", counts["violating"], "missingInjection", counts["missing_injection"], "duration", took.Round(time.Millisecond).String())
 }

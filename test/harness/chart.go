@@ -76,6 +76,13 @@ type Component struct {
 // chart's ServiceAccount token proves its RBAC is enough. It stops when the test ends.
 func RunComponent(t testing.TB, c *localcluster.Cluster, dep *appsv1.Deployment, overrides ...string) *Component {
 	t.Helper()
+	return RunComponentBinary(t, c, Binary(t, c), dep, overrides...)
+}
+
+// RunComponentBinary is RunComponent with the daemonguard binary bin, e.g. one built from another
+// commit to compare two builds.
+func RunComponentBinary(t testing.TB, c *localcluster.Cluster, bin string, dep *appsv1.Deployment, overrides ...string) *Component {
+	t.Helper()
 	ctr := dep.Spec.Template.Spec.Containers[0]
 	args := append(append([]string{}, ctr.Command...), ctr.Args...)
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") && args[0] != "webhook" && args[0] != "controller" {
@@ -93,7 +100,7 @@ func RunComponent(t testing.TB, c *localcluster.Cluster, dep *appsv1.Deployment,
 		"--metrics-bind-address="+comp.MetricsAddr)
 	args = append(args, overrides...)
 	name := fmt.Sprintf("%s-%d", dep.Name, time.Now().UnixNano())
-	comp.Proc, err = c.StartHostProcess(name, Binary(t, c), args...)
+	comp.Proc, err = c.StartHostProcess(name, bin, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,11 @@ type Config struct {
 	// PodReadyDelay makes kwok's fake kubelets take this long to report a pod Running and Ready,
 	// like a real container start; zero is instant.
 	PodReadyDelay time.Duration
+	// NodeLeaseDuration is how long kwok's node leases last (each node renews its lease every
+	// quarter of it) and, with a margin, how long the node lifecycle controller waits for a
+	// renewal before it marks a node NotReady. Zero means 40 s. Thousands of fake nodes renew
+	// hundreds of leases per second at 40 s: a longer lease keeps a large cluster's idle load low.
+	NodeLeaseDuration time.Duration
 	// RealNode runs the first control-plane node of Nodes as a real node — kubelet, containerd, runc,
 	// the CNI bridge and kube-proxy, with the test images of test/nodeimages imported — instead of
 	// a kwok node; the others stay kwok nodes. It needs root and Debian's packages
@@ -246,6 +251,7 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 		"--cluster-name=daemonguard-local",
 		"--kube-api-qps=500",
 		"--kube-api-burst=1000",
+		"--node-monitor-grace-period=" + nodeMonitorGracePeriod(cfg.NodeLeaseDuration).String(),
 		"--cert-dir=" + filepath.Join(c.Dir, "kcm"),
 	}, logDir); err != nil {
 		return err
@@ -268,7 +274,7 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	kwokConfig, err := c.writeKwokConfig(cfg.ExtraKwokStages, cfg.PodReadyDelay)
+	kwokConfig, err := c.writeKwokConfig(cfg.ExtraKwokStages, cfg.PodReadyDelay, leaseDuration(cfg.NodeLeaseDuration))
 	if err != nil {
 		return err
 	}

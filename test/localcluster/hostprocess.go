@@ -36,6 +36,9 @@ func (h *HostProcess) Stop() { h.p.stop(10 * time.Second) }
 // Exited returns an error with the end of the log if the process has exited, nil while it runs.
 func (h *HostProcess) Exited() error { return h.p.exitedErr() }
 
+// PID is the process's ID, to read its memory and CPU time from /proc.
+func (h *HostProcess) PID() int { return h.p.cmd.Process.Pid }
+
 // LogPath is where the process's output goes.
 func (h *HostProcess) LogPath() string { return h.p.logPath }
 

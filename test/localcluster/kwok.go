@@ -14,16 +14,17 @@ var kwokStages embed.FS
 
 // writeKwokConfig writes kwok's configuration: its options and the stages of kwokstages, extra
 // stages after them, and a delay before pods turn Ready when podReadyDelay is set.
-func (c *Cluster) writeKwokConfig(extra []byte, podReadyDelay time.Duration) (string, error) {
+func (c *Cluster) writeKwokConfig(extra []byte, podReadyDelay, lease time.Duration) (string, error) {
 	var buf bytes.Buffer
 	// Leases keep 1,000 fake nodes alive with a fraction of the status writes; the pod CIDR is wide
 	// enough that fake pod IPs never run out at benchmark scale.
-	buf.WriteString(`apiVersion: config.kwok.x-k8s.io/v1alpha1
+	fmt.Fprintf(&buf, `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
   cidr: 10.128.0.1/12
-  nodeLeaseDurationSeconds: 40
-  nodeLeaseParallelism: 8
+  nodeLeaseDurationSeconds: %d
+`, int(lease.Seconds()))
+	buf.WriteString(`  nodeLeaseParallelism: 8
   nodePlayStageParallelism: 8
   podPlayStageParallelism: 8
 `)
@@ -52,4 +53,21 @@ options:
 		return "", fmt.Errorf("write kwok config: %w", err)
 	}
 	return path, nil
+}
+
+// leaseDuration is Config.NodeLeaseDuration with its default.
+func leaseDuration(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 40 * time.Second
+	}
+	return d.Round(time.Second)
+}
+
+// nodeMonitorGracePeriod is how long the node lifecycle controller waits for a node's lease
+// renewal before it marks the node NotReady: kube-controller-manager's default (50 s) for the
+// default lease, and the lease duration plus a quarter of it for longer leases, so a node that
+// renews every quarter of its lease always has several chances.
+func nodeMonitorGracePeriod(lease time.Duration) time.Duration {
+	d := leaseDuration(lease)
+	return max(50*time.Second, d+d/4)
 }

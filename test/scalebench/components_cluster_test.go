@@ -1,0 +1,222 @@
+package scalebench
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/daemonguard/daemonguard/internal/serving"
+	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
+)
+
+// release is daemonguard installed by helm in URL mode: the chart's objects (RBAC, webhook
+// configurations, policies, the OpenReports CRD) in the cluster, its components run on the host
+// as the real binary with the arguments and ServiceAccounts the chart gave them.
+type release struct {
+	c           *localcluster.Cluster
+	name, ns    string
+	webhookPort int
+	objects     []*unstructured.Unstructured
+}
+
+const (
+	releaseName      = "dg"
+	releaseNamespace = "daemonguard-system"
+	// planIdentity is the ServiceAccount the chart's pre-flight roles are bound to: the plans run
+	// with its token.
+	planIdentity = "plan"
+	// scraper may read the components' metrics.
+	scraper = "scraper"
+)
+
+// installChart installs the chart with helm: webhooks by URL on loopback, the audit and its
+// OpenReports on, the pre-flight roles bound to planIdentity.
+func installChart(t testing.TB, c *localcluster.Cluster) *release {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.CreateNamespace(ctx, releaseNamespace); err != nil {
+		t.Fatal(err)
+	}
+	for _, sa := range []string{planIdentity, scraper} {
+		if _, err := c.Client.CoreV1().ServiceAccounts(releaseNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &release{c: c, name: releaseName, ns: releaseNamespace, webhookPort: harness.FreePort(t)}
+	chart, err := toolbin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.helm(t, "install", r.name, filepath.Join(chart, "charts", "daemonguard"), "--namespace", r.ns,
+		"--set", "webhook.url=https://127.0.0.1:"+strconv.Itoa(r.webhookPort),
+		"--set", "tls.ipAddresses={127.0.0.1}",
+		"--set", "openReports.enabled=true",
+		"--set", "preflight.subjects[0].kind=ServiceAccount", "--set", "preflight.subjects[0].name="+planIdentity,
+		"--set", "metrics.reader.subjects[0].kind=ServiceAccount", "--set", "metrics.reader.subjects[0].name="+scraper)
+	r.objects = decodeAll(t, r.helm(t, "get", "manifest", r.name, "--namespace", r.ns))
+	return r
+}
+
+func (r *release) helm(t testing.TB, args ...string) string {
+	t.Helper()
+	bins, err := toolbin.Ensure(context.Background(), os.Stderr, "helm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(r.c.Dir, "helm")
+	cmd := exec.Command(bins.Path("helm"), args...)
+	cmd.Env = append(r.c.Env(), "HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func decodeAll(t testing.TB, manifest string) []*unstructured.Unstructured {
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return objs
+		} else if err != nil {
+			t.Fatalf("decode the release's manifest: %v", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+// deployment is the release's Deployment named *-suffix.
+func (r *release) deployment(t testing.TB, suffix string) *appsv1.Deployment {
+	t.Helper()
+	for _, o := range r.objects {
+		if o.GetKind() == "Deployment" && strings.HasSuffix(o.GetName(), "-"+suffix) {
+			var dep appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &dep); err != nil {
+				t.Fatal(err)
+			}
+			dep.Namespace = r.ns
+			return &dep
+		}
+	}
+	t.Fatalf("the release has no Deployment *-%s", suffix)
+	return nil
+}
+
+// component is a daemonguard process of the release and what its start took.
+type component struct {
+	*harness.Component
+	startup time.Duration
+}
+
+// runWebhook runs the webhook with bin, serving on the port the chart's configurations point at,
+// and returns once it answers ready (informers synced, policies loaded).
+func (r *release) runWebhook(t testing.TB, bin string) component {
+	t.Helper()
+	start := time.Now()
+	comp := harness.RunComponentBinary(t, r.c, bin, r.deployment(t, "webhook"),
+		"--host=127.0.0.1", "--port="+strconv.Itoa(r.webhookPort), "--cert-dir="+t.TempDir())
+	return component{Component: comp, startup: time.Since(start)}
+}
+
+// runController runs the rollout controller with bin.
+func (r *release) runController(t testing.TB, bin string) component {
+	t.Helper()
+	start := time.Now()
+	comp := harness.RunComponentBinary(t, r.c, bin, r.deployment(t, "controller"))
+	return component{Component: comp, startup: time.Since(start)}
+}
+
+// metric scrapes the component's metrics as the chart's metrics reader and returns the value of
+// the series name (no labels), and whether it is there.
+func (r *release) metric(t testing.TB, comp component, name string) (float64, bool) {
+	t.Helper()
+	ctx := context.Background()
+	token, err := harness.Token(ctx, r.c.Client, r.ns, scraper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The measurement needs the number, not a verified server: the install tests check the TLS.
+	insecure := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // loopback, a measurement
+	code, body, err := harness.Scrape(ctx, "https://"+comp.MetricsAddr+serving.MetricsPath, token, insecure)
+	if err != nil || code != 200 {
+		t.Fatalf("scrape %s: %d %v", comp.MetricsAddr, code, err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// buildBinary builds cmd/daemonguard of this checkout into dir.
+func buildBinary(t testing.TB, dir string) string {
+	t.Helper()
+	root, err := toolbin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "daemonguard")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/daemonguard")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/daemonguard: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// procStatus reads a kB field of /proc/pid/status (VmRSS, VmHWM) in MiB.
+func procStatus(pid int, field string) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// cpuSeconds is the user and system CPU time of pid so far (/proc/pid/stat, in clock ticks of
+// 1/100 s, as on every Linux this runs on).
+func cpuSeconds(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces: fields are counted after its closing paren.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100
+}

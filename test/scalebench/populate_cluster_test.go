@@ -1,0 +1,324 @@
+package scalebench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/daemonguard/daemonguard/internal/admission"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/test/localcluster"
+)
+
+// shape is the cluster one measurement runs on: how many nodes, how full, and how much the
+// audit and the review measurements do.
+type shape struct {
+	nodes int
+	// podsPerNode counts every pod on a node: the platform DaemonSets' and the workloads'.
+	podsPerNode int
+	// auditDaemonSets are DaemonSets the audit evaluates that select no node (they create no pod).
+	auditDaemonSets int
+	// reviews is how many DaemonSet writes the review latency is measured over.
+	reviews int
+}
+
+const (
+	// platformNamespace holds the node agents: labelled for daemonguard's injection.
+	platformNamespace = "platform"
+	// teams are the workload namespaces, each with its ReplicaSets, PDBs and audited DaemonSets.
+	teams = 20
+	// replicasPerSet is the size of each workload ReplicaSet.
+	replicasPerSet = 100
+	// zones the nodes are spread over.
+	zones = 5
+	// noNode is a node label no node carries: the audited DaemonSets select it, so they are
+	// stored and audited but run no pod.
+	noNode = "scalebench.daemonguard.io/never"
+)
+
+// agents are the platform DaemonSets, each with a pod on every node. builtinAgent and
+// managedAgent roll out with the same budget; the others make the nodes' occupancy.
+var agents = []agent{
+	{name: builtinAgent, strategy: "RollingUpdate"},
+	{name: managedAgent, strategy: "OnDelete", managed: true},
+	{name: "cni", strategy: "RollingUpdate"},
+	{name: "csi-node", strategy: "OnDelete"},
+}
+
+const (
+	builtinAgent = "logs"
+	managedAgent = "metrics"
+	// budget is both rollouts' maxUnavailable.
+	budget = "10%"
+)
+
+type agent struct {
+	name, strategy string
+	managed        bool
+}
+
+// priorityClasses are the platform's: node agents above services above batch work.
+var priorityClasses = map[string]int32{"platform-agent": 100000, "service": 1000, "batch": -10}
+
+// workloadPriority is the priority class of the i-th ReplicaSet: most services, some batch,
+// some with none.
+func workloadPriority(i int) string {
+	return []string{"service", "service", "batch", ""}[i%4]
+}
+
+// daemonSet is a platform DaemonSet at image.
+func (a agent) daemonSet(image string) *appsv1.DaemonSet {
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: platformNamespace},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": a.name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": a.name}},
+				Spec: corev1.PodSpec{
+					PriorityClassName: "platform-agent",
+					Containers: []corev1.Container{{Name: "agent", Image: image, Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+					}}},
+				},
+			},
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.DaemonSetUpdateStrategyType(a.strategy)},
+		},
+	}
+	if a.strategy == "RollingUpdate" {
+		ds.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromString(budget))}
+	}
+	if a.managed {
+		ds.Annotations = map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationMaxUnavailable: budget}
+	}
+	return ds
+}
+
+// auditedDaemonSet is the i-th DaemonSet of the audit: it selects no node; every tenth asks for
+// a budget the rolling_update_budget policy denies, so the audit finds violations to report.
+func auditedDaemonSet(i int) *appsv1.DaemonSet {
+	name := fmt.Sprintf("audited-%04d", i)
+	maxUnavailable := "1"
+	if i%10 == 0 {
+		maxUnavailable = "80%"
+	}
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: team(i)},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{noNode: "true"},
+					Containers:   []corev1.Container{{Name: "agent", Image: "registry.example/agent:1"}},
+				},
+			},
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.Parse(maxUnavailable))}},
+		},
+	}
+}
+
+func team(i int) string { return fmt.Sprintf("team-%02d", i%teams) }
+
+// scaleNodes are n workers over the zones.
+func scaleNodes(n int) []localcluster.Node {
+	names := make([]string, zones)
+	for i := range names {
+		names[i] = fmt.Sprintf("zone-%c", 'a'+i)
+	}
+	return localcluster.WorkerNodes("node", n, names...)
+}
+
+// populate gives a started cluster of s.nodes nodes its occupancy and returns how many pods it
+// holds: the priority classes, the platform DaemonSets running on every node, then per node the
+// workloads' pods, created bound to their nodes by the benchmark and adopted by ReplicaSets (as
+// a Deployment's are; the scheduler and the ReplicaSet controller would otherwise spend minutes
+// on pods no measurement is about), a PodDisruptionBudget per ReplicaSet, and the audited
+// DaemonSets. It returns once every pod is Running and Ready.
+func populate(t testing.TB, c *localcluster.Cluster, s shape) int {
+	ctx := context.Background()
+	for name, value := range priorityClasses {
+		if _, err := c.Client.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: platformNamespace, Labels: map[string]string{admission.NodeAgentsLabel: "true"},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range teams {
+		if err := c.CreateNamespace(ctx, team(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range agents {
+		if _, err := c.Client.AppsV1().DaemonSets(platformNamespace).Create(ctx, a.daemonSet("agent:1"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	for _, a := range agents {
+		waitDaemonSet(t, c, a.name, s.nodes, "agent:1", false, 30*time.Minute)
+	}
+	logf(t, "%d DaemonSets on %d nodes in %s", len(agents), s.nodes, time.Since(start).Round(time.Second))
+	start = time.Now()
+
+	perNode := s.podsPerNode - len(agents)
+	sets := s.nodes * perNode / replicasPerSet
+	if s.nodes*perNode%replicasPerSet != 0 {
+		t.Fatalf("%d nodes × %d workload pods is not a whole number of ReplicaSets of %d", s.nodes, perNode, replicasPerSet)
+	}
+	// Pod k of all the workloads' pods runs on node k mod nodes: every node gets perNode pods,
+	// each from a different ReplicaSet where possible.
+	parallel(t, sets*replicasPerSet, 64, func(k int) error {
+		set := k / replicasPerSet
+		_, err := c.Client.CoreV1().Pods(team(set)).Create(ctx, workloadPod(set, k, fmt.Sprintf("node-%d", k%s.nodes)), metav1.CreateOptions{})
+		return err
+	})
+	logf(t, "%d workload pods created in %s", sets*replicasPerSet, time.Since(start).Round(time.Second))
+	start = time.Now()
+	parallel(t, sets, 16, func(set int) error {
+		if _, err := c.Client.AppsV1().ReplicaSets(team(set)).Create(ctx, replicaSet(set), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		_, err := c.Client.PolicyV1().PodDisruptionBudgets(team(set)).Create(ctx, &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Name: setName(set)},
+			Spec: policyv1.PodDisruptionBudgetSpec{
+				MaxUnavailable: ptr.To(intstr.FromString("10%")),
+				Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": setName(set)}},
+			},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	parallel(t, s.auditDaemonSets, 16, func(i int) error {
+		_, err := c.Client.AppsV1().DaemonSets(team(i)).Create(ctx, auditedDaemonSet(i), metav1.CreateOptions{})
+		return err
+	})
+	c.WaitFor(t, 60*time.Minute, "every workload pod Ready, adopted by its ReplicaSet", func(ctx context.Context) (bool, string) {
+		ready, created := 0, 0
+		for i := range teams {
+			list, err := c.Client.AppsV1().ReplicaSets(team(i)).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, rs := range list.Items {
+				ready += int(rs.Status.ReadyReplicas)
+				created += int(rs.Status.Replicas)
+			}
+		}
+		if created > sets*replicasPerSet {
+			// A ReplicaSet made pods of its own: it did not adopt the benchmark's in time.
+			t.Fatalf("the ReplicaSets hold %d pods, want %d: some created their own", created, sets*replicasPerSet)
+		}
+		return ready == sets*replicasPerSet, fmt.Sprintf("%d of %d pods Ready", ready, sets*replicasPerSet)
+	})
+	logf(t, "%d ReplicaSets, PDBs and %d audited DaemonSets created, every pod Ready, in %s", sets, s.auditDaemonSets, time.Since(start).Round(time.Second))
+	return s.nodes * s.podsPerNode
+}
+
+func setName(set int) string { return fmt.Sprintf("svc-%04d", set) }
+
+// workloadPod is the k-th workload pod, of ReplicaSet set, bound to node. It carries no owner:
+// its ReplicaSet, created after it, adopts it.
+func workloadPod(set, k int, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   fmt.Sprintf("%s-%06d", setName(set), k),
+			Labels: map[string]string{"app": setName(set), "tier": []string{"web", "api", "worker"}[set%3]},
+		},
+		Spec: podSpec(set, node),
+	}
+}
+
+func podSpec(set int, node string) corev1.PodSpec {
+	return corev1.PodSpec{
+		NodeName:          node,
+		PriorityClassName: workloadPriority(set),
+		Containers: []corev1.Container{{
+			Name: "app", Image: fmt.Sprintf("registry.example/%s:1", setName(set)),
+			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+			Env:   []corev1.EnvVar{{Name: "TEAM", Value: team(set)}, {Name: "LOG_LEVEL", Value: "info"}},
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("48Mi"),
+			}},
+		}},
+	}
+}
+
+func replicaSet(set int) *appsv1.ReplicaSet {
+	labels := map[string]string{"app": setName(set), "tier": []string{"web", "api", "worker"}[set%3]}
+	return &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: setName(set), Labels: labels},
+		Spec: appsv1.ReplicaSetSpec{
+			Replicas: ptr.To(int32(replicasPerSet)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": setName(set)}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: podSpec(set, "")},
+		},
+	}
+}
+
+// parallel runs do(0..n-1) on workers goroutines and fails the test with the first errors.
+func parallel(t testing.TB, n, workers int, do func(i int) error) {
+	t.Helper()
+	var next atomic.Int64
+	var mu sync.Mutex
+	var errs []string
+	var wg sync.WaitGroup
+	for range min(workers, max(n, 1)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := do(i); err != nil {
+					mu.Lock()
+					errs = append(errs, err.Error())
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d failed, first: %s", len(errs), n, strings.Join(errs[:min(3, len(errs))], "; "))
+	}
+}
+
+// waitDaemonSet waits until the platform DaemonSet name runs image, updated and available, on
+// want nodes (and, managed, reports its rollout Complete).
+func waitDaemonSet(t testing.TB, c *localcluster.Cluster, name string, want int, image string, managed bool, timeout time.Duration) {
+	t.Helper()
+	c.WaitFor(t, timeout, fmt.Sprintf("DaemonSet %s at %s on %d nodes", name, image, want), func(ctx context.Context) (bool, string) {
+		ds, err := c.Client.AppsV1().DaemonSets(platformNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s := ds.Status
+		done := ds.Spec.Template.Spec.Containers[0].Image == image && s.ObservedGeneration == ds.Generation &&
+			s.DesiredNumberScheduled == int32(want) && s.UpdatedNumberScheduled == int32(want) && s.NumberAvailable == int32(want)
+		if done && managed {
+			done = false
+			for _, cond := range ds.Status.Conditions {
+				if cond.Type == rolloutapi.ConditionComplete && cond.Status == corev1.ConditionTrue {
+					done = true
+				}
+			}
+		}
+		return done, fmt.Sprintf("desired %d, updated %d, available %d", s.DesiredNumberScheduled, s.UpdatedNumberScheduled, s.NumberAvailable)
+	})
+}

@@ -1,0 +1,208 @@
+package scalebench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/localcluster"
+)
+
+// The cluster settings that keep a 2-core control plane breathing at 5,000 nodes; settings lists
+// them beside the results.
+const (
+	// leaseDuration: each fake node renews its lease every 150 s instead of every 10 s.
+	leaseDuration = 10 * time.Minute
+	// readyDelay is how long kwok's fake kubelet takes to report a pod Ready, as in the rollout
+	// benchmark: both rollouts pay it once per wave.
+	readyDelay = 2 * time.Second
+)
+
+func settings(s shape) []string {
+	return []string{
+		fmt.Sprintf("kwok nodes over %d zones; node leases of %s (renewed every %s), node status every 10-20 min; the node lifecycle controller's grace period %s",
+			zones, leaseDuration, leaseDuration/4, leaseDuration+leaseDuration/4),
+		fmt.Sprintf("%d pods per node: %d platform DaemonSets (priority class platform-agent, 50m CPU / 64Mi) and %d workload pods, in ReplicaSets of %d over %d namespaces with a PodDisruptionBudget each, created bound to their nodes by the benchmark",
+			s.podsPerNode, len(agents), s.podsPerNode-len(agents), replicasPerSet, teams),
+		fmt.Sprintf("pods turn Ready %s after they are bound (kwok); rollouts with maxUnavailable %s", readyDelay, budget),
+		"daemonguard installed by its chart (helm, URL mode, self-managed TLS, OpenReports on); webhook and controller run on the host as the real binary with the chart's arguments and ServiceAccounts; one replica each",
+		fmt.Sprintf("%d more DaemonSets for the audit, over the workload namespaces, select no node: every tenth violates rolling_update_budget", s.auditDaemonSets),
+		"plans run as the chart's pre-flight identity (a ServiceAccount bound to its read-only roles)",
+		"one machine of 2 cores and 24 GiB for everything: control plane, kwok, daemonguard and the benchmark",
+	}
+}
+
+// shapeFor is the benchmark's cluster of n nodes.
+func shapeFor(n int) shape {
+	return shape{nodes: n, podsPerNode: 30, auditDaemonSets: 2000, reviews: 500}
+}
+
+// BenchmarkScale measures daemonguard's costs on clusters of 1,000, 2,500 and 5,000 nodes with 30
+// pods per node, one cluster per size, and writes the results (SCALEBENCH_RESULTS, default
+// docs/scale/results.json, updated per size) and the growth plot beside them. SCALEBENCH_NODES
+// picks the sizes (e.g. "1000,2500"); SCALEBENCH_BEFORE names a daemonguard binary of another
+// build whose controller and plans are measured on the same clusters, for a before/after.
+//
+//	make scalebench
+func BenchmarkScale(b *testing.B) {
+	localcluster.NeedCluster(b)
+	sizes := []int{1000, 2500, 5000}
+	if env := os.Getenv("SCALEBENCH_NODES"); env != "" {
+		sizes = nil
+		for _, f := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 || n%10 != 0 {
+				b.Fatalf("SCALEBENCH_NODES=%q: want node counts that are multiples of 10", env)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	path := os.Getenv("SCALEBENCH_RESULTS")
+	if path == "" {
+		path = toolbin.RepoPath(b, "docs", "scale", "results.json")
+	}
+	bin := buildBinary(b, b.TempDir())
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			for range b.N {
+				s := shapeFor(n)
+				run := runScale(b, s, bin, os.Getenv("SCALEBENCH_BEFORE"))
+				results, err := Load(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				results.Settings = settings(s)
+				results.Put(run)
+				if err := save(results, path); err != nil {
+					b.Fatal(err)
+				}
+				fmt.Printf("--- %s\n%s\n", b.Name(), results.Markdown())
+				b.ReportMetric(run.Rollout.ManagedSeconds/run.Rollout.BuiltinSeconds, "managed/builtin")
+				b.ReportMetric(run.Rollout.ControllerPeakRSSMiB, "controller-MiB")
+				b.ReportMetric(run.Webhook.PeakRSSMiB, "webhook-MiB")
+			}
+		})
+	}
+}
+
+// save writes the results and, beside them, the growth plot.
+func save(results Results, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := results.Save(path); err != nil {
+		return err
+	}
+	svg, err := results.GrowthSVG()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(filepath.Dir(path), "growth.svg"), svg, 0o644)
+}
+
+// TestScaleSmoke runs the scale benchmark's every step on 200 nodes, so that it keeps working,
+// and holds each measurement to what it must show: the rollouts complete, every join-storm pod is
+// created, the audit writes its Reports, the plans plan every node.
+func TestScaleSmoke(t *testing.T) {
+	localcluster.NeedCluster(t)
+	s := shape{nodes: 200, podsPerNode: 30, auditDaemonSets: 200, reviews: 50}
+	run := runScale(t, s, buildBinary(t, t.TempDir()), "")
+	if run.Pods != 200*30 || run.DaemonSets != len(agents) {
+		t.Errorf("cluster of %d pods and %d DaemonSets, want %d and %d", run.Pods, run.DaemonSets, 200*30, len(agents))
+	}
+	if run.Webhook.JoinFailed != 0 || run.Webhook.JoinPods != 20*len(agents) {
+		t.Errorf("join storm: %d pods, %d failed; want %d, none failed", run.Webhook.JoinPods, run.Webhook.JoinFailed, 20*len(agents))
+	}
+	if run.Audit.Seconds <= 0 || run.Audit.Events == 0 || run.Audit.Reports == 0 {
+		t.Errorf("audit %+v: want a duration, Events and Reports", run.Audit)
+	}
+	if run.Rollout.ControllerPeakRSSMiB <= 0 || run.Webhook.PeakRSSMiB <= 0 || run.Webhook.ReviewP99Ms <= 0 {
+		t.Errorf("missing measurements: rollout %+v, webhook %+v", run.Rollout, run.Webhook)
+	}
+	if len(run.Plans) != len(plannedDaemonSets) {
+		t.Errorf("plans %+v, want %d", run.Plans, len(plannedDaemonSets))
+	}
+	var results Results
+	results.Settings = settings(s)
+	results.Put(run)
+	if err := save(results, filepath.Join(t.TempDir(), "results.json")); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", results.Markdown())
+}
+
+// runScale starts a cluster of s.nodes nodes, populates it, installs daemonguard and measures it.
+// With before set, it also measures that binary's controller and plans on the same cluster.
+func runScale(t testing.TB, s shape, bin, before string) Run {
+	t.Helper()
+	start := time.Now()
+	c, err := localcluster.Start(context.Background(), localcluster.Config{
+		Nodes: scaleNodes(s.nodes), PodReadyDelay: readyDelay, NodeLeaseDuration: leaseDuration,
+		StartTimeout: 60 * time.Minute, Log: os.Stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	run := Run{Nodes: s.nodes, DaemonSets: len(agents), Date: time.Now().UTC().Format(time.DateOnly)}
+	run.Pods = populate(t, c, s)
+	run.PopulateSeconds = time.Since(start).Seconds()
+	logf(t, "%d nodes, %d pods, %d DaemonSets populated in %s", s.nodes, run.Pods, len(agents)+s.auditDaemonSets, time.Since(start).Round(time.Second))
+
+	r := installChart(t, c)
+	web := r.runWebhook(t, bin)
+	run.Webhook.StartupSeconds = web.startup.Seconds()
+	run.Audit = measureAudit(t, r, web, s)
+	logf(t, "webhook ready in %s; audit %+v", web.startup.Round(time.Millisecond), run.Audit)
+	p50, p99 := measureReviews(t, c, s.reviews)
+	run.Webhook.ReviewP50Ms, run.Webhook.ReviewP99Ms, run.Webhook.Reviews = millis(p50), millis(p99), s.reviews
+
+	run.Rollout = measureRollouts(t, r, bin, s.nodes, "agent:2")
+	logf(t, "rollouts %+v", run.Rollout)
+	for _, p := range plannedDaemonSets {
+		run.Plans = append(run.Plans, measurePlan(t, r, bin, p.kind, p.daemonSet))
+	}
+	if before != "" {
+		b := Run{Nodes: s.nodes, Pods: run.Pods, DaemonSets: run.DaemonSets, Date: run.Date}
+		b.Rollout = measureRollouts(t, r, before, s.nodes, "agent:3")
+		for _, p := range plannedDaemonSets {
+			b.Plans = append(b.Plans, measurePlan(t, r, before, p.kind, p.daemonSet))
+		}
+		run.Before = &b
+	}
+	logf(t, "plans %+v", run.Plans)
+
+	took, pods, failed := measureJoinStorm(t, c, s.nodes, s.nodes/10)
+	run.Webhook.JoinNodes, run.Webhook.JoinPods, run.Webhook.JoinFailed, run.Webhook.JoinSeconds = s.nodes/10, pods, failed, took.Seconds()
+	run.Webhook.RSSMiB, run.Webhook.PeakRSSMiB = procStatus(web.Proc.PID(), "VmRSS"), procStatus(web.Proc.PID(), "VmHWM")
+	logf(t, "webhook %+v", run.Webhook)
+	return run
+}
+
+// measureRollouts runs the controller (binary bin) and rolls the built-in DaemonSet, then the
+// managed one, to image; the controller's peak RSS and CPU time are from its start to the end of
+// the managed rollout. The controller stops at the end.
+func measureRollouts(t testing.TB, r *release, bin string, nodes int, image string) Rollout {
+	t.Helper()
+	ctl := r.runController(t, bin)
+	defer ctl.Proc.Stop()
+	out := Rollout{Budget: budget}
+	out.BuiltinSeconds = rollOut(t, r.c, builtinAgent, image, nodes, false).Seconds()
+	out.ManagedSeconds = rollOut(t, r.c, managedAgent, image, nodes, true).Seconds()
+	out.ControllerPeakRSSMiB, out.ControllerCPUSeconds = procStatus(ctl.Proc.PID(), "VmHWM"), cpuSeconds(ctl.Proc.PID())
+	return out
+}
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// logf prints progress as it happens: a benchmark's log is shown only at its end.
+func logf(t testing.TB, format string, args ...any) {
+	t.Helper()
+	fmt.Fprintf(os.Stderr, "%s %s: %s\n", time.Now().Format(time.TimeOnly), t.Name(), fmt.Sprintf(format, args...))
+}
