@@ -8,6 +8,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -60,10 +62,17 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// Only pods with a revision label: the DaemonSet controller gives it to every pod it creates
+	// (StatefulSets' pods carry it too), and the planner reads no other pod. A cluster runs many
+	// more pods than daemon pods, and the API server filters them out before they are sent.
+	daemonPods, err := labels.NewRequirement(appsv1.DefaultDaemonSetUniqueLabelKey, selection.Exists, nil)
+	if err != nil {
+		return err
+	}
 	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		// Keep only what the planner reads: at 5,000 nodes and pods the cache is most of the
 		// controller's memory.
-		&corev1.Pod{}:                {Transform: rolloutplan.StripPod},
+		&corev1.Pod{}:                {Transform: rolloutplan.StripPod, Label: labels.NewSelector().Add(*daemonPods)},
 		&corev1.Node{}:               {Transform: nodes.Strip},
 		&appsv1.ControllerRevision{}: {Transform: stripRevision},
 	}}
