@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -42,6 +43,16 @@ func (k *kubeFlags) connect() (kubernetes.Interface, string, error) {
 	ns, _, err := loader.Namespace()
 	if err != nil {
 		return nil, "", fmt.Errorf("namespace from kubeconfig: %w", err)
+	}
+	// Protobuf, as the control plane's own clients talk: a plan reads every pod of the cluster,
+	// which decodes several times faster, with less garbage, than as JSON. The typed client speaks
+	// built-in types only, which all have it.
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	if cfg.QPS == 0 {
+		// client-go's default of 5 requests per second, burst 10, would hold a plan that pages
+		// through 150,000 pods for a minute; the API server's priority and fairness protects it.
+		cfg.QPS, cfg.Burst = 50, 100
 	}
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

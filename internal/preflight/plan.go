@@ -213,6 +213,24 @@ func PlanManifests(ctx context.Context, client kubernetes.Interface, prom *promq
 	return reports, nil
 }
 
+// slimPod drops from a listed pod what no part of the plan reads: managed fields, annotations,
+// volumes, and each container's environment, mounts, command, probes and hooks. A plan holds
+// every pod of the cluster at once, and those are most of a pod's bytes. What the plan reads
+// stays: labels and owners, the node, priority, each container's requests, limits, ports and
+// restart policy, the overhead and the status.
+func slimPod(p *corev1.Pod) *corev1.Pod {
+	p.ManagedFields, p.Annotations = nil, nil
+	p.Spec.Volumes, p.Spec.EphemeralContainers = nil, nil
+	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range list {
+			c := &list[i]
+			c.Env, c.EnvFrom, c.VolumeMounts, c.VolumeDevices, c.Command, c.Args = nil, nil, nil, nil, nil, nil
+			c.LivenessProbe, c.ReadinessProbe, c.StartupProbe, c.Lifecycle = nil, nil, nil, nil
+		}
+	}
+	return p
+}
+
 // readCluster reads what every document's plan needs: nodes, unfinished pods, pod disruption
 // budgets, priority classes, daemonguard's DaemonSet webhooks and its policy set.
 func readCluster(ctx context.Context, client kubernetes.Interface, policyNS string) (*clusterView, error) {
@@ -231,7 +249,7 @@ func readCluster(ctx context.Context, client kubernetes.Interface, policyNS stri
 			return nil, fmt.Errorf("list pods: %w", err)
 		}
 		for i := range page.Items {
-			v.pods = append(v.pods, &page.Items[i])
+			v.pods = append(v.pods, slimPod(&page.Items[i]))
 		}
 		if opts.Continue = page.Continue; opts.Continue == "" {
 			break
