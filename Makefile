@@ -211,6 +211,10 @@ helm-lint: testbin ## Lint the chart (helm lint --strict) and compare `helm temp
 bench: testbin ## Run benchmarks (BENCH=regex).
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...
 
+.PHONY: scalebench
+scalebench: testbin ## Scale benchmark: 1,000, 2,500 and 5,000 kwok nodes, 30 pods each (SCALEBENCH_NODES=1000,2500 picks sizes; SCALEBENCH_BEFORE=BINARY compares a build); writes docs/scale/.
+	$(GO) test -count=1 -run '^$$' -bench Scale -benchtime 1x -timeout 300m ./test/scalebench/
+
 .PHONY: bench-admission
 bench-admission: demobin ## Latency daemonguard adds to DaemonSet writes through kube-apiserver, without vs with its webhooks (BENCH_FLAGS="--rates 10,100,500 --duration 20s").
 	$(LOCALCLUSTER) bench-admission $(BENCH_FLAGS)

@@ -3,8 +3,8 @@
 // test on it shares (clustertest: kubectl, the seed DaemonSet, the budget sampler), the webhook
 // registration and readiness probes they share (webhookreg), the demo, the admission load
 // generator (loadgen), the API server benchmark (apibench), the 1,000-node rollout benchmark
-// (rolloutbench), the benchmark of `rollout plan` (planbench) and the real Prometheus for tests
-// (promtest). layout_test.go checks that the
+// (rolloutbench), the benchmark of `rollout plan` (planbench), the 5,000-node scale benchmark
+// (scalebench) and the real Prometheus for tests (promtest). layout_test.go checks that the
 // shipped binaries link none of it, that `rollout plan` links no controller manager, and how many
 // files a plan run and a reconcile cross; naming_test.go that every test file needing the local
 // control plane, and only those, is named *_cluster_test.go; docs_test.go that the docs name only

@@ -63,6 +63,9 @@ type Config struct {
 	// renewal before it marks a node NotReady. Zero means 40 s. Thousands of fake nodes renew
 	// hundreds of leases per second at 40 s: a longer lease keeps a large cluster's idle load low.
 	NodeLeaseDuration time.Duration
+	// KwokParallelism is how many nodes' and pods' stages kwok plays at once; zero means 8. A
+	// cluster that starts tens of thousands of pods at once needs more.
+	KwokParallelism int
 	// RealNode runs the first control-plane node of Nodes as a real node — kubelet, containerd, runc,
 	// the CNI bridge and kube-proxy, with the test images of test/nodeimages imported — instead of
 	// a kwok node; the others stay kwok nodes. It needs root and Debian's packages
@@ -274,7 +277,7 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	kwokConfig, err := c.writeKwokConfig(cfg.ExtraKwokStages, cfg.PodReadyDelay, leaseDuration(cfg.NodeLeaseDuration))
+	kwokConfig, err := c.writeKwokConfig(cfg)
 	if err != nil {
 		return err
 	}

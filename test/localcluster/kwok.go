@@ -13,8 +13,13 @@ import (
 var kwokStages embed.FS
 
 // writeKwokConfig writes kwok's configuration: its options and the stages of kwokstages, extra
-// stages after them, and a delay before pods turn Ready when podReadyDelay is set.
-func (c *Cluster) writeKwokConfig(extra []byte, podReadyDelay, lease time.Duration) (string, error) {
+// stages after them, and a delay before pods turn Ready when cfg.PodReadyDelay is set.
+func (c *Cluster) writeKwokConfig(cfg Config) (string, error) {
+	extra, podReadyDelay := cfg.ExtraKwokStages, cfg.PodReadyDelay
+	parallelism := cfg.KwokParallelism
+	if parallelism <= 0 {
+		parallelism = 8
+	}
 	var buf bytes.Buffer
 	// Leases keep 1,000 fake nodes alive with a fraction of the status writes; the pod CIDR is wide
 	// enough that fake pod IPs never run out at benchmark scale.
@@ -23,11 +28,10 @@ kind: KwokConfiguration
 options:
   cidr: 10.128.0.1/12
   nodeLeaseDurationSeconds: %d
-`, int(lease.Seconds()))
-	buf.WriteString(`  nodeLeaseParallelism: 8
-  nodePlayStageParallelism: 8
-  podPlayStageParallelism: 8
-`)
+  nodeLeaseParallelism: %d
+  nodePlayStageParallelism: %d
+  podPlayStageParallelism: %d
+`, int(leaseDuration(cfg.NodeLeaseDuration).Seconds()), parallelism, parallelism, parallelism)
 	entries, err := kwokStages.ReadDir("kwokstages")
 	if err != nil {
 		return "", err
