@@ -38,6 +38,10 @@ const (
 	HostnameLabel     = "kubernetes.io/hostname"
 	// KwokNodeAnnotation marks the nodes kwok manages; nodes without it are left alone.
 	KwokNodeAnnotation = "kwok.x-k8s.io/node"
+	// UnstartedLabel on a pod bound to a kwok node keeps it Pending: kwok plays none of its start
+	// stages (it still deletes it). A benchmark that fills nodes with pods only their presence
+	// matters for spares the control plane a status write and an IP per pod.
+	UnstartedLabel = "kwok.daemonguard.io/unstarted"
 )
 
 // Config says what cluster to start. The zero value starts DefaultNodes in a temp folder.
@@ -63,9 +67,6 @@ type Config struct {
 	// renewal before it marks a node NotReady. Zero means 40 s. Thousands of fake nodes renew
 	// hundreds of leases per second at 40 s: a longer lease keeps a large cluster's idle load low.
 	NodeLeaseDuration time.Duration
-	// KwokParallelism is how many nodes' and pods' stages kwok plays at once; zero means 8. A
-	// cluster that starts tens of thousands of pods at once needs more.
-	KwokParallelism int
 	// RealNode runs the first control-plane node of Nodes as a real node — kubelet, containerd, runc,
 	// the CNI bridge and kube-proxy, with the test images of test/nodeimages imported — instead of
 	// a kwok node; the others stay kwok nodes. It needs root and Debian's packages

@@ -16,10 +16,6 @@ var kwokStages embed.FS
 // stages after them, and a delay before pods turn Ready when cfg.PodReadyDelay is set.
 func (c *Cluster) writeKwokConfig(cfg Config) (string, error) {
 	extra, podReadyDelay := cfg.ExtraKwokStages, cfg.PodReadyDelay
-	parallelism := cfg.KwokParallelism
-	if parallelism <= 0 {
-		parallelism = 8
-	}
 	var buf bytes.Buffer
 	// Leases keep 1,000 fake nodes alive with a fraction of the status writes; the pod CIDR is wide
 	// enough that fake pod IPs never run out at benchmark scale.
@@ -28,10 +24,10 @@ kind: KwokConfiguration
 options:
   cidr: 10.128.0.1/12
   nodeLeaseDurationSeconds: %d
-  nodeLeaseParallelism: %d
-  nodePlayStageParallelism: %d
-  podPlayStageParallelism: %d
-`, int(leaseDuration(cfg.NodeLeaseDuration).Seconds()), parallelism, parallelism, parallelism)
+  nodeLeaseParallelism: 8
+  nodePlayStageParallelism: 8
+  podPlayStageParallelism: 8
+`, int(leaseDuration(cfg.NodeLeaseDuration).Seconds()))
 	entries, err := kwokStages.ReadDir("kwokstages")
 	if err != nil {
 		return "", err
