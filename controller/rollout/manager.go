@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
@@ -133,7 +134,10 @@ func Run(ctx context.Context, opts Options) error {
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(allManaged(mgr.GetClient()))).
 		// SkipNameValidation lets a process run the controller again after stopping it (a
 		// restart in place, as the restart tests do); two live instances never share a process.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)}).
+		// CacheSyncTimeout: at 5,000 nodes and 150,000 pods, on a busy API server, the first list of
+		// the nodes took the chart's ServiceAccount more than controller-runtime's default of 2
+		// minutes, and the controller exited, to be restarted into the same wait.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true), CacheSyncTimeout: cacheSyncTimeout}).
 		Complete(r)
 	if err != nil {
 		return err
@@ -147,6 +151,11 @@ func Run(ctx context.Context, opts Options) error {
 	opts.Log.Info("Starting rollout controller", "leaderElection", opts.LeaderElection, "namespace", opts.Namespace, "prometheus", analyzer.Address())
 	return mgr.Start(ctx)
 }
+
+// cacheSyncTimeout bounds the wait for the informers' first lists before the controller gives up
+// and exits: long enough for a large cluster's busy API server, short enough that a controller
+// without RBAC for a resource says so within minutes.
+const cacheSyncTimeout = 10 * time.Minute
 
 // allManaged maps a node event to every managed DaemonSet: a node joining, leaving or going
 // NotReady changes every rollout's plan.
