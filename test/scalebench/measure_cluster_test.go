@@ -48,19 +48,36 @@ func measureAudit(t testing.TB, r *release, web component, s shape) Audit {
 		t.Fatal(err)
 	}
 	reports := schema.GroupVersionResource{Group: "openreports.io", Version: "v1alpha1", Resource: "reports"}
-	for _, ns := range append([]string{platformNamespace}, teamNames()...) {
-		events, err := r.c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	// The audit records its Events without waiting for them; they are counted once no more
+	// arrive, so the measurements after it do not run beside the audit's writes.
+	countEvents := func(ctx context.Context) (int, error) {
+		n := 0
+		for _, ns := range append([]string{platformNamespace}, teamNames()...) {
+			events, err := r.c.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return 0, err
+			}
+			for _, e := range events.Items {
+				if e.ReportingController != "" && (e.Reason == "PolicyViolation" || e.Reason == "InjectionMissing" || e.Reason == "AuditFailed") {
+					n++
+				}
+			}
+		}
+		return n, nil
+	}
+	last, since := -1, time.Now()
+	r.c.WaitFor(t, 15*time.Minute, "the audit's Events written", func(ctx context.Context) (bool, string) {
+		n, err := countEvents(ctx)
 		if err != nil {
-			t.Fatal(err)
+			return false, err.Error()
 		}
-		for _, e := range events.Items {
-			if e.Source.Component == "" && e.ReportingController == "" {
-				continue
-			}
-			if e.Reason == "PolicyViolation" || e.Reason == "InjectionMissing" || e.Reason == "AuditFailed" {
-				a.Events++
-			}
+		if n != last {
+			last, since = n, time.Now()
 		}
+		return time.Since(since) >= 15*time.Second, fmt.Sprintf("%d Events so far", n)
+	})
+	a.Events = last
+	for _, ns := range append([]string{platformNamespace}, teamNames()...) {
 		list, err := dyn.Resource(reports).Namespace(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
