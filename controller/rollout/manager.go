@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -103,12 +102,8 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	clientset, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	// Stopped after mgr.Start returns, when the last reconcile has recorded its Events.
-	broadcaster, err := kubeevents.Start(clientset, opts.Log.WithName("events"))
+	broadcaster, err := kubeevents.Start(cfg, opts.Log.WithName("events"))
 	if err != nil {
 		return err
 	}

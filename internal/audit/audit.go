@@ -136,7 +136,7 @@ var (
 	auditViolations = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_audit_violations", Help: "Policy violations found by the last audit, by policy and enforcement action."}, []string{"policy", "action"})
 	auditDaemonSets = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_audit_daemonsets", Help: "DaemonSets seen by the last audit, by state (compliant, violating, missing_injection, error)."}, []string{"state"})
 	auditLastRun    = prometheus.NewGauge(prometheus.GaugeOpts{Name: "daemonguard_audit_last_run_timestamp_seconds", Help: "When the last audit finished (Unix seconds)."})
-	auditDuration   = prometheus.NewGauge(prometheus.GaugeOpts{Name: "daemonguard_audit_duration_seconds", Help: "How long the last audit took, from reading the DaemonSets to its last Event and Report write."})
+	auditDuration   = prometheus.NewGauge(prometheus.GaugeOpts{Name: "daemonguard_audit_duration_seconds", Help: "How long the last audit took: reading the DaemonSets, evaluating them, recording its Events (written in the background) and writing its Reports."})
 )
 
 // registerMetrics registers the audit's metrics once, when an audit runs or writes Reports

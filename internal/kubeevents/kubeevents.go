@@ -6,6 +6,11 @@
 // process's stderr. Here the component stops the broadcaster itself, after its last Event: the
 // writes under way finish, each bounded by writeTimeout, and whatever client-go has to say about
 // writing Events goes to the component's logger.
+//
+// Events wait for their turn (writesPerSecond) before their write begins, not inside it: a burst
+// of Events, such as an audit's first pass over thousands of DaemonSets, would otherwise spend
+// writeTimeout waiting on the client's rate limiter, and client-go gives an Event up after
+// twelve such timeouts.
 package kubeevents
 
 import (
@@ -18,12 +23,21 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 )
 
 // writeTimeout bounds one write of an Event, so stopping never waits on an API server that is gone.
 const writeTimeout = 10 * time.Second
+
+// An Event is a low-priority write: at most writesPerSecond, in bursts of writeBurst, reach the
+// API server from one process. 2,000 Events take about 100 s.
+const (
+	writesPerSecond = 20
+	writeBurst      = 50
+)
 
 // Broadcaster sends the Events of its recorders to the API server until Stop.
 type Broadcaster struct {
@@ -33,11 +47,17 @@ type Broadcaster struct {
 	log         logr.Logger
 }
 
-// Start starts sending Events (events.k8s.io/v1) with client; log receives client-go's messages
-// about writing them.
-func Start(client kubernetes.Interface, log logr.Logger) (*Broadcaster, error) {
+// Start starts sending Events (events.k8s.io/v1) to the API server of cfg, paced by this package
+// rather than by cfg's QPS; log receives client-go's messages about writing them.
+func Start(cfg *rest.Config, log logr.Logger) (*Broadcaster, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.RateLimiter = -1, nil // the sink waits for each write's turn itself
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create the Events client: %w", err)
+	}
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), log))
-	sink := newTrackedSink(&events.EventSinkImpl{Interface: client.EventsV1()})
+	sink := newTrackedSink(&events.EventSinkImpl{Interface: client.EventsV1()}, flowcontrol.NewTokenBucketRateLimiter(writesPerSecond, writeBurst))
 	b := &Broadcaster{broadcaster: events.NewBroadcaster(sink), sink: sink, cancel: cancel, log: log}
 	if err := b.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
 		cancel()
@@ -52,9 +72,9 @@ func (b *Broadcaster) NewRecorder(reportingController string) events.EventRecord
 }
 
 // Stop ends the broadcaster once its recorders are no longer used: the writes under way finish,
-// then retries and series updates end. Delivery stays best effort, as with client-go's own
-// broadcaster: an Event recorded moments before Stop that has not reached the sink yet is
-// dropped.
+// then retries, series updates and Events still waiting for their turn end. Delivery stays best
+// effort, as with client-go's own broadcaster: an Event that has not reached the API server when
+// Stop is called is dropped.
 func (b *Broadcaster) Stop() {
 	b.broadcaster.Shutdown()
 	b.sink.wait()
@@ -62,22 +82,27 @@ func (b *Broadcaster) Stop() {
 }
 
 // trackedSink writes Events independently of the broadcaster's context, each within
-// writeTimeout, and counts the writes under way.
+// writeTimeout once its turn has come, and counts the writes under way.
 type trackedSink struct {
 	sink     events.EventSink
+	turns    flowcontrol.RateLimiter
 	mu       sync.Mutex
 	idle     *sync.Cond
 	inFlight int
 }
 
-func newTrackedSink(sink events.EventSink) *trackedSink {
-	s := &trackedSink{sink: sink}
+func newTrackedSink(sink events.EventSink, turns flowcontrol.RateLimiter) *trackedSink {
+	s := &trackedSink{sink: sink, turns: turns}
 	s.idle = sync.NewCond(&s.mu)
 	return s
 }
 
-// begin counts a write and returns its context and the function that ends it.
-func (s *trackedSink) begin(ctx context.Context) (context.Context, func()) {
+// begin waits for a write's turn (until ctx, the broadcaster's, ends), counts the write and
+// returns its context and the function that ends it.
+func (s *trackedSink) begin(ctx context.Context) (context.Context, func(), error) {
+	if err := s.turns.Wait(ctx); err != nil {
+		return nil, nil, err
+	}
 	s.mu.Lock()
 	s.inFlight++
 	s.mu.Unlock()
@@ -90,7 +115,7 @@ func (s *trackedSink) begin(ctx context.Context) (context.Context, func()) {
 			s.idle.Broadcast()
 		}
 		s.mu.Unlock()
-	}
+	}, nil
 }
 
 // wait returns when no write is under way.
@@ -103,19 +128,28 @@ func (s *trackedSink) wait() {
 }
 
 func (s *trackedSink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
-	ctx, end := s.begin(ctx)
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer end()
 	return s.sink.Create(ctx, e)
 }
 
 func (s *trackedSink) Update(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
-	ctx, end := s.begin(ctx)
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer end()
 	return s.sink.Update(ctx, e)
 }
 
 func (s *trackedSink) Patch(ctx context.Context, e *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
-	ctx, end := s.begin(ctx)
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer end()
 	return s.sink.Patch(ctx, e, data)
 }

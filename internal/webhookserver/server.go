@@ -16,7 +16,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -161,12 +160,8 @@ func Run(ctx context.Context, opts Options) error {
 		server.Register(path, endpoint)
 	}
 
-	clientset, err := kubernetes.NewForConfig(opts.RESTConfig)
-	if err != nil {
-		return fmt.Errorf("create client: %w", err)
-	}
 	// Stopped after the manager, when the last reload and audit have recorded their Events.
-	eventClient, err := kubeevents.Start(clientset, log.WithName("events"))
+	eventClient, err := kubeevents.Start(opts.RESTConfig, log.WithName("events"))
 	if err != nil {
 		return err
 	}

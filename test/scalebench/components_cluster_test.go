@@ -69,6 +69,7 @@ func installChart(t testing.TB, c *localcluster.Cluster) *release {
 		"--set", "webhook.url=https://127.0.0.1:"+strconv.Itoa(r.webhookPort),
 		"--set", "tls.ipAddresses={127.0.0.1}",
 		"--set", "openReports.enabled=true",
+		"--set", "webhook.auditInterval="+auditInterval.String(),
 		"--set", "preflight.subjects[0].kind=ServiceAccount", "--set", "preflight.subjects[0].name="+planIdentity,
 		"--set", "metrics.reader.subjects[0].kind=ServiceAccount", "--set", "metrics.reader.subjects[0].name="+scraper)
 	r.objects = decodeAll(t, r.helm(t, "get", "manifest", r.name, "--namespace", r.ns))
@@ -149,21 +150,30 @@ func (r *release) runController(t testing.TB, bin string) component {
 	return component{Component: comp, startup: time.Since(start)}
 }
 
-// metric scrapes the component's metrics as the chart's metrics reader and returns the value of
-// the series name (no labels), and whether it is there.
-func (r *release) metric(t testing.TB, comp component, name string) (float64, bool) {
+// scrapeToken is a token of the release's metrics reader, for scrape.
+func (r *release) scrapeToken(t testing.TB) string {
 	t.Helper()
-	ctx := context.Background()
-	token, err := harness.Token(ctx, r.c.Client, r.ns, scraper)
+	token, err := harness.Token(context.Background(), r.c.Client, r.ns, scraper)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return token
+}
+
+// scrape reads comp's metrics as the release's metrics reader (token from scrapeToken).
+func (r *release) scrape(t testing.TB, comp component, token string) []byte {
+	t.Helper()
 	// The measurement needs the number, not a verified server: the install tests check the TLS.
 	insecure := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // loopback, a measurement
-	code, body, err := harness.Scrape(ctx, "https://"+comp.MetricsAddr+serving.MetricsPath, token, insecure)
+	code, body, err := harness.Scrape(context.Background(), "https://"+comp.MetricsAddr+serving.MetricsPath, token, insecure)
 	if err != nil || code != 200 {
 		t.Fatalf("scrape %s: %d %v", comp.MetricsAddr, code, err)
 	}
+	return body
+}
+
+// metricValue is the value of the unlabelled metric name in a scrape's body.
+func metricValue(body []byte, name string) (float64, bool) {
 	for _, line := range strings.Split(string(body), "\n") {
 		if rest, ok := strings.CutPrefix(line, name+" "); ok {
 			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)

@@ -33,12 +33,14 @@ import (
 func measureAudit(t testing.TB, r *release, web component, s shape) Audit {
 	t.Helper()
 	var took float64
+	token := r.scrapeToken(t)
 	r.c.WaitFor(t, 30*time.Minute, "the webhook's first audit pass", func(context.Context) (bool, string) {
 		if err := web.Proc.Exited(); err != nil {
 			t.Fatalf("the webhook exited: %v", err)
 		}
-		last, _ := r.metric(t, web, "daemonguard_audit_last_run_timestamp_seconds")
-		took, _ = r.metric(t, web, "daemonguard_audit_duration_seconds")
+		body := r.scrape(t, web, token)
+		last, _ := metricValue(body, "daemonguard_audit_last_run_timestamp_seconds")
+		took, _ = metricValue(body, "daemonguard_audit_duration_seconds")
 		return last > 0, "no audit finished yet"
 	})
 	a := Audit{DaemonSets: s.auditDaemonSets + len(agents), Seconds: took, PeakRSSMiB: procStatus(web.Proc.PID(), "VmHWM")}

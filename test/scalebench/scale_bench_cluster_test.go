@@ -22,6 +22,8 @@ const (
 	// readyDelay is how long kwok's fake kubelet takes to report a pod Ready, as in the rollout
 	// benchmark: both rollouts pay it once per wave.
 	readyDelay = 2 * time.Second
+	// auditInterval: the audit's first pass is measured; later ones would land in the rollouts.
+	auditInterval = 2 * time.Hour
 )
 
 func settings(s shape) []string {
@@ -34,6 +36,7 @@ func settings(s shape) []string {
 		fmt.Sprintf("DaemonSet pods turn Ready %s after they are bound (kwok); rollouts with maxUnavailable %s", readyDelay, budget),
 		"daemonguard installed by its chart (helm, URL mode, self-managed TLS, OpenReports on); webhook and controller run on the host as the real binary with the chart's arguments and ServiceAccounts; one replica each",
 		fmt.Sprintf("%d more DaemonSets for the audit, over the workload namespaces, select no node: every tenth violates rolling_update_budget", s.auditDaemonSets),
+		fmt.Sprintf("the audit runs once, as the webhook starts (interval %s, the chart's default is 5m): on 2 cores a pass beside a rollout takes the CPU the API server and the controllers need, where in a cluster the webhook has nodes of its own", auditInterval),
 		"plans run as the chart's pre-flight identity (a ServiceAccount bound to its read-only roles)",
 		"one machine of 2 cores and 24 GiB for everything: control plane, kwok, daemonguard and the benchmark",
 	}
