@@ -10,6 +10,8 @@
 //     it; PodReady and NodeReachable are its notions of available and counted.
 //   - daemonset.go: WaitDaemonSet polls a DaemonSet until it is as a test wants it;
 //     RolloutCondition reads the conditions daemonguard's rollout controller writes.
+//   - proc.go: MemoryKiB and CPUTime read a process's memory and CPU time from /proc, for the
+//     benchmarks that run daemonguard's components as processes.
 //
 // Tests of the product import it, and so may the demo; the product itself never does (test/
 // layout_test.go checks the shipped binaries). A test file that needs the local control plane is

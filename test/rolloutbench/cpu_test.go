@@ -6,10 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// clockTick is the kernel's USER_HZ, the unit of CPU times in /proc (100 on Linux).
-const clockTick = 10 * time.Millisecond
+	"github.com/daemonguard/daemonguard/test/clustertest"
+)
 
 // cpuSample is the CPU time used so far by each process of interest and by the whole machine.
 type cpuSample struct {
@@ -21,13 +20,13 @@ type cpuSample struct {
 func sampleCPU(pids map[string]int) cpuSample {
 	s := cpuSample{perProcess: map[string]time.Duration{}}
 	for name, pid := range pids {
-		s.perProcess[name] = processCPU(pid)
+		s.perProcess[name] = clustertest.CPUTime(pid)
 	}
 	if data, err := os.ReadFile("/proc/stat"); err == nil {
 		line, _, _ := strings.Cut(string(data), "\n") // "cpu  user nice system idle iowait irq softirq steal ..."
 		for i, f := range strings.Fields(line)[1:] {
 			v, _ := strconv.ParseInt(f, 10, 64)
-			d := time.Duration(v) * clockTick
+			d := time.Duration(v) * clustertest.ClockTick
 			s.all += d
 			if i != 3 && i != 4 {
 				s.busy += d
@@ -35,25 +34,6 @@ func sampleCPU(pids map[string]int) cpuSample {
 		}
 	}
 	return s
-}
-
-func processCPU(pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the parenthesised command: state is field 3, utime 14, stime 15.
-	_, rest, ok := strings.Cut(string(data), ") ")
-	if !ok {
-		return 0
-	}
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * clockTick
 }
 
 // processName is the kernel's name of a process (at most 15 characters).

@@ -27,6 +27,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/test/agentmetrics"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 	"github.com/daemonguard/daemonguard/test/promtest"
@@ -102,7 +103,7 @@ func runGated(b *testing.B, n int) {
 		before = append(before, scrape())
 		results = append(results, bn.roll(b, r))
 		after = append(after, scrape())
-		rss = append(rss, peakRSS(pid))
+		rss = append(rss, clustertest.MemoryKiB(pid, "VmHWM")<<10)
 	}
 	managed, gated := results[0], results[1]
 

@@ -8,8 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -108,7 +106,7 @@ func runOnce(b *testing.B, n int) {
 		wall[r.ns] = res.wall
 		steps, cpu, requests = append(steps, res.phases), append(cpu, res.cpu), append(requests, res.requests)
 	}
-	rss := peakRSS(pid)
+	rss := clustertest.MemoryKiB(pid, "VmHWM") << 10
 	ideal := bn.ideal()
 	controlPlane := bn.controlPlane
 	// The breakdown is longer than the 10 lines a benchmark's log keeps: print it whole.
@@ -290,18 +288,4 @@ func hasTrue(ds *appsv1.DaemonSet, t appsv1.DaemonSetConditionType) bool {
 		}
 	}
 	return false
-}
-
-func peakRSS(pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -201,32 +201,5 @@ func buildBinary(t testing.TB, dir string) string {
 
 // procStatus reads a kB field of /proc/pid/status (VmRSS, VmHWM) in MiB.
 func procStatus(pid int, field string) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-// cpuSeconds is the user and system CPU time of pid so far (/proc/pid/stat, in clock ticks of
-// 1/100 s, as on every Linux this runs on).
-func cpuSeconds(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) may hold spaces: fields are counted after its closing paren.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	if len(fields) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100
+	return float64(clustertest.MemoryKiB(pid, field)) / 1024
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -199,7 +200,7 @@ func measureRollouts(t testing.TB, r *release, bin string, nodes int, image stri
 	out := Rollout{Budget: budget}
 	out.BuiltinSeconds = rollOut(t, r.c, builtinAgent, image, nodes, false).Seconds()
 	out.ManagedSeconds = rollOut(t, r.c, managedAgent, image, nodes, true).Seconds()
-	out.ControllerPeakRSSMiB, out.ControllerCPUSeconds = procStatus(ctl.Proc.PID(), "VmHWM"), cpuSeconds(ctl.Proc.PID())
+	out.ControllerPeakRSSMiB, out.ControllerCPUSeconds = procStatus(ctl.Proc.PID(), "VmHWM"), clustertest.CPUTime(ctl.Proc.PID()).Seconds()
 	return out
 }
 
