@@ -30,7 +30,7 @@ func TestClosedEndpoints(t *testing.T) {
 	webhookAddr := "127.0.0.1:" + strconv.Itoa(r.webhookPort)
 	const stranger = "stranger" // a ServiceAccount bound to nothing
 	ctx := context.Background()
-	if err := harness.GrantGet(ctx, cluster.Client, r.namespace, stranger); err != nil {
+	if err := harness.GrantGet(ctx, cluster.Client, r.Namespace, stranger); err != nil {
 		t.Fatal(err)
 	}
 	insecure := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the controller's certificate is self-signed; the answer is under test
@@ -99,7 +99,7 @@ func TestClosedEndpoints(t *testing.T) {
 		}
 	})
 	t.Run("webhook.enableHTTP2 offers HTTP/2", func(t *testing.T) {
-		r.helm("upgrade", r.name, chartDir(t), "--namespace", r.namespace, "--reuse-values", "--set", "webhook.enableHTTP2=true", "--wait", "--timeout", "3m")
+		r.helm("upgrade", r.Name, chartDir(t), "--namespace", r.Namespace, "--reuse-values", "--set", "webhook.enableHTTP2=true", "--wait", "--timeout", "3m")
 		altPort := harness.FreePort(t)
 		h2 := r.runWebhook(altPort)
 		for name, addr := range map[string]string{"webhook": "127.0.0.1:" + strconv.Itoa(altPort), "webhook metrics": h2.MetricsAddr} {

@@ -79,10 +79,10 @@ func TestInProcessInjection(t *testing.T) {
 	})
 
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "inject-params", Namespace: r.namespace, Labels: map[string]string{"daemonguard.io/policy": "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "inject-params", Namespace: r.Namespace, Labels: map[string]string{"daemonguard.io/policy": "true"}},
 		Data:       map[string]string{"parameters.yaml": "inject: {priorityClassName: system-cluster-critical}\n"},
 	}
-	if _, err := cluster.Client.CoreV1().ConfigMaps(r.namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+	if _, err := cluster.Client.CoreV1().ConfigMaps(r.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	cluster.WaitFor(t, time.Minute, "/policy-status says the policy no longer follows the parameters", func(ctx context.Context) (bool, string) {
@@ -93,7 +93,7 @@ func TestInProcessInjection(t *testing.T) {
 		return !inSync && strings.Contains(reason, "other inject parameters"), reason
 	})
 	cluster.WaitFor(t, time.Minute, "an InProcessInjectionOutOfSync Event on the ConfigMap", func(ctx context.Context) (bool, string) {
-		events, err := cluster.Client.EventsV1().Events(r.namespace).List(ctx, metav1.ListOptions{})
+		events, err := cluster.Client.EventsV1().Events(r.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}

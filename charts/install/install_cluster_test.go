@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -25,8 +24,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -38,12 +35,10 @@ import (
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
-// release is one helm release of the chart.
+// release is one helm release of the chart, in URL mode.
 type release struct {
-	t         *testing.T
-	name      string
-	namespace string
-	helmEnv   []string
+	*harness.Release
+	t *testing.T
 	// webhookPort is the loopback port the chart's URL-mode webhook configurations point at.
 	webhookPort int
 }
@@ -71,10 +66,7 @@ func installChart(t *testing.T, name string, sets ...string) *release {
 	if err := harness.GrantGet(ctx, cluster.Client, ns, scraper); err != nil {
 		t.Fatal(err)
 	}
-	home := t.TempDir()
-	r := &release{t: t, name: name, namespace: ns, webhookPort: harness.FreePort(t), helmEnv: append(cluster.Env(),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"))}
+	r := &release{Release: harness.NewRelease(cluster, name, ns, t.TempDir()), t: t, webhookPort: harness.FreePort(t)}
 	args := []string{"install", name, chartDir(t), "--namespace", ns, "--wait", "--timeout", "3m",
 		"--set", "webhook.url=https://127.0.0.1:" + strconv.Itoa(r.webhookPort),
 		"--set", "tls.ipAddresses={127.0.0.1}",
@@ -86,62 +78,24 @@ func installChart(t *testing.T, name string, sets ...string) *release {
 	t.Cleanup(func() {
 		// Uninstalling first takes the webhook configurations away, so a failed test leaves
 		// nothing behind that rejects the next test's DaemonSets.
-		_, _ = r.helmErr("uninstall", name, "--namespace", ns, "--wait")
+		_, _ = r.Helm("uninstall", name, "--namespace", ns, "--wait")
 	})
 	return r
 }
 
 func (r *release) helm(args ...string) string {
 	r.t.Helper()
-	out, err := r.helmErr(args...)
+	out, err := r.Helm(args...)
 	if err != nil {
 		r.t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
 }
 
-func (r *release) helmErr(args ...string) (string, error) {
-	cmd := exec.Command(helmBinary(r.t), args...)
-	cmd.Env = r.helmEnv
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-// manifest returns the objects of the release as helm stored them.
-func (r *release) manifest() []*unstructured.Unstructured {
-	r.t.Helper()
-	out := r.helm("get", "manifest", r.name, "--namespace", r.namespace)
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			return objs
-		} else if err != nil {
-			r.t.Fatalf("decode manifest: %v", err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
-}
-
 // object returns the release's only object of kind whose name ends in suffix.
 func (r *release) object(kind, suffix string) *unstructured.Unstructured {
 	r.t.Helper()
-	var found *unstructured.Unstructured
-	for _, o := range r.manifest() {
-		if o.GetKind() == kind && strings.HasSuffix(o.GetName(), suffix) {
-			if found != nil {
-				r.t.Fatalf("two %s objects named *%s: %s and %s", kind, suffix, found.GetName(), o.GetName())
-			}
-			found = o
-		}
-	}
-	if found == nil {
-		r.t.Fatalf("the release has no %s named *%s", kind, suffix)
-	}
-	return found
+	return r.Object(r.t, kind, suffix)
 }
 
 // webhookConfigurationName is the name the chart gives both webhook configurations.
@@ -153,18 +107,13 @@ func (r *release) webhookConfigurationName() string {
 // harness.RunComponent): with its arguments and ServiceAccount, so the chart's RBAC is proven.
 func (r *release) runComponent(suffix string, overrides ...string) *harness.Component {
 	r.t.Helper()
-	var dep appsv1.Deployment
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.object("Deployment", suffix).Object, &dep); err != nil {
-		r.t.Fatal(err)
-	}
-	dep.Namespace = r.namespace
-	return harness.RunComponent(r.t, cluster, &dep, overrides...)
+	return harness.RunComponent(r.t, cluster, r.Deployment(r.t, suffix), overrides...)
 }
 
 // token returns a new token of the ServiceAccount name in the release namespace.
 func (r *release) token(name string) string {
 	r.t.Helper()
-	token, err := harness.Token(context.Background(), cluster.Client, r.namespace, name)
+	token, err := harness.Token(context.Background(), cluster.Client, r.Namespace, name)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -188,14 +137,14 @@ func (r *release) webhookMetricsTLS() *tls.Config {
 func (r *release) webhookMetricsCA() (caPEM []byte, serverName string) {
 	r.t.Helper()
 	secret := r.object("Deployment", "webhook").GetName() + "-tls"
-	s, err := cluster.Client.CoreV1().Secrets(r.namespace).Get(context.Background(), secret, metav1.GetOptions{})
+	s, err := cluster.Client.CoreV1().Secrets(r.Namespace).Get(context.Background(), secret, metav1.GetOptions{})
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	if len(s.Data["ca.crt"]) == 0 {
 		r.t.Fatalf("secret %s has no ca.crt", secret)
 	}
-	return s.Data["ca.crt"], r.object("Service", "-webhook").GetName() + "." + r.namespace + ".svc"
+	return s.Data["ca.crt"], r.object("Service", "-webhook").GetName() + "." + r.Namespace + ".svc"
 }
 
 // runWebhook runs a webhook replica serving on port with its own cert dir.
@@ -406,7 +355,7 @@ func TestSelfManagedTLS(t *testing.T) {
 	ns := cluster.NewTestNamespace(t)
 	waitAdmission(t, ns)
 
-	secret, err := cluster.Client.CoreV1().Secrets(r.namespace).Get(ctx, secretName, metav1.GetOptions{})
+	secret, err := cluster.Client.CoreV1().Secrets(r.Namespace).Get(ctx, secretName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the webhook did not create its TLS secret %s: %v", secretName, err)
 	}
@@ -434,13 +383,13 @@ func TestSelfManagedTLS(t *testing.T) {
 		defer load.Stop()
 		load.waitFlowing(t)
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, selftls.AnnotationRotateRequestedAt, time.Now().UTC().Format(time.RFC3339))
-		if _, _, err := cluster.Kubectl(ctx, "", "patch", "secret", secretName, "-n", r.namespace, "--type=merge", "-p", patch); err != nil {
+		if _, _, err := cluster.Kubectl(ctx, "", "patch", "secret", secretName, "-n", r.Namespace, "--type=merge", "-p", patch); err != nil {
 			t.Fatal(err)
 		}
 		sawBoth := false
 		var newCA *x509.Certificate
 		cluster.WaitFor(t, 2*time.Minute, "the rotation completes", func(ctx context.Context) (bool, string) {
-			s, err := cluster.Client.CoreV1().Secrets(r.namespace).Get(ctx, secretName, metav1.GetOptions{})
+			s, err := cluster.Client.CoreV1().Secrets(r.Namespace).Get(ctx, secretName, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
 			}
@@ -480,7 +429,7 @@ func TestSelfManagedTLS(t *testing.T) {
 	})
 
 	t.Run("helm upgrade keeps the CA bundle the webhook wrote", func(t *testing.T) {
-		r.helm("upgrade", r.name, chartDir(t), "--namespace", r.namespace, "--reuse-values", "--set", "webhook.timeoutSeconds=7", "--wait", "--timeout", "3m")
+		r.helm("upgrade", r.Name, chartDir(t), "--namespace", r.Namespace, "--reuse-values", "--set", "webhook.timeoutSeconds=7", "--wait", "--timeout", "3m")
 		m, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -531,7 +480,7 @@ func TestSelfManagedTLS(t *testing.T) {
 		if _, err := dryRunDaemonSet(ctx, cluster.Client, ns, "before"); err != nil {
 			t.Fatalf("minReadySeconds 0 is denied before the policy ConfigMap exists: %v", err)
 		}
-		r.helm("upgrade", r.name, chartDir(t), "--namespace", r.namespace, "--reuse-values", "-f", values, "--wait", "--timeout", "3m")
+		r.helm("upgrade", r.Name, chartDir(t), "--namespace", r.Namespace, "--reuse-values", "-f", values, "--wait", "--timeout", "3m")
 		cluster.WaitFor(t, time.Minute, "the webhook enforces the new parameter", func(ctx context.Context) (bool, string) {
 			_, err := dryRunDaemonSet(ctx, cluster.Client, ns, "after")
 			if err == nil {
@@ -542,7 +491,7 @@ func TestSelfManagedTLS(t *testing.T) {
 	})
 
 	t.Run("uninstall removes the webhook configurations", func(t *testing.T) {
-		r.helm("uninstall", r.name, "--namespace", r.namespace, "--wait")
+		r.helm("uninstall", r.Name, "--namespace", r.Namespace, "--wait")
 		_, err := cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("validating webhook configuration after uninstall: %v", err)
@@ -569,10 +518,10 @@ func TestCertManagerTLS(t *testing.T) {
 	certName := r.object("Certificate", "webhook-tls").GetName()
 	configName := r.webhookConfigurationName()
 	certDir := t.TempDir()
-	harness.MountSecret(t, cluster, r.namespace, certName, certDir)
+	harness.MountSecret(t, cluster, r.Namespace, certName, certDir)
 
 	cluster.WaitFor(t, 2*time.Minute, "the cainjector injects the CA", func(ctx context.Context) (bool, string) {
-		s, err := cluster.Client.CoreV1().Secrets(r.namespace).Get(ctx, certName, metav1.GetOptions{})
+		s, err := cluster.Client.CoreV1().Secrets(r.Namespace).Get(ctx, certName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -611,7 +560,7 @@ func TestCertManagerTLS(t *testing.T) {
 		load.waitFlowing(t)
 		// What `cmctl renew` does: set the Issuing condition, which cert-manager's trigger honours.
 		patch := `[{"op":"add","path":"/status/conditions/-","value":{"type":"Issuing","status":"True","reason":"ManuallyTriggered","message":"renewal requested by the install e2e"}}]`
-		if out, stderr, err := cluster.Kubectl(ctx, "", "patch", "certificate", certName, "-n", r.namespace, "--subresource=status", "--type=json", "-p", patch); err != nil {
+		if out, stderr, err := cluster.Kubectl(ctx, "", "patch", "certificate", certName, "-n", r.Namespace, "--subresource=status", "--type=json", "-p", patch); err != nil {
 			t.Fatalf("request renewal: %v\n%s%s", err, out, stderr)
 		}
 		cluster.WaitFor(t, 2*time.Minute, "the webhook serves the renewed certificate", func(context.Context) (bool, string) {

@@ -69,12 +69,12 @@ func TestAlertsAndDashboardOnRealMetrics(t *testing.T) {
 			{
 				Job: "webhook", URL: "https://" + web.MetricsAddr + serving.MetricsPath,
 				CAFile: caFile, ServerName: serverName, BearerTokenFile: tokenFile,
-				Labels: map[string]string{"namespace": r.namespace, "pod": r.object("Deployment", "webhook").GetName() + "-0"},
+				Labels: map[string]string{"namespace": r.Namespace, "pod": r.object("Deployment", "webhook").GetName() + "-0"},
 			},
 			{
 				Job: "controller", URL: "https://" + ctl.MetricsAddr + serving.MetricsPath,
 				InsecureSkipVerify: true, BearerTokenFile: tokenFile, HonorLabels: true,
-				Labels: map[string]string{"namespace": r.namespace, "pod": r.object("Deployment", "controller").GetName() + "-0"},
+				Labels: map[string]string{"namespace": r.Namespace, "pod": r.object("Deployment", "controller").GetName() + "-0"},
 			},
 		},
 		RuleFiles: []string{rulesFile},

@@ -67,7 +67,7 @@ func TestOpenReportsWithTheChart(t *testing.T) {
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 
-	r.helm("uninstall", r.name, "--namespace", r.namespace, "--wait")
+	r.helm("uninstall", r.Name, "--namespace", r.Namespace, "--wait")
 	crds := dynamic.NewForConfigOrDie(cluster.RESTConfig).Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
 	if _, err := crds.Get(ctx, "reports.openreports.io", metav1.GetOptions{}); err != nil {
 		t.Errorf("the CRD after helm uninstall: %v, want it kept (helm.sh/resource-policy: keep)", err)

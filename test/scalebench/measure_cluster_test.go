@@ -34,7 +34,7 @@ func measureAudit(t testing.TB, r *release, web component, s shape) Audit {
 	t.Helper()
 	var took float64
 	token := r.scrapeToken(t)
-	r.c.WaitFor(t, 30*time.Minute, "the webhook's first audit pass", func(context.Context) (bool, string) {
+	r.Cluster.WaitFor(t, 30*time.Minute, "the webhook's first audit pass", func(context.Context) (bool, string) {
 		if err := web.Proc.Exited(); err != nil {
 			t.Fatalf("the webhook exited: %v", err)
 		}
@@ -45,7 +45,7 @@ func measureAudit(t testing.TB, r *release, web component, s shape) Audit {
 	})
 	a := Audit{DaemonSets: s.auditDaemonSets + len(agents), Seconds: took, PeakRSSMiB: procStatus(web.Proc.PID(), "VmHWM")}
 	ctx := context.Background()
-	dyn, err := dynamic.NewForConfig(r.c.RESTConfig)
+	dyn, err := dynamic.NewForConfig(r.Cluster.RESTConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func measureAudit(t testing.TB, r *release, web component, s shape) Audit {
 	countEvents := func(ctx context.Context) (int, error) {
 		n := 0
 		for _, ns := range append([]string{platformNamespace}, teamNames()...) {
-			events, err := r.c.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+			events, err := r.Cluster.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return 0, err
 			}
@@ -68,7 +68,7 @@ func measureAudit(t testing.TB, r *release, web component, s shape) Audit {
 		return n, nil
 	}
 	last, since := -1, time.Now()
-	r.c.WaitFor(t, 15*time.Minute, "the audit's Events written", func(ctx context.Context) (bool, string) {
+	r.Cluster.WaitFor(t, 15*time.Minute, "the audit's Events written", func(ctx context.Context) (bool, string) {
 		n, err := countEvents(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -152,7 +152,7 @@ var plannedDaemonSets = []struct{ kind, daemonSet string }{{"rolling-update", bu
 func measurePlan(t testing.TB, r *release, bin, kind, name string) Plan {
 	t.Helper()
 	ctx := context.Background()
-	ds, err := r.c.Client.AppsV1().DaemonSets(platformNamespace).Get(ctx, name, metav1.GetOptions{})
+	ds, err := r.Cluster.Client.AppsV1().DaemonSets(platformNamespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,12 +167,12 @@ func measurePlan(t testing.TB, r *release, bin, kind, name string) Plan {
 	if err := os.WriteFile(file, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := r.c.ServiceAccountKubeconfig(ctx, r.ns, planIdentity)
+	kubeconfig, err := r.Cluster.ServiceAccountKubeconfig(ctx, r.Namespace, planIdentity)
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := planRequests(t, r.c)
-	cmd := exec.Command(bin, "rollout", "plan", "-f", file, "-o", "json", "--kubeconfig", kubeconfig, "--daemonguard-namespace", r.ns)
+	before := planRequests(t, r.Cluster)
+	cmd := exec.Command(bin, "rollout", "plan", "-f", file, "-o", "json", "--kubeconfig", kubeconfig, "--daemonguard-namespace", r.Namespace)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	start := time.Now()
@@ -191,7 +191,7 @@ func measurePlan(t testing.TB, r *release, bin, kind, name string) Plan {
 	if err := json.Unmarshal(out, &doc); err != nil || len(doc.Items) != 1 || doc.Items[0].Plan == nil {
 		t.Fatalf("the plan is not one DaemonSet's plan (%v): %.2000s", err, out)
 	}
-	requests := planRequests(t, r.c) - before
+	requests := planRequests(t, r.Cluster) - before
 	rss := float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024 // kB on Linux
 	return Plan{DaemonSet: kind, WallSeconds: wall.Seconds(), Requests: requests, PeakRSSMiB: rss}
 }

@@ -198,8 +198,8 @@ func measureRollouts(t testing.TB, r *release, bin string, nodes int, image stri
 	ctl := r.runController(t, bin)
 	defer ctl.Proc.Stop()
 	out := Rollout{Budget: budget}
-	out.BuiltinSeconds = rollOut(t, r.c, builtinAgent, image, nodes, false).Seconds()
-	out.ManagedSeconds = rollOut(t, r.c, managedAgent, image, nodes, true).Seconds()
+	out.BuiltinSeconds = rollOut(t, r.Cluster, builtinAgent, image, nodes, false).Seconds()
+	out.ManagedSeconds = rollOut(t, r.Cluster, managedAgent, image, nodes, true).Seconds()
 	out.ControllerPeakRSSMiB, out.ControllerCPUSeconds = procStatus(ctl.Proc.PID(), "VmHWM"), clustertest.CPUTime(ctl.Proc.PID()).Seconds()
 	return out
 }
