@@ -218,7 +218,40 @@ func populate(t testing.TB, c *localcluster.Cluster, s shape) int {
 		return err
 	})
 	logf(t, "%d PodDisruptionBudgets created in %s", groups, time.Since(start).Round(time.Second))
+	start = time.Now()
+	waitObserved(t, c)
+	logf(t, "every DaemonSet and PodDisruptionBudget observed by its controller in %s", time.Since(start).Round(time.Second))
 	return s.nodes * s.podsPerNode
+}
+
+// waitObserved waits until the DaemonSet controller has synced every DaemonSet and the disruption
+// controller every budget (status.observedGeneration): the first syncs of 2,000 DaemonSets, each
+// checking every node, hold the DaemonSet controller's queue for minutes, and a rollout measured
+// before they end waits behind them.
+func waitObserved(t testing.TB, c *localcluster.Cluster) {
+	t.Helper()
+	c.WaitFor(t, 60*time.Minute, "every DaemonSet and PodDisruptionBudget observed", func(ctx context.Context) (bool, string) {
+		daemonSets, err := c.Client.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		budgets, err := c.Client.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		behind := 0
+		for _, ds := range daemonSets.Items {
+			if ds.Status.ObservedGeneration != ds.Generation {
+				behind++
+			}
+		}
+		for _, pdb := range budgets.Items {
+			if pdb.Status.ObservedGeneration != pdb.Generation {
+				behind++
+			}
+		}
+		return behind == 0, fmt.Sprintf("%d of %d DaemonSets and budgets not observed yet", behind, len(daemonSets.Items)+len(budgets.Items))
+	})
 }
 
 func groupName(group int) string { return fmt.Sprintf("svc-%04d", group) }
