@@ -127,29 +127,24 @@ func (s *trackedSink) wait() {
 	}
 }
 
-func (s *trackedSink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+// write makes one write once its turn has come, counted and bounded by writeTimeout.
+func (s *trackedSink) write(ctx context.Context, do func(context.Context) (*eventsv1.Event, error)) (*eventsv1.Event, error) {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer end()
-	return s.sink.Create(ctx, e)
+	return do(ctx)
+}
+
+func (s *trackedSink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	return s.write(ctx, func(ctx context.Context) (*eventsv1.Event, error) { return s.sink.Create(ctx, e) })
 }
 
 func (s *trackedSink) Update(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
-	ctx, end, err := s.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer end()
-	return s.sink.Update(ctx, e)
+	return s.write(ctx, func(ctx context.Context) (*eventsv1.Event, error) { return s.sink.Update(ctx, e) })
 }
 
 func (s *trackedSink) Patch(ctx context.Context, e *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
-	ctx, end, err := s.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer end()
-	return s.sink.Patch(ctx, e, data)
+	return s.write(ctx, func(ctx context.Context) (*eventsv1.Event, error) { return s.sink.Patch(ctx, e, data) })
 }
