@@ -26,7 +26,7 @@ type row struct {
 
 // Markdown renders the results as docs/performance.md shows them: one table with a column per
 // cluster size and a row per cost, grouped by component; when runs compared a baseline build, a
-// second table of the costs that differ, "before → after"; then the settings the clusters ran
+// second table of the costs the baseline was measured on that differ, "before → after"; then the settings the clusters ran
 // with. Values are rounded to what the benchmark can tell apart (seconds to a tenth below 100,
 // MiB to the unit, milliseconds to a tenth) and carry thousands separators; a cost a run did not
 // measure reads "—".
@@ -107,10 +107,11 @@ func beforeAfter(run Run, row row) string {
 	return before + " → " + after + unit
 }
 
-// differs says whether any compared run reads differently from its baseline in row.
+// differs says whether any compared run reads differently from its baseline in row, where the
+// baseline measured it: a cost only this build was measured on is in the first table.
 func differs(compared []Run, row row) bool {
 	for _, run := range compared {
-		if row.value(*run.Before) != row.value(run) {
+		if before := row.value(*run.Before); before != none && before != row.value(run) {
 			return true
 		}
 	}
