@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -126,7 +127,7 @@ func Run(ctx context.Context, opts Options) error {
 		For(&appsv1.DaemonSet{}, builder.WithPredicates(managed)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &appsv1.DaemonSet{}, handler.OnlyControllerOwner())).
 		Watches(&appsv1.ControllerRevision{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &appsv1.DaemonSet{}, handler.OnlyControllerOwner())).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(allManaged(mgr.GetClient()))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(allManaged(mgr.GetClient())), builder.WithPredicates(nodeChanged)).
 		// SkipNameValidation lets a process run the controller again after stopping it (a
 		// restart in place, as the restart tests do); two live instances never share a process.
 		// CacheSyncTimeout: at 5,000 nodes and 150,000 pods, on a busy API server, the first list of
@@ -151,6 +152,16 @@ func Run(ctx context.Context, opts Options) error {
 // and exits: long enough for a large cluster's busy API server, short enough that a controller
 // without RBAC for a resource says so within minutes.
 const cacheSyncTimeout = 10 * time.Minute
+
+// nodeChanged passes node creations, deletions and the updates that change what the planner
+// reads (nodes.Changed): every node's status heartbeat would otherwise replan every managed
+// DaemonSet, a rate and a cost that both grow with the nodes. At 5,000 nodes that was 5 replans
+// a second of 58 ms each while no rollout ran.
+var nodeChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	old, okOld := e.ObjectOld.(*corev1.Node)
+	cur, okCur := e.ObjectNew.(*corev1.Node)
+	return !okOld || !okCur || nodes.Changed(old, cur)
+}}
 
 // allManaged maps a node event to every managed DaemonSet: a node joining, leaving or going
 // NotReady changes every rollout's plan.

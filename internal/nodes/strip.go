@@ -1,6 +1,9 @@
 package nodes
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+)
 
 // Strip is the cache transform of the components that watch nodes (the admission webhook, the
 // rollout controller): it keeps what they read, the name, labels and spec (the DaemonSet
@@ -22,4 +25,24 @@ func Strip(obj any) (any, error) {
 	}
 	n.Status = corev1.NodeStatus{Conditions: ready}
 	return n, nil
+}
+
+// Changed tells whether two nodes as Strip keeps them differ in what their readers read: labels,
+// spec, Ready or deletion. A node's status heartbeat (every few minutes per node; at 5,000 nodes
+// several a second) changes none of it.
+func Changed(old, cur *corev1.Node) bool {
+	return !equality.Semantic.DeepEqual(old.Labels, cur.Labels) ||
+		!equality.Semantic.DeepEqual(old.Spec, cur.Spec) ||
+		readyOf(old) != readyOf(cur) ||
+		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp)
+}
+
+// readyOf is the node's Ready condition status, "" without one.
+func readyOf(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
 }

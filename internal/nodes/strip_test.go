@@ -1,0 +1,67 @@
+package nodes
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func node(edit func(*corev1.Node)) *corev1.Node {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1", ResourceVersion: "10", Labels: map[string]string{"zone": "a"},
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{
+				{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(time.Unix(100, 0))},
+				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, LastHeartbeatTime: metav1.NewTime(time.Unix(100, 0))},
+			},
+			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")},
+		},
+	}
+	if edit != nil {
+		edit(n)
+	}
+	return n
+}
+
+// Changed passes what the rollout controller replans on and nothing a heartbeat writes, on nodes
+// as the API server sends them and as Strip keeps them.
+func TestChanged(t *testing.T) {
+	for name, tc := range map[string]struct {
+		edit func(*corev1.Node)
+		want bool
+	}{
+		"a status heartbeat": {func(n *corev1.Node) {
+			n.ResourceVersion = "11"
+			for i := range n.Status.Conditions {
+				n.Status.Conditions[i].LastHeartbeatTime = metav1.NewTime(time.Unix(200, 0))
+			}
+		}, false},
+		"another condition, allocatable and annotations": {func(n *corev1.Node) {
+			n.Status.Conditions[1].Status = corev1.ConditionTrue
+			n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}
+			n.Annotations = map[string]string{"other": "value"}
+		}, false},
+		"a label":              {func(n *corev1.Node) { n.Labels["zone"] = "b" }, true},
+		"a taint":              {func(n *corev1.Node) { n.Spec.Taints = nil }, true},
+		"cordoned":             {func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
+		"NotReady":             {func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }, true},
+		"no Ready condition":   {func(n *corev1.Node) { n.Status.Conditions = n.Status.Conditions[1:] }, true},
+		"deletion in progress": {func(n *corev1.Node) { n.DeletionTimestamp = &metav1.Time{Time: time.Unix(300, 0)} }, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := Changed(node(nil), node(tc.edit)); got != tc.want {
+				t.Errorf("Changed = %t, want %t", got, tc.want)
+			}
+			old, _ := Strip(node(nil))
+			cur, _ := Strip(node(tc.edit))
+			if got := Changed(old.(*corev1.Node), cur.(*corev1.Node)); got != tc.want {
+				t.Errorf("Changed on stripped nodes = %t, want %t", got, tc.want)
+			}
+		})
+	}
+}
