@@ -26,7 +26,7 @@ type row struct {
 
 // Markdown renders the results as docs/performance.md shows them: one table with a column per
 // cluster size and a row per cost, grouped by component; when runs compared a baseline build, a
-// second table of the costs the baseline was measured on that differ, "before → after"; then the settings the clusters ran
+// second table of the costs that differ, of the components the baseline was measured on, "before → after"; then the settings the clusters ran
 // with. Values are rounded to what the benchmark can tell apart (seconds to a tenth below 100,
 // MiB to the unit, milliseconds to a tenth) and carry thousands separators; a cost a run did not
 // measure reads "—".
@@ -46,7 +46,7 @@ func (r Results) Markdown() string {
 		if len(compared) > 0 {
 			var changed []row
 			for _, row := range expand(rows) {
-				if !row.setup && differs(compared, row) {
+				if !row.setup && differs(compared, rows, row) {
 					changed = append(changed, row)
 				}
 			}
@@ -108,11 +108,24 @@ func beforeAfter(run Run, row row) string {
 }
 
 // differs says whether any compared run reads differently from its baseline in row, where the
-// baseline measured it: a cost only this build was measured on is in the first table.
-func differs(compared []Run, row row) bool {
+// baseline measured row's component: a component only this build was measured on (the baseline
+// runs the controller and the plans) is in the first table alone.
+func differs(compared []Run, rows []row, row row) bool {
 	for _, run := range compared {
-		if before := row.value(*run.Before); before != none && before != row.value(run) {
+		if measured(*run.Before, rows, row.group) && row.value(*run.Before) != row.value(run) {
 			return true
+		}
+	}
+	return false
+}
+
+// measured says whether run measured anything of group: a value other than "—" or a zero count.
+func measured(run Run, rows []row, group string) bool {
+	for _, r := range rows {
+		if r.group == group && !r.setup {
+			if v := r.value(run); v != none && v != "0" {
+				return true
+			}
 		}
 	}
 	return false

@@ -69,10 +69,15 @@ func TestMarkdown(t *testing.T) {
 			want:    []string{"| RSS after reviews and join storm | 412 → 96 MiB |", "| join storm: failed | 7 → 0 |", "| join storm: until available | 120 → 41.2 s |"},
 			absent:  []string{"| review p50 | ", "| measured on | 2025-05-31"},
 		},
-		"a cost the baseline was not measured on is left out of the comparison": {
+		"a component the baseline was not measured on is left out of the comparison": {
 			results: fixture(),
 			want:    []string{"| managed: wall time, s | 2.4 |"},
-			absent:  []string{"| managed: wall time | ", "| rolling-update: wall time | "},
+			absent:  []string{"| managed: wall time | ", "| rolling-update: wall time | ", "| rolling-update: peak RSS | "},
+		},
+		"a zero count of a measured component still compares": {
+			results: Results{Runs: []Run{{Nodes: 1000, Pods: 30000, Webhook: Webhook{ReviewP50Ms: 2, JoinFailed: 3, JoinPods: 10},
+				Before: &Run{Nodes: 1000, Pods: 30000, Webhook: Webhook{ReviewP50Ms: 4, JoinPods: 10}}}}},
+			want: []string{"| review p50 | 4.0 → 2.0 ms |", "| join storm: failed | 0 → 3 |"},
 		},
 		"a cost a run did not measure reads as a dash": {
 			results: Results{Runs: []Run{{Nodes: 200, Pods: 6000}}},
