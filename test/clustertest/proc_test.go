@@ -42,15 +42,16 @@ func TestStatCPU(t *testing.T) {
 // The readers read this very process: it has a resident set and, after a busy loop, CPU time;
 // a process that is gone reads as 0.
 func TestProcReadersReadALiveProcess(t *testing.T) {
-	deadline := time.Now().Add(100 * time.Millisecond)
-	for time.Now().Before(deadline) { // spin: CPU time for the reader to see
-	}
 	pid := os.Getpid()
 	if rss, peak := MemoryKiB(pid, "VmRSS"), MemoryKiB(pid, "VmHWM"); rss <= 0 || peak < rss {
 		t.Errorf("VmRSS %d kB, VmHWM %d kB: want a resident set no larger than its peak", rss, peak)
 	}
-	if cpu := CPUTime(pid); cpu < 50*time.Millisecond {
-		t.Errorf("CPUTime = %s after a 100 ms busy loop", cpu)
+	// Spin until the reader sees this process's CPU time grow by two clock ticks.
+	before, deadline := CPUTime(pid), time.Now().Add(30*time.Second)
+	for CPUTime(pid)-before < 2*ClockTick {
+		if time.Now().After(deadline) {
+			t.Fatalf("CPUTime stayed at %s through 30 s of spinning", before)
+		}
 	}
 	if MemoryKiB(-1, "VmRSS") != 0 || CPUTime(-1) != 0 {
 		t.Error("a missing process reads as non-zero")
