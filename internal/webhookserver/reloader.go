@@ -9,7 +9,6 @@ import (
 	"errors"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -70,7 +69,9 @@ type policyReloader struct {
 	log            logr.Logger
 	mu             sync.Mutex // one reload at a time
 	status         atomicStatus
-	loaded         atomic.Bool     // the ConfigMaps have been read once: until then only the built-ins serve
+	readOnce       sync.Once       // closes read
+	readInit       sync.Once       // makes read
+	read           chan struct{}   // closed once the ConfigMaps have been read: until then only the built-ins serve
 	hasGoodSet     bool            // a set compiled from the ConfigMaps has loaded in this process (under mu)
 	inProcess      *inProcessCheck // nil when the webhook injects
 }
@@ -91,7 +92,7 @@ func (r *policyReloader) Reconcile(ctx context.Context, _ reconcile.Request) (re
 	if err := r.client.List(ctx, &list, client.InNamespace(r.namespace), client.MatchingLabelsSelector{Selector: r.selector}); err != nil {
 		return reconcile.Result{}, err
 	}
-	defer r.loaded.Store(true)
+	defer r.readOnce.Do(func() { close(r.readSignal()) })
 	modules, params, set, err := r.compile(ctx, list.Items)
 	if err != nil {
 		policyReloads.WithLabelValues("failure").Inc()
@@ -159,10 +160,28 @@ func (r *policyReloader) compile(ctx context.Context, cms []corev1.ConfigMap) ([
 // ready is the readiness check: a replica is ready once it has read the policy ConfigMaps, whether
 // their set loaded or was rejected (then the set it had before serves).
 func (r *policyReloader) ready(*http.Request) error {
-	if !r.loaded.Load() {
+	select {
+	case <-r.readSignal():
+		return nil
+	default:
 		return errors.New("the policy ConfigMaps are not loaded yet")
 	}
-	return nil
+}
+
+// waitRead waits until the ConfigMaps have been read once, as ready tells, and says whether they
+// have (false: ctx ended first).
+func (r *policyReloader) waitRead(ctx context.Context) bool {
+	select {
+	case <-r.readSignal():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (r *policyReloader) readSignal() chan struct{} {
+	r.readInit.Do(func() { r.read = make(chan struct{}) })
+	return r.read
 }
 
 // ServeHTTP serves /policy-status.

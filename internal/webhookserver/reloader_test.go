@@ -97,3 +97,44 @@ func TestAdmissionDoesNotWaitForAReload(t *testing.T) {
 		t.Errorf("serving %v after the reload, want the ConfigMap's module", r.engine.Set().Modules())
 	}
 }
+
+// The audit's first pass runs against the set the ConfigMaps make, not the built-in set the
+// engine starts with: a replica may win the audit's lease before its first reload, which waits
+// for every informer to sync.
+func TestAuditWaitsForThePolicyConfigMaps(t *testing.T) {
+	ctx := context.Background()
+	r := newTestReloader(t)
+	initial, err := policy.Compile(ctx, r.builtin, r.builtinParams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	team := policyConfigMap("team", withFile("no_latest.rego", goodRego))
+	r.client = fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(&team).Build()
+	r.namespace, r.log = "daemonguard", logr.Discard()
+	r.selector = labels.SelectorFromSet(labels.Set{admission.PolicyConfigMapLabel: "true"})
+	r.engine, r.recorder = policy.NewEngine(initial), events.NewFakeRecorder(10)
+
+	audited := make(chan []string, 1)
+	go afterFirstRead(r, func(context.Context) { audited <- r.engine.Set().Modules() })(ctx)
+	if err := r.ready(nil); err == nil {
+		t.Fatal("ready before the ConfigMaps were read")
+	}
+	if _, err := r.Reconcile(ctx, reconcile.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	if modules := <-audited; !slices.Contains(modules, "configmap/team/no_latest.rego") {
+		t.Errorf("the audit ran against %v, want the set with the ConfigMap's module", modules)
+	}
+	if err := r.ready(nil); err != nil {
+		t.Errorf("not ready after the ConfigMaps were read: %v", err)
+	}
+
+	// A stopped replica does not audit while it waits.
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	ran := false
+	afterFirstRead(newTestReloader(t), func(context.Context) { ran = true })(stopped)
+	if ran {
+		t.Error("audited after its context ended, before any read")
+	}
+}

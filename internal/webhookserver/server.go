@@ -215,11 +215,11 @@ func Run(ctx context.Context, opts Options) error {
 				return err
 			}
 		}
-		runAudit = func(ctx context.Context) {
+		runAudit = afterFirstRead(reloader, func(ctx context.Context) {
 			if err := auditor.Start(ctx); err != nil {
 				log.Error(err, "Audit stopped")
 			}
-		}
+		})
 	}
 	switch {
 	case opts.LeaderElection:
@@ -259,4 +259,16 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	log.Info("Starting admission webhooks", "port", opts.Port, "namespace", opts.Namespace, "policies", len(initial.Modules()))
 	return mgr.Start(ctx)
+}
+
+// afterFirstRead runs audit once the policy ConfigMaps have been read: until then the engine
+// holds the built-in set alone, and a pass against it would report on policies that are not in
+// force (a DaemonSet a ConfigMap's parameters deny reported compliant, or the other way round).
+// The lease may come long before the read, which waits for every informer to sync.
+func afterFirstRead(reloader *policyReloader, audit func(context.Context)) func(context.Context) {
+	return func(ctx context.Context) {
+		if reloader.waitRead(ctx) {
+			audit(ctx)
+		}
+	}
 }
