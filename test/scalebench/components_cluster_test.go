@@ -72,6 +72,7 @@ func installChart(t testing.TB, c *localcluster.Cluster) *release {
 // component is a daemonguard process of the release and what its start took.
 type component struct {
 	*harness.Component
+	started time.Time
 	startup time.Duration
 }
 
@@ -82,7 +83,7 @@ func (r *release) runWebhook(t testing.TB, bin string) component {
 	start := time.Now()
 	comp := harness.RunComponentBinary(t, r.Cluster, bin, r.Deployment(t, "-webhook"),
 		"--host=127.0.0.1", "--port="+strconv.Itoa(r.webhookPort), "--cert-dir="+t.TempDir())
-	return component{Component: comp, startup: time.Since(start)}
+	return component{Component: comp, started: start, startup: time.Since(start)}
 }
 
 // runController runs the rollout controller with bin.
@@ -90,7 +91,7 @@ func (r *release) runController(t testing.TB, bin string) component {
 	t.Helper()
 	start := time.Now()
 	comp := harness.RunComponentBinary(t, r.Cluster, bin, r.Deployment(t, "-controller"))
-	return component{Component: comp, startup: time.Since(start)}
+	return component{Component: comp, started: start, startup: time.Since(start)}
 }
 
 // scrapeToken is a token of the release's metrics reader, for scrape.

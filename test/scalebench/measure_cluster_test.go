@@ -27,9 +27,9 @@ import (
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
-// measureAudit waits for the webhook's first audit pass (it starts with the webhook) and reads
-// what it cost and wrote: its duration (daemonguard_audit_duration_seconds), the webhook's peak
-// RSS, the Events on the audited DaemonSets and the OpenReports Reports.
+// measureAudit waits for the first audit pass of the webhook replica web (it starts with the
+// replica) and reads what it cost and wrote: its duration (daemonguard_audit_duration_seconds),
+// the replica's peak RSS, the Events it recorded and the OpenReports Reports.
 func measureAudit(t testing.TB, r *release, web component, s shape) Audit {
 	t.Helper()
 	var took float64
@@ -41,7 +41,8 @@ func measureAudit(t testing.TB, r *release, web component, s shape) Audit {
 		body := r.scrape(t, web, token)
 		last, _ := metricValue(body, "daemonguard_audit_last_run_timestamp_seconds")
 		took, _ = metricValue(body, "daemonguard_audit_duration_seconds")
-		return last > 0, "no audit finished yet"
+		// A scrape reads the gauges one by one: it can see the pass's end before its duration.
+		return last > 0 && took > 0, "no audit finished yet"
 	})
 	a := Audit{DaemonSets: s.auditDaemonSets + len(agents), Seconds: took, PeakRSSMiB: procStatus(web.Proc.PID(), "VmHWM")}
 	ctx := context.Background()
@@ -52,33 +53,37 @@ func measureAudit(t testing.TB, r *release, web component, s shape) Audit {
 	reports := schema.GroupVersionResource{Group: "openreports.io", Version: "v1alpha1", Resource: "reports"}
 	// The audit records its Events without waiting for them; they are counted once no more
 	// arrive, so the measurements after it do not run beside the audit's writes.
-	countEvents := func(ctx context.Context) (int, error) {
-		n := 0
+	countEvents := func(ctx context.Context) (n int, byReason map[string]int, err error) {
+		byReason = map[string]int{}
 		for _, ns := range append([]string{platformNamespace}, teamNames()...) {
 			events, err := r.Cluster.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 			for _, e := range events.Items {
-				if e.ReportingController != "" && (e.Reason == "PolicyViolation" || e.Reason == "InjectionMissing" || e.Reason == "AuditFailed") {
+				// The replica's own: the one before it audited the platform's DaemonSets too.
+				if e.ReportingController == "daemonguard-audit" && !e.EventTime.Time.Before(web.started) {
 					n++
+					byReason[e.Reason]++
 				}
 			}
 		}
-		return n, nil
+		return n, byReason, nil
 	}
 	last, since := -1, time.Now()
+	var byReason map[string]int
 	r.Cluster.WaitFor(t, 15*time.Minute, "the audit's Events written", func(ctx context.Context) (bool, string) {
-		n, err := countEvents(ctx)
+		n, reasons, err := countEvents(ctx)
 		if err != nil {
 			return false, err.Error()
 		}
 		if n != last {
-			last, since = n, time.Now()
+			last, since, byReason = n, time.Now(), reasons
 		}
 		return time.Since(since) >= 15*time.Second, fmt.Sprintf("%d Events so far", n)
 	})
 	a.Events = last
+	logf(t, "the audit's Events by reason: %v", byReason)
 	for _, ns := range append([]string{platformNamespace}, teamNames()...) {
 		list, err := dyn.Resource(reports).Namespace(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,7 +24,8 @@ const (
 	// readyDelay is how long kwok's fake kubelet takes to report a pod Ready, as in the rollout
 	// benchmark: both rollouts pay it once per wave.
 	readyDelay = 2 * time.Second
-	// auditInterval: the audit's first pass is measured; later ones would land in the rollouts.
+	// auditInterval: the pass measured is a replica's first; no second one runs while its Events
+	// are counted.
 	auditInterval = 2 * time.Hour
 )
 
@@ -36,8 +38,8 @@ func settings(s shape) []string {
 		"the workload pods are created by the benchmark, bound to their nodes, without a ReplicaSet, and stay Pending (kwok does not start them): on 2 cores the scheduler binding 130,000 pods, a ReplicaSet controller adopting them (a write per pod, and a pass over the namespace's pods on each change) and kwok starting them (a status write and an IP each; at 5,000 nodes kwok's IP allocation failed for 17,000 of them) take longer than every measurement. daemonguard's controller skips them either way, and the plan counts a bound pod's requests whatever its phase",
 		fmt.Sprintf("DaemonSet pods turn Ready %s after they are bound (kwok); rollouts with maxUnavailable %s", readyDelay, budget),
 		"daemonguard installed by its chart (helm, URL mode, self-managed TLS, OpenReports on); webhook and controller run on the host as the real binary with the chart's arguments and ServiceAccounts; one replica each",
-		fmt.Sprintf("%d more DaemonSets for the audit, over the workload namespaces, select no node: every tenth violates rolling_update_budget", s.auditDaemonSets),
-		fmt.Sprintf("the audit runs once, as the webhook starts (interval %s, the chart's default is 5m): on 2 cores a pass beside a rollout takes the CPU the API server and the controllers need, where in a cluster the webhook has nodes of its own", auditInterval),
+		fmt.Sprintf("%d more DaemonSets for the audit, over the workload namespaces, select no node; every tenth asks for maxUnavailable 40%%, which admission allows, and before the audit a policy ConfigMap lowers rolling_update_budget's maximum to %d%%, so the audit finds them in violation", s.auditDaemonSets, tightenedBudget),
+		fmt.Sprintf("the audit is measured last: the audited DaemonSets are created once everything else is measured, and a second webhook replica, started once the DaemonSet controller has synced them, runs the pass measured as it starts (interval %s, the chart's default is 5m): on 2 cores the DaemonSet controller's first syncs of 2,000 DaemonSets, or an audit pass, beside a rollout take the CPU the rollout needs, where in a cluster they have nodes of their own", auditInterval),
 		"plans run as the chart's pre-flight identity (a ServiceAccount bound to its read-only roles)",
 		"one machine of 2 cores and 24 GiB for everything: control plane, kwok, daemonguard and the benchmark",
 	}
@@ -77,16 +79,18 @@ func BenchmarkScale(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			for range b.N {
 				s := shapeFor(n)
-				run := runScale(b, s, bin, os.Getenv("SCALEBENCH_BEFORE"))
-				results, err := Load(path)
-				if err != nil {
-					b.Fatal(err)
-				}
-				results.Settings = settings(s)
-				results.Put(run)
-				if err := save(results, path); err != nil {
-					b.Fatal(err)
-				}
+				var results Results
+				run := runScale(b, s, bin, os.Getenv("SCALEBENCH_BEFORE"), func(run Run) {
+					var err error
+					if results, err = Load(path); err != nil {
+						b.Fatal(err)
+					}
+					results.Settings = settings(s)
+					results.Put(run)
+					if err := save(results, path); err != nil {
+						b.Fatal(err)
+					}
+				})
 				fmt.Printf("--- %s\n%s\n", b.Name(), results.Markdown())
 				b.ReportMetric(run.Rollout.ManagedSeconds/run.Rollout.BuiltinSeconds, "managed/builtin")
 				b.ReportMetric(run.Rollout.ControllerPeakRSSMiB, "controller-MiB")
@@ -117,21 +121,27 @@ func save(results Results, path string) error {
 func TestScaleSmoke(t *testing.T) {
 	localcluster.NeedCluster(t)
 	s := shape{nodes: 200, podsPerNode: 30, auditDaemonSets: 200, reviews: 50}
-	run := runScale(t, s, buildBinary(t, t.TempDir()), "")
+	var recorded []Run
+	run := runScale(t, s, buildBinary(t, t.TempDir()), "", func(run Run) { recorded = append(recorded, run) })
 	if run.Pods != 200*30 || run.DaemonSets != len(agents) {
 		t.Errorf("cluster of %d pods and %d DaemonSets, want %d and %d", run.Pods, run.DaemonSets, 200*30, len(agents))
 	}
 	if run.Webhook.JoinFailed != 0 || run.Webhook.JoinPods != 20*len(agents) {
 		t.Errorf("join storm: %d pods, %d failed; want %d, none failed", run.Webhook.JoinPods, run.Webhook.JoinFailed, 20*len(agents))
 	}
-	if run.Audit.Seconds <= 0 || run.Audit.Events == 0 || run.Audit.Reports == 0 {
-		t.Errorf("audit %+v: want a duration, Events and Reports", run.Audit)
+	// Every tenth audited DaemonSet breaks the tightened budget: one PolicyViolation Event each.
+	if run.Audit.Seconds <= 0 || run.Audit.Events < s.auditDaemonSets/10 || run.Audit.Reports == 0 {
+		t.Errorf("audit %+v: want a duration, at least %d Events and Reports", run.Audit, s.auditDaemonSets/10)
 	}
 	if run.Rollout.ControllerPeakRSSMiB <= 0 || run.Webhook.PeakRSSMiB <= 0 || run.Webhook.ReviewP99Ms <= 0 {
 		t.Errorf("missing measurements: rollout %+v, webhook %+v", run.Rollout, run.Webhook)
 	}
 	if len(run.Plans) != len(plannedDaemonSets) {
 		t.Errorf("plans %+v, want %d", run.Plans, len(plannedDaemonSets))
+	}
+	// Each measurement is recorded as it ends, the audit's last.
+	if len(recorded) != 5 || recorded[0].Rollout.ManagedSeconds != 0 || recorded[3].Audit.Seconds != 0 || !reflect.DeepEqual(recorded[4], run) {
+		t.Errorf("recorded %d runs %+v, want one per measurement ending with the whole run", len(recorded), recorded)
 	}
 	var results Results
 	results.Settings = settings(s)
@@ -142,9 +152,11 @@ func TestScaleSmoke(t *testing.T) {
 	t.Logf("\n%s", results.Markdown())
 }
 
-// runScale starts a cluster of s.nodes nodes, populates it, installs daemonguard and measures it.
-// With before set, it also measures that binary's controller and plans on the same cluster.
-func runScale(t testing.TB, s shape, bin, before string) Run {
+// runScale starts a cluster of s.nodes nodes, populates it, installs daemonguard and measures it,
+// handing the run to record after each measurement so that a run stopped part way keeps what it
+// measured. With before set, it also measures that binary's controller and plans on the same
+// cluster. The audit is measured last (see addAudited).
+func runScale(t testing.TB, s shape, bin, before string, record func(Run)) Run {
 	t.Helper()
 	start := time.Now()
 	c, err := localcluster.Start(context.Background(), localcluster.Config{
@@ -158,21 +170,24 @@ func runScale(t testing.TB, s shape, bin, before string) Run {
 	run := Run{Nodes: s.nodes, DaemonSets: len(agents), Date: time.Now().UTC().Format(time.DateOnly)}
 	run.Pods = populate(t, c, s)
 	run.PopulateSeconds = time.Since(start).Seconds()
-	logf(t, "%d nodes, %d pods, %d DaemonSets populated in %s", s.nodes, run.Pods, len(agents)+s.auditDaemonSets, time.Since(start).Round(time.Second))
+	logf(t, "%d nodes, %d pods, %d DaemonSets populated in %s", s.nodes, run.Pods, len(agents), time.Since(start).Round(time.Second))
 
 	r := installChart(t, c)
 	web := r.runWebhook(t, bin)
 	run.Webhook.StartupSeconds = web.startup.Seconds()
-	run.Audit = measureAudit(t, r, web, s)
-	logf(t, "webhook ready in %s; audit %+v", web.startup.Round(time.Millisecond), run.Audit)
 	p50, p99 := measureReviews(t, c, s.reviews)
 	run.Webhook.ReviewP50Ms, run.Webhook.ReviewP99Ms, run.Webhook.Reviews = millis(p50), millis(p99), s.reviews
+	logf(t, "webhook ready in %s; reviews p50 %s, p99 %s", web.startup.Round(time.Millisecond), p50, p99)
+	record(run)
 
 	run.Rollout = measureRollouts(t, r, bin, s.nodes, "agent:2")
 	logf(t, "rollouts %+v", run.Rollout)
+	record(run)
 	for _, p := range plannedDaemonSets {
 		run.Plans = append(run.Plans, measurePlan(t, r, bin, p.kind, p.daemonSet))
 	}
+	logf(t, "plans %+v", run.Plans)
+	record(run)
 	if before != "" {
 		b := Run{Nodes: s.nodes, Pods: run.Pods, DaemonSets: run.DaemonSets, Date: run.Date}
 		b.Rollout = measureRollouts(t, r, before, s.nodes, "agent:3")
@@ -180,13 +195,25 @@ func runScale(t testing.TB, s shape, bin, before string) Run {
 			b.Plans = append(b.Plans, measurePlan(t, r, before, p.kind, p.daemonSet))
 		}
 		run.Before = &b
+		logf(t, "before: rollouts %+v, plans %+v", b.Rollout, b.Plans)
+		record(run)
 	}
-	logf(t, "plans %+v", run.Plans)
 
 	took, pods, failed := measureJoinStorm(t, c, s.nodes, s.nodes/10)
 	run.Webhook.JoinNodes, run.Webhook.JoinPods, run.Webhook.JoinFailed, run.Webhook.JoinSeconds = s.nodes/10, pods, failed, took.Seconds()
 	run.Webhook.RSSMiB, run.Webhook.PeakRSSMiB = procStatus(web.Proc.PID(), "VmRSS"), procStatus(web.Proc.PID(), "VmHWM")
 	logf(t, "webhook %+v", run.Webhook)
+	record(run)
+
+	// The audit runs as a webhook replica starts: a second one, started once the audited
+	// DaemonSets exist and the policy is tightened, runs the pass measured. The first replica
+	// stops first (it releases the audit's lease and the port the webhook configurations name).
+	addAudited(t, c, s)
+	web.Proc.Stop()
+	tightenBudget(t, c, r.Namespace)
+	run.Audit = measureAudit(t, r, r.runWebhook(t, bin), s)
+	logf(t, "audit %+v", run.Audit)
+	record(run)
 	return run
 }
 
