@@ -3,6 +3,10 @@ package scalebench
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -86,12 +90,33 @@ func (r *release) runWebhook(t testing.TB, bin string) component {
 	return component{Component: comp, started: start, startup: time.Since(start)}
 }
 
-// runController runs the rollout controller with bin.
-func (r *release) runController(t testing.TB, bin string) component {
+// runController runs the rollout controller with bin, its net/http/pprof served at pprofAddr.
+func (r *release) runController(t testing.TB, bin, pprofAddr string) component {
 	t.Helper()
 	start := time.Now()
-	comp := harness.RunComponentBinary(t, r.Cluster, bin, r.Deployment(t, "-controller"))
+	comp := harness.RunComponentBinary(t, r.Cluster, bin, r.Deployment(t, "-controller"), "--pprof-bind-address="+pprofAddr)
 	return component{Component: comp, started: start, startup: time.Since(start)}
+}
+
+// saveHeapProfile writes the heap profile served at pprofAddr to path, for `go tool pprof`.
+func saveHeapProfile(pprofAddr, path string) error {
+	resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/heap")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET heap profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // scrapeToken is a token of the release's metrics reader, for scrape.

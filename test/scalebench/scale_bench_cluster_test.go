@@ -13,6 +13,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/clustertest"
+	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -222,12 +223,20 @@ func runScale(t testing.TB, s shape, bin, before string, record func(Run)) Run {
 // the managed rollout. The controller stops at the end.
 func measureRollouts(t testing.TB, r *release, bin string, nodes int, image string) Rollout {
 	t.Helper()
-	ctl := r.runController(t, bin)
+	pprofAddr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
+	ctl := r.runController(t, bin, pprofAddr)
 	defer ctl.Proc.Stop()
 	out := Rollout{Budget: budget}
 	out.BuiltinSeconds = rollOut(t, r.Cluster, builtinAgent, image, nodes, false).Seconds()
 	out.ManagedSeconds = rollOut(t, r.Cluster, managedAgent, image, nodes, true).Seconds()
 	out.ControllerPeakRSSMiB, out.ControllerCPUSeconds = procStatus(ctl.Proc.PID(), "VmHWM"), clustertest.CPUTime(ctl.Proc.PID()).Seconds()
+	// What the controller's heap holds after the rollouts, for `go tool pprof` (not a result).
+	profile := filepath.Join(os.TempDir(), fmt.Sprintf("scalebench-controller-heap-%d-%s.pb.gz", nodes, strings.TrimPrefix(image, "agent:")))
+	if err := saveHeapProfile(pprofAddr, profile); err != nil {
+		t.Errorf("controller heap profile: %v", err)
+	} else {
+		logf(t, "controller heap profile: %s", profile)
+	}
 	return out
 }
 
