@@ -53,7 +53,8 @@ func shapeFor(n int) shape {
 
 // BenchmarkScale measures daemonguard's costs on clusters of 1,000, 2,500 and 5,000 nodes with 30
 // pods per node, one cluster per size, and writes the results (SCALEBENCH_RESULTS, default
-// docs/scale/results.json, updated per size) and the growth plot beside them. SCALEBENCH_NODES
+// docs/scale/results.json, updated after each measurement) and the growth plot beside them; the
+// controller's heap profiles go to SCALEBENCH_PROFILES when set. SCALEBENCH_NODES
 // picks the sizes (e.g. "1000,2500"); SCALEBENCH_BEFORE names a daemonguard binary of another
 // build whose controller and plans are measured on the same clusters, for a before/after.
 //
@@ -230,8 +231,13 @@ func measureRollouts(t testing.TB, r *release, bin string, nodes int, image stri
 	out.BuiltinSeconds = rollOut(t, r.Cluster, builtinAgent, image, nodes, false).Seconds()
 	out.ManagedSeconds = rollOut(t, r.Cluster, managedAgent, image, nodes, true).Seconds()
 	out.ControllerPeakRSSMiB, out.ControllerCPUSeconds = procStatus(ctl.Proc.PID(), "VmHWM"), clustertest.CPUTime(ctl.Proc.PID()).Seconds()
-	// What the controller's heap holds after the rollouts, for `go tool pprof` (not a result).
-	profile := filepath.Join(os.TempDir(), fmt.Sprintf("scalebench-controller-heap-%d-%s.pb.gz", nodes, strings.TrimPrefix(image, "agent:")))
+	// What the controller's heap holds after the rollouts, for `go tool pprof` (not a result):
+	// kept in SCALEBENCH_PROFILES, else removed with the test's temp dir.
+	dir := os.Getenv("SCALEBENCH_PROFILES")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	profile := filepath.Join(dir, fmt.Sprintf("scalebench-controller-heap-%d-%s.pb.gz", nodes, strings.TrimPrefix(image, "agent:")))
 	if err := saveHeapProfile(pprofAddr, profile); err != nil {
 		t.Errorf("controller heap profile: %v", err)
 	} else {
