@@ -172,11 +172,11 @@ func tableRows(runs []Run) []row {
 			{group: "webhook", label: "join storm: until available", unit: "s", value: func(r Run) string { return seconds(r.Webhook.JoinSeconds) }},
 		}},
 
-		{group: "audit", label: "DaemonSets audited", value: func(r Run) string { return count(r.Audit.DaemonSets) }},
+		{group: "audit", label: "DaemonSets audited", value: func(r Run) string { return audited(r, r.Audit.DaemonSets) }},
 		{group: "audit", label: "audit", unit: "s", value: func(r Run) string { return seconds(r.Audit.Seconds) }},
 		{group: "audit", label: "peak RSS of its webhook replica", unit: "MiB", value: func(r Run) string { return mib(r.Audit.PeakRSSMiB) }},
-		{group: "audit", label: "Events", value: func(r Run) string { return count(r.Audit.Events) }},
-		{group: "audit", label: "Reports", value: func(r Run) string { return count(r.Audit.Reports) }},
+		{group: "audit", label: "Events", value: func(r Run) string { return audited(r, r.Audit.Events) }},
+		{group: "audit", label: "Reports", value: func(r Run) string { return audited(r, r.Audit.Reports) }},
 		{group: "audit", label: "largest report (etcd's limit: 1,536)", unit: "KiB", value: func(r Run) string { return kib(r.Audit.LargestReportBytes) }},
 	}
 	for _, kind := range planKinds(runs) {
@@ -236,6 +236,12 @@ func joinStorm(r Run) string {
 		return none
 	}
 	return fmt.Sprintf("%s nodes, %s pods, %s failed, %s s", count(w.JoinNodes), count(w.JoinPods), count(w.JoinFailed), seconds(w.JoinSeconds))
+}
+
+// audited reads a count of the audit's, "—" when the run did not measure the audit (a run
+// stopped before it), where a count of 0 would read as measured.
+func audited(r Run, n int) string {
+	return orNone(r.Audit.Seconds != 0, func() string { return count(n) })
 }
 
 func orNone(ok bool, value func() string) string {

@@ -81,7 +81,7 @@ func TestMarkdown(t *testing.T) {
 		},
 		"a cost a run did not measure reads as a dash": {
 			results: Results{Runs: []Run{{Nodes: 200, Pods: 6000}}},
-			want:    []string{"| managed rollout, s | — |", "| join storm: nodes, DaemonSet pods, failed, until available | — |"},
+			want:    []string{"| managed rollout, s | — |", "| join storm: nodes, DaemonSet pods, failed, until available | — |", "| DaemonSets audited | — |", "| Events | — |", "| Reports | — |"},
 			absent:  []string{"Before → after", "Settings"},
 		},
 		"no runs still state the settings": {
