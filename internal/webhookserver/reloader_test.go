@@ -32,13 +32,12 @@ const zeroBudgetReview = `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionR
 "updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":0,"maxSurge":0}},
 "template":{"metadata":{"labels":{"app":"a"}},"spec":{"containers":[{"name":"a","image":"a:1"}]}}}}}}`
 
-// While a reload is loading a new set (here held in its load until the test lets it go), the
-// validating webhook answers with the set in force: admission reads the engine, never the
-// reloader's lock or its load. The new set is in force once the load ends.
-func TestAdmissionDoesNotWaitForAReload(t *testing.T) {
-	ctx := context.Background()
+// newServingReloader is a reloader whose engine serves the built-in set, with one policy
+// ConfigMap ("team", a module configmap/team/no_latest.rego) not read yet.
+func newServingReloader(t *testing.T) *policyReloader {
+	t.Helper()
 	r := newTestReloader(t)
-	initial, err := policy.Compile(ctx, r.builtin, r.builtinParams)
+	initial, err := policy.Compile(context.Background(), r.builtin, r.builtinParams)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +46,15 @@ func TestAdmissionDoesNotWaitForAReload(t *testing.T) {
 	r.namespace, r.log = "daemonguard", logr.Discard()
 	r.selector = labels.SelectorFromSet(labels.Set{admission.PolicyConfigMapLabel: "true"})
 	r.engine, r.recorder = policy.NewEngine(initial), events.NewFakeRecorder(10)
+	return r
+}
+
+// While a reload is loading a new set (here held in its load until the test lets it go), the
+// validating webhook answers with the set in force: admission reads the engine, never the
+// reloader's lock or its load. The new set is in force once the load ends.
+func TestAdmissionDoesNotWaitForAReload(t *testing.T) {
+	ctx := context.Background()
+	r := newServingReloader(t)
 
 	loading, release := make(chan struct{}), make(chan struct{})
 	load := r.compileOverlay
@@ -103,16 +111,7 @@ func TestAdmissionDoesNotWaitForAReload(t *testing.T) {
 // for every informer to sync.
 func TestAuditWaitsForThePolicyConfigMaps(t *testing.T) {
 	ctx := context.Background()
-	r := newTestReloader(t)
-	initial, err := policy.Compile(ctx, r.builtin, r.builtinParams)
-	if err != nil {
-		t.Fatal(err)
-	}
-	team := policyConfigMap("team", withFile("no_latest.rego", goodRego))
-	r.client = fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(&team).Build()
-	r.namespace, r.log = "daemonguard", logr.Discard()
-	r.selector = labels.SelectorFromSet(labels.Set{admission.PolicyConfigMapLabel: "true"})
-	r.engine, r.recorder = policy.NewEngine(initial), events.NewFakeRecorder(10)
+	r := newServingReloader(t)
 
 	audited := make(chan []string, 1)
 	go afterFirstRead(r, func(context.Context) { audited <- r.engine.Set().Modules() })(ctx)
