@@ -100,7 +100,8 @@ func (r *release) runController(t testing.TB, bin, pprofAddr string) component {
 
 // saveHeapProfile writes the heap profile served at pprofAddr to path, for `go tool pprof`.
 func saveHeapProfile(pprofAddr, path string) error {
-	resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/heap")
+	client := &http.Client{Timeout: time.Minute}
+	resp, err := client.Get("http://" + pprofAddr + "/debug/pprof/heap")
 	if err != nil {
 		return err
 	}
