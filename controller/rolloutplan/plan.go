@@ -273,12 +273,7 @@ func Reachable(n *corev1.Node) bool {
 			return false
 		}
 	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return nodes.ReadyStatus(n) == corev1.ConditionTrue
 }
 
 func topologyDomain(n *corev1.Node, key string) string {

@@ -33,12 +33,12 @@ func Strip(obj any) (any, error) {
 func Changed(old, cur *corev1.Node) bool {
 	return !equality.Semantic.DeepEqual(old.Labels, cur.Labels) ||
 		!equality.Semantic.DeepEqual(old.Spec, cur.Spec) ||
-		readyOf(old) != readyOf(cur) ||
+		ReadyStatus(old) != ReadyStatus(cur) ||
 		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp)
 }
 
-// readyOf is the node's Ready condition status, "" without one.
-func readyOf(n *corev1.Node) corev1.ConditionStatus {
+// ReadyStatus is the status of the node's Ready condition, "" without one.
+func ReadyStatus(n *corev1.Node) corev1.ConditionStatus {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status
