@@ -36,6 +36,9 @@ func newWebhookCommand() *cobra.Command {
 			if opts.PolicyLoadTimeout <= 0 {
 				return fmt.Errorf("--policy-load-timeout %s must be positive: a policy set load without a deadline could hold a replica's CPU for ever", opts.PolicyLoadTimeout)
 			}
+			if opts.ShutdownDelay < 0 {
+				return fmt.Errorf("--shutdown-delay %s must not be negative", opts.ShutdownDelay)
+			}
 			if opts.Namespace == "" {
 				return fmt.Errorf("--namespace is required: it is exempt from admission and holds the policy ConfigMaps")
 			}
@@ -72,6 +75,7 @@ func newWebhookCommand() *cobra.Command {
 	f.BoolVar(&opts.OpenReports, "open-reports", false, "the audit also writes OpenReports Reports (openreports.io/v1alpha1) per namespace; needs the CRD and RBAC on reports.openreports.io")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to run the audit (admission is served by every replica)")
 	f.DurationVar(&opts.PolicyLoadTimeout, "policy-load-timeout", policy.DefaultLimits.Timeout, "deadline of each policy set load (compile, enforcement rules, trial evaluation); a set that exceeds it is rejected and the last good set keeps serving")
+	f.DurationVar(&opts.ShutdownDelay, "shutdown-delay", 0, "on SIGTERM, go on answering reviews this long, not ready and closing each connection after its answer, before stopping: the API server then sends its next reviews to another replica instead of on a connection this one closes")
 	f.StringVar(&failureMode, "failure-mode", string(admission.FailClosed), "when policies cannot be evaluated: deny (reject the request) or warn (admit with a warning); never silent")
 	f.StringVar(&tlsMode, "tls-mode", tlsModeFiles, `"files": serve tls.crt/tls.key from --cert-dir (a mounted Secret, e.g. from cert-manager); "self-managed": keep a CA and serving certificate in --tls-secret, write the CA bundle into --webhook-configuration and rotate both`)
 	f.StringVar(&tlsOpts.SecretName, "tls-secret", "", "self-managed: Secret in --namespace holding the CA and the serving certificate")

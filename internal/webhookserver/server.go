@@ -81,7 +81,10 @@ type Options struct {
 	// PolicyLoadTimeout bounds each load of a policy set (compile, enforcement rules, trial); a
 	// set that exceeds it is rejected like one that does not compile. 0 means the default.
 	PolicyLoadTimeout time.Duration
-	Log               logr.Logger
+	// ShutdownDelay is how long the replica goes on answering reviews once ctx ends, not ready
+	// and closing each connection after its answer, before its servers stop (see gracefulStop).
+	ShutdownDelay time.Duration
+	Log           logr.Logger
 }
 
 // Run serves the admission webhooks until ctx ends. The policy set starts as the built-ins and
@@ -155,9 +158,10 @@ func Run(ctx context.Context, opts Options) error {
 		Log:              log.WithName("admission"),
 		Lookups:          admission.ReaderLookups(reader),
 	}
+	stop := &gracefulStop{}
 	server := mgr.GetWebhookServer()
 	for path, endpoint := range handlers.Endpoints() {
-		server.Register(path, endpoint)
+		server.Register(path, stop.closeAfterAnswer(endpoint))
 	}
 
 	// Stopped after the manager, when the last reload and audit have recorded their Events.
@@ -249,7 +253,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	if err := addReadinessChecks(mgr, map[string]healthz.Checker{"webhook": server.StartedChecker(), "policies": reloader.ready}); err != nil {
+	if err := addReadinessChecks(mgr, map[string]healthz.Checker{
+		"webhook": server.StartedChecker(), "policies": reloader.ready, "stopping": stop.ready,
+	}); err != nil {
 		return err
 	}
 	if opts.MetricsAddr != "0" {
@@ -258,7 +264,9 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	log.Info("Starting admission webhooks", "port", opts.Port, "namespace", opts.Namespace, "policies", len(initial.Modules()))
-	return mgr.Start(ctx)
+	serving, release := stop.serveFor(ctx, opts.ShutdownDelay, log)
+	defer release()
+	return mgr.Start(serving)
 }
 
 // afterFirstRead runs audit once the policy ConfigMaps have been read: until then the engine
