@@ -18,7 +18,7 @@ var readinessChecks atomic.Pointer[[]healthz.Checker]
 // runs, so it says what the Service's endpoints say a moment later.
 var webhookReady = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 	Name: "daemonguard_webhook_ready",
-	Help: "1 when this webhook replica passes its readiness checks (webhook server serving TLS, policy ConfigMaps read), 0 otherwise.",
+	Help: "1 when this webhook replica passes its readiness checks (webhook server serving TLS, policy ConfigMaps read, not shutting down), 0 otherwise.",
 }, replicaReady)
 
 // replicaReady is 1 when every readiness check passes, 0 when one fails or none is set yet.
