@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/daemonguard/daemonguard/internal/admission"
@@ -468,10 +469,24 @@ func writes(t *testing.T, ctx context.Context, suffix string, legacy *appsv1.Dae
 	t.Cleanup(func() { _ = dss.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	out["server-side apply creates"] = describe(first, 0)
 	out["the same apply again"] = describe(apply(), first.Generation)
-	again, err := dss.Update(ctx, first, metav1.UpdateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// update writes the stored DaemonSet back with change made: read again on a conflict, as the
+	// DaemonSet controller writes the status meanwhile.
+	update := func(name string, change func(*appsv1.DaemonSet)) *appsv1.DaemonSet {
+		var updated *appsv1.DaemonSet
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			stored, err := dss.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			change(stored)
+			updated, err = dss.Update(ctx, stored, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return updated
 	}
+	again := update(name, func(*appsv1.DaemonSet) {})
 	out["an update with the stored object"] = describe(again, first.Generation)
 	revisions, err := cluster.Client.AppsV1().ControllerRevisions("dg-default").List(ctx, metav1.ListOptions{LabelSelector: "app=nginx-ds"})
 	if err != nil {
@@ -490,25 +505,19 @@ func writes(t *testing.T, ctx context.Context, suffix string, legacy *appsv1.Dae
 	}
 
 	// The rollout controller's status annotation on a DaemonSet stored without the injection.
-	legacy, err = dss.Get(ctx, legacy.Name, metav1.GetOptions{})
+	stored, err := dss.Get(ctx, legacy.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := legacy.Generation
-	if legacy.Annotations == nil {
-		legacy.Annotations = map[string]string{}
-	}
-	legacy.Annotations["status.daemonguard.io/phase"] = "Progressing"
-	legacy, err = dss.Update(ctx, legacy, metav1.UpdateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	base := stored.Generation
+	legacy = update(legacy.Name, func(ds *appsv1.DaemonSet) {
+		if ds.Annotations == nil {
+			ds.Annotations = map[string]string{}
+		}
+		ds.Annotations["status.daemonguard.io/phase"] = "Progressing"
+	})
 	out["a status-only update of a template without the injection"] = describe(legacy, base)
-	legacy.Labels["team"] = "platform"
-	legacy, err = dss.Update(ctx, legacy, metav1.UpdateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	legacy = update(legacy.Name, func(ds *appsv1.DaemonSet) { ds.Labels["team"] = "platform" })
 	out["an ordinary update of a template without the injection"] = describe(legacy, base)
 	return out
 }
