@@ -65,8 +65,8 @@ func (g *gracefulStop) closeAfterAnswer(next http.Handler) http.Handler {
 	})
 }
 
-// ready fails while the replica stops, so daemonguard_webhook_ready says so too; the kubelet has
-// already taken a terminating pod out of the endpoints.
+// ready fails while the replica stops, so daemonguard_webhook_ready says so too; a terminating
+// pod is already out of the Service's ready endpoints.
 func (g *gracefulStop) ready(*http.Request) error {
 	if g.stopping.Load() {
 		return errShuttingDown

@@ -27,9 +27,9 @@ type row struct {
 // Markdown renders the results as docs/performance.md shows them: one table with a column per
 // cluster size and a row per cost, grouped by component; when runs compared a baseline build, a
 // second table of the costs that differ, of the components the baseline was measured on,
-// "before → after"; then the settings the clusters ran with. Values are rounded to what the benchmark can tell apart (seconds to a tenth below 100,
-// MiB to the unit, milliseconds to a tenth) and carry thousands separators; a cost a run did not
-// measure reads "—".
+// "before → after"; then the settings the clusters ran with. Values are rounded to what the
+// benchmark can tell apart (seconds to a tenth below 100, MiB to the unit, milliseconds to a
+// tenth) and carry thousands separators; a cost a run did not measure reads "—".
 func (r Results) Markdown() string {
 	var b strings.Builder
 	if len(r.Runs) == 0 {
