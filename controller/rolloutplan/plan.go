@@ -219,23 +219,35 @@ func podState(p *corev1.Pod, deleted map[types.UID]time.Time) PodState {
 }
 
 // StripPod is the cache transform that keeps of a pod what StateOf reads: the revision label,
-// the node (bound, or pinned by affinity), the phase, the conditions and the waiting containers.
-// The forecast strips its pods the same way, so it reads what the controller reads.
+// the node (bound, or pinned by affinity while unbound), the Ready condition and the reasons of
+// waiting containers. The forecast strips its pods the same way, so it reads what the controller
+// reads. The controller's cache holds every DaemonSet pod of the cluster this way, so what it
+// keeps per pod sets most of the controller's memory on a large cluster.
 func StripPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	p.ManagedFields, p.Annotations = nil, nil
+	p.ManagedFields, p.Annotations, p.GenerateName, p.Finalizers = nil, nil, "", nil
 	// The planner reads one label; pods are found by controller, not by label selector.
 	p.Labels = map[string]string{revisionLabel: p.Labels[revisionLabel]}
-	slim := corev1.PodSpec{NodeName: p.Spec.NodeName, Affinity: p.Spec.Affinity}
+	slim := corev1.PodSpec{NodeName: p.Spec.NodeName}
+	if slim.NodeName == "" {
+		// The node the DaemonSet controller pinned it to (nodes.OfPod).
+		slim.Affinity = p.Spec.Affinity
+	}
 	p.Spec = slim
-	status := corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions}
+	var status corev1.PodStatus
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
+		}
+	}
 	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
 		for _, cs := range list {
 			if cs.State.Waiting != nil {
-				status.ContainerStatuses = append(status.ContainerStatuses, corev1.ContainerStatus{Name: cs.Name, State: corev1.ContainerState{Waiting: cs.State.Waiting}})
+				waiting := &corev1.ContainerStateWaiting{Reason: cs.State.Waiting.Reason}
+				status.ContainerStatuses = append(status.ContainerStatuses, corev1.ContainerStatus{Name: cs.Name, State: corev1.ContainerState{Waiting: waiting}})
 			}
 		}
 	}

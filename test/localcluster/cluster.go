@@ -90,6 +90,7 @@ type Cluster struct {
 	log      io.Writer
 	pki      *pkiFiles
 	etcdURL  string
+	kcmURL   string // kube-controller-manager's secure port, for its /metrics
 	mu       sync.Mutex
 	procs    []*process // in start order; stopped in reverse
 	node     *realNode  // nil unless Config.RealNode
@@ -183,6 +184,7 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 		return err
 	}
 	etcdPort, etcdPeerPort, apiPort, kcmPort, schedPort, kwokPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+	c.kcmURL = "https://127.0.0.1:" + strconv.Itoa(kcmPort)
 
 	fmt.Fprintf(c.log, "Starting etcd, kube-apiserver %s, kube-controller-manager, kube-scheduler and kwok in %s\n", toolbin.KubernetesVersion, c.Dir)
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
@@ -480,6 +482,35 @@ func waitHTTP(ctx context.Context, url string, tlsConfig *tls.Config, what strin
 		return fmt.Errorf("wait for %s to be healthy: %w (last: %v)", what, err, last)
 	}
 	return nil
+}
+
+// ControllerManagerMetrics is kube-controller-manager's /metrics (Prometheus text), read with the
+// admin client certificate, which its delegated authorization allows: its workqueues' counters
+// say how often and how long each controller synced.
+func (c *Cluster) ControllerManagerMetrics(ctx context.Context) ([]byte, error) {
+	cert, err := tls.X509KeyPair(c.pki.AdminCertPEM, c.pki.AdminKeyPEM)
+	if err != nil {
+		return nil, err
+	}
+	tlsConfig := &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}} //nolint:gosec // self-signed, on loopback
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.kcmURL+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read kube-controller-manager's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read kube-controller-manager's metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("kube-controller-manager's /metrics answered %s: %s", resp.Status, body)
+	}
+	return body, nil
 }
 
 func (c *Cluster) waitAPIServer(ctx context.Context) error {

@@ -156,6 +156,18 @@ func tableRows(runs []Run) []row {
 		{group: "rollout", label: "built-in RollingUpdate", unit: "s", value: func(r Run) string { return seconds(r.Rollout.BuiltinSeconds) }},
 		{group: "rollout", label: "managed rollout", unit: "s", value: func(r Run) string { return seconds(r.Rollout.ManagedSeconds) }},
 		{group: "rollout", label: "managed / built-in", value: func(r Run) string { return ratio(r.Rollout.ManagedSeconds, r.Rollout.BuiltinSeconds) }},
+		{group: "rollout", label: "DaemonSet controller syncs, built-in / managed", value: bothRollouts(func(c RolloutCost) string { return count(c.DaemonSetSyncs) }), parts: []row{
+			{group: "rollout", label: "DaemonSet controller syncs, built-in", value: costOf(builtin, func(c RolloutCost) string { return count(c.DaemonSetSyncs) })},
+			{group: "rollout", label: "DaemonSet controller syncs, managed", value: costOf(managed, func(c RolloutCost) string { return count(c.DaemonSetSyncs) })},
+		}},
+		{group: "rollout", label: "DaemonSet controller sync time, built-in / managed", unit: "s", value: bothRollouts(func(c RolloutCost) string { return seconds(c.DaemonSetSyncSeconds) }), parts: []row{
+			{group: "rollout", label: "DaemonSet controller sync time, built-in", unit: "s", value: costOf(builtin, func(c RolloutCost) string { return seconds(c.DaemonSetSyncSeconds) })},
+			{group: "rollout", label: "DaemonSet controller sync time, managed", unit: "s", value: costOf(managed, func(c RolloutCost) string { return seconds(c.DaemonSetSyncSeconds) })},
+		}},
+		{group: "rollout", label: "DaemonSet writes (409 conflicts), built-in / managed", value: bothRollouts(writes), parts: []row{
+			{group: "rollout", label: "DaemonSet writes (409 conflicts), built-in", value: costOf(builtin, writes)},
+			{group: "rollout", label: "DaemonSet writes (409 conflicts), managed", value: costOf(managed, writes)},
+		}},
 		{group: "rollout", label: "controller peak RSS", unit: "MiB", value: func(r Run) string { return mib(r.Rollout.ControllerPeakRSSMiB) }},
 		{group: "rollout", label: "controller CPU, start to the managed rollout's end", unit: "s", value: func(r Run) string { return seconds(r.Rollout.ControllerCPUSeconds) }},
 
@@ -236,6 +248,33 @@ func joinStorm(r Run) string {
 		return none
 	}
 	return fmt.Sprintf("%s nodes, %s pods, %s failed, %s s", count(w.JoinNodes), count(w.JoinPods), count(w.JoinFailed), seconds(w.JoinSeconds))
+}
+
+// builtin and managed pick one rollout's cost.
+func builtin(r Rollout) RolloutCost { return r.Builtin }
+func managed(r Rollout) RolloutCost { return r.Managed }
+
+// costOf reads one rollout's cost, "—" for a run that did not measure it.
+func costOf(of func(Rollout) RolloutCost, value func(RolloutCost) string) func(Run) string {
+	return func(r Run) string {
+		c := of(r.Rollout)
+		return orNone(c.DaemonSetSyncs != 0, func() string { return value(c) })
+	}
+}
+
+// bothRollouts reads a cost of both rollouts in one cell: "812 / 1,544".
+func bothRollouts(value func(RolloutCost) string) func(Run) string {
+	return func(r Run) string {
+		b, m := costOf(builtin, value)(r), costOf(managed, value)(r)
+		if b == none && m == none {
+			return none
+		}
+		return b + " / " + m
+	}
+}
+
+func writes(c RolloutCost) string {
+	return fmt.Sprintf("%s (%s)", count(c.DaemonSetWrites), count(c.Conflicts))
 }
 
 // audited reads a count of the audit's, "—" when the run did not measure the audit (a run

@@ -136,16 +136,71 @@ func measureReviews(t testing.TB, c *localcluster.Cluster, n int) (p50, p99 time
 	return took[len(took)/2], took[min(len(took)-1, len(took)*99/100)]
 }
 
-// rollOut sets the image of the platform DaemonSet name and waits until it runs on every node.
-func rollOut(t testing.TB, c *localcluster.Cluster, name, image string, nodes int, managed bool) time.Duration {
+// rollOut sets the image of the platform DaemonSet name, waits until it runs on every node and
+// returns how long that took and what it cost the control plane.
+func rollOut(t testing.TB, c *localcluster.Cluster, name, image string, nodes int, managed bool) (time.Duration, RolloutCost) {
 	t.Helper()
 	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"agent","image":%q}]}}}}`, image)
+	before := controlPlaneCounters(t, c)
 	start := time.Now()
 	if _, err := c.Client.AppsV1().DaemonSets(platformNamespace).Patch(context.Background(), name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitDaemonSet(t, c, name, nodes, image, managed, 60*time.Minute)
-	return time.Since(start)
+	took := time.Since(start)
+	return took, controlPlaneCounters(t, c).since(before)
+}
+
+// controlPlaneCounters reads the counters a RolloutCost is the difference of: kube-controller-manager's
+// DaemonSet workqueue (each item processed is one sync of one DaemonSet) and the API server's
+// answers to DaemonSet writes.
+func controlPlaneCounters(t testing.TB, c *localcluster.Cluster) RolloutCost {
+	t.Helper()
+	body, err := c.ControllerManagerMetrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	kcm, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out RolloutCost
+	for _, m := range kcm["workqueue_work_duration_seconds"].GetMetric() {
+		if label(m, "name") == "daemonset" {
+			out.DaemonSetSyncs = int(m.GetHistogram().GetSampleCount())
+			out.DaemonSetSyncSeconds = m.GetHistogram().GetSampleSum()
+		}
+	}
+	for _, m := range apiServerMetrics(t, c)["apiserver_request_total"].GetMetric() {
+		if label(m, "resource") != "daemonsets" || (label(m, "verb") != "PATCH" && label(m, "verb") != "UPDATE") {
+			continue
+		}
+		n := int(m.GetCounter().GetValue())
+		out.DaemonSetWrites += n
+		if label(m, "code") == "409" {
+			out.Conflicts += n
+		}
+	}
+	return out
+}
+
+func (c RolloutCost) since(before RolloutCost) RolloutCost {
+	return RolloutCost{
+		DaemonSetSyncs:       c.DaemonSetSyncs - before.DaemonSetSyncs,
+		DaemonSetSyncSeconds: c.DaemonSetSyncSeconds - before.DaemonSetSyncSeconds,
+		DaemonSetWrites:      c.DaemonSetWrites - before.DaemonSetWrites,
+		Conflicts:            c.Conflicts - before.Conflicts,
+	}
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
 
 // plannedDaemonSets are the two plans measured: the built-in RollingUpdate DaemonSet, and the managed one.

@@ -39,6 +39,19 @@ type Rollout struct {
 	Budget               string  `json:"budget"` // e.g. "10%"
 	ControllerPeakRSSMiB float64 `json:"controllerPeakRSSMiB"`
 	ControllerCPUSeconds float64 `json:"controllerCPUSeconds"` // from start to the managed rollout's end
+	// Builtin and Managed are what each rollout cost the control plane besides its time.
+	Builtin RolloutCost `json:"builtin"`
+	Managed RolloutCost `json:"managed"`
+}
+
+// RolloutCost is the control plane's work during one rollout: the DaemonSet controller's syncs
+// (each a pass over the DaemonSet's nodes and pods) and the writes of DaemonSets the API server
+// answered, every client's.
+type RolloutCost struct {
+	DaemonSetSyncs       int     `json:"daemonSetSyncs"`       // kube-controller-manager's DaemonSet syncs, of every DaemonSet
+	DaemonSetSyncSeconds float64 `json:"daemonSetSyncSeconds"` // their time in all
+	DaemonSetWrites      int     `json:"daemonSetWrites"`      // PATCH and UPDATE of DaemonSets, status included
+	Conflicts            int     `json:"conflicts"`            // writes refused for a stale resourceVersion (409)
 }
 
 // Webhook is the admission webhook on the populated cluster: its start, its memory, its review

@@ -19,7 +19,9 @@ func fixture() Results {
 	run := func(nodes int, scale float64) Run {
 		return Run{
 			Nodes: nodes, Pods: nodes*30 + 100, DaemonSets: 3, Date: "2025-06-01", PopulateSeconds: 40 * scale,
-			Rollout: Rollout{BuiltinSeconds: 29.2 * scale, ManagedSeconds: 29.5 * scale, Budget: "10%", ControllerPeakRSSMiB: 75 * scale, ControllerCPUSeconds: 12.34 * scale},
+			Rollout: Rollout{BuiltinSeconds: 29.2 * scale, ManagedSeconds: 29.5 * scale, Budget: "10%", ControllerPeakRSSMiB: 75 * scale, ControllerCPUSeconds: 12.34 * scale,
+				Builtin: RolloutCost{DaemonSetSyncs: int(800 * scale), DaemonSetSyncSeconds: 20.5 * scale, DaemonSetWrites: int(900 * scale), Conflicts: 3},
+				Managed: RolloutCost{DaemonSetSyncs: int(1500 * scale), DaemonSetSyncSeconds: 30 * scale, DaemonSetWrites: int(1200 * scale), Conflicts: 40}},
 			Webhook: Webhook{
 				StartupSeconds: 1.2 * scale, RSSMiB: 96 * scale, PeakRSSMiB: 120 * scale, ReviewP50Ms: 1.3, ReviewP99Ms: 21.04 * scale, Reviews: 10000,
 				JoinNodes: 500, JoinPods: 1500, JoinFailed: 0, JoinSeconds: 41.23,
@@ -36,6 +38,7 @@ func fixture() Results {
 	before.Webhook.RSSMiB, before.Webhook.PeakRSSMiB, before.Webhook.StartupSeconds = 412, 530, 14.61
 	before.Webhook.JoinFailed, before.Webhook.JoinSeconds = 7, 120.4
 	before.Plans = nil
+	before.Rollout.Managed.Conflicts = 400
 	before.Date = "2025-05-31"
 	small.Before = &before
 	large.Plans = large.Plans[:1]
@@ -64,9 +67,14 @@ func TestMarkdown(t *testing.T) {
 			results: fixture(),
 			want:    []string{" 500 nodes, 1,500 pods, 0 failed, 41.2 s |"},
 		},
+		"both rollouts' costs read in one cell": {
+			results: fixture(),
+			want:    []string{"| DaemonSet controller syncs, built-in / managed | 800 / 1,500 | 2,000 / 3,750 |", "| DaemonSet writes (409 conflicts), built-in / managed | 900 (3) / 1,200 (40) |"},
+		},
 		"a baseline build adds a before → after table of the costs that differ": {
 			results: fixture(),
-			want:    []string{"| RSS after reviews and join storm | 412 → 96 MiB |", "| join storm: failed | 7 → 0 |", "| join storm: until available | 120 → 41.2 s |"},
+			want:    []string{"| RSS after reviews and join storm | 412 → 96 MiB |", "| join storm: failed | 7 → 0 |", "| join storm: until available | 120 → 41.2 s |",
+				"| DaemonSet writes (409 conflicts), managed | 1,200 (400) → 1,200 (40) |"},
 			absent:  []string{"| review p50 | ", "| measured on | 2025-05-31"},
 		},
 		"a component the baseline was not measured on is left out of the comparison": {

@@ -233,8 +233,10 @@ func measureRollouts(t testing.TB, r *release, bin string, nodes int, image stri
 	ctl := r.runController(t, bin, pprofAddr)
 	defer ctl.Proc.Stop()
 	out := Rollout{Budget: budget}
-	out.BuiltinSeconds = rollOut(t, r.Cluster, builtinAgent, image, nodes, false).Seconds()
-	out.ManagedSeconds = rollOut(t, r.Cluster, managedAgent, image, nodes, true).Seconds()
+	took, cost := rollOut(t, r.Cluster, builtinAgent, image, nodes, false)
+	out.BuiltinSeconds, out.Builtin = took.Seconds(), cost
+	took, cost = rollOut(t, r.Cluster, managedAgent, image, nodes, true)
+	out.ManagedSeconds, out.Managed = took.Seconds(), cost
 	out.ControllerPeakRSSMiB, out.ControllerCPUSeconds = procStatus(ctl.Proc.PID(), "VmHWM"), clustertest.CPUTime(ctl.Proc.PID()).Seconds()
 	// What the controller's heap holds after the rollouts, for `go tool pprof` (not a result):
 	// kept in SCALEBENCH_PROFILES, else removed with the test's temp dir.
