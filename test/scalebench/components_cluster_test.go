@@ -100,14 +100,20 @@ func (r *release) runController(t testing.TB, bin, pprofAddr string) component {
 
 // saveHeapProfile writes the heap profile served at pprofAddr to path, for `go tool pprof`.
 func saveHeapProfile(pprofAddr, path string) error {
-	client := &http.Client{Timeout: time.Minute}
-	resp, err := client.Get("http://" + pprofAddr + "/debug/pprof/heap")
+	return saveProfile(pprofAddr, "heap", path)
+}
+
+// saveProfile saves the profile that net/http/pprof serves at /debug/pprof/<profile> of pprofAddr
+// to path.
+func saveProfile(pprofAddr, profile, path string) error {
+	client := &http.Client{Timeout: 5 * time.Minute}
+	resp, err := client.Get("http://" + pprofAddr + "/debug/pprof/" + profile)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET heap profile: %s", resp.Status)
+		return fmt.Errorf("GET %s profile: %s", profile, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {

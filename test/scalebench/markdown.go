@@ -168,6 +168,18 @@ func tableRows(runs []Run) []row {
 			{group: "rollout", label: "DaemonSet writes (409 conflicts), built-in", value: costOf(builtin, writes)},
 			{group: "rollout", label: "DaemonSet writes (409 conflicts), managed", value: costOf(managed, writes)},
 		}},
+		{group: "rollout", label: "CPU of every process of the machine, built-in / managed", unit: "s", value: bothRollouts(cpuOf("")), parts: []row{
+			{group: "rollout", label: "CPU of every process, built-in", unit: "s", value: costOf(builtin, cpuOf(""))},
+			{group: "rollout", label: "CPU of every process, managed", unit: "s", value: costOf(managed, cpuOf(""))},
+		}},
+		{group: "rollout", label: "of it kube-controller-manager, built-in / managed", unit: "s", value: bothRollouts(cpuOf("kube-controller")), parts: []row{
+			{group: "rollout", label: "CPU of kube-controller-manager, built-in", unit: "s", value: costOf(builtin, cpuOf("kube-controller"))},
+			{group: "rollout", label: "CPU of kube-controller-manager, managed", unit: "s", value: costOf(managed, cpuOf("kube-controller"))},
+		}},
+		{group: "rollout", label: "of it daemonguard's controller, built-in / managed", unit: "s", value: bothRollouts(cpuOf("daemonguard controller")), parts: []row{
+			{group: "rollout", label: "CPU of daemonguard's controller, built-in", unit: "s", value: costOf(builtin, cpuOf("daemonguard controller"))},
+			{group: "rollout", label: "CPU of daemonguard's controller, managed", unit: "s", value: costOf(managed, cpuOf("daemonguard controller"))},
+		}},
 		{group: "rollout", label: "controller peak RSS", unit: "MiB", value: func(r Run) string { return mib(r.Rollout.ControllerPeakRSSMiB) }},
 		{group: "rollout", label: "controller CPU, start to the managed rollout's end", unit: "s", value: func(r Run) string { return seconds(r.Rollout.ControllerCPUSeconds) }},
 
@@ -270,6 +282,25 @@ func bothRollouts(value func(RolloutCost) string) func(Run) string {
 			return none
 		}
 		return b + " / " + m
+	}
+}
+
+// cpuOf reads the CPU seconds of the process named (as /proc/PID/comm names it), of every process
+// when name is "".
+func cpuOf(name string) func(RolloutCost) string {
+	return func(c RolloutCost) string {
+		if c.CPUSeconds == nil {
+			return none
+		}
+		if name != "" {
+			v, ok := c.CPUSeconds[name]
+			return orNone(ok, func() string { return seconds(v) })
+		}
+		total := 0.0
+		for _, v := range c.CPUSeconds {
+			total += v
+		}
+		return seconds(total)
 	}
 }
 

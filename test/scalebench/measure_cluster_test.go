@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/daemonguard/daemonguard/internal/cli"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -137,18 +138,28 @@ func measureReviews(t testing.TB, c *localcluster.Cluster, n int) (p50, p99 time
 }
 
 // rollOut sets the image of the platform DaemonSet name, waits until it runs on every node and
-// returns how long that took and what it cost the control plane.
-func rollOut(t testing.TB, c *localcluster.Cluster, name, image string, nodes int, managed bool) (time.Duration, RolloutCost) {
+// returns how long that took and what it cost the control plane and the processes procs (name →
+// PID).
+func rollOut(t testing.TB, c *localcluster.Cluster, procs map[string]int, name, image string, nodes int, managed bool) (time.Duration, RolloutCost) {
 	t.Helper()
 	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"agent","image":%q}]}}}}`, image)
 	before := controlPlaneCounters(t, c)
+	cpu := map[string]time.Duration{}
+	for name, pid := range procs {
+		cpu[name] = clustertest.CPUTime(pid)
+	}
 	start := time.Now()
 	if _, err := c.Client.AppsV1().DaemonSets(platformNamespace).Patch(context.Background(), name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitDaemonSet(t, c, name, nodes, image, managed, 60*time.Minute)
 	took := time.Since(start)
-	return took, controlPlaneCounters(t, c).since(before)
+	cost := controlPlaneCounters(t, c).since(before)
+	cost.CPUSeconds = map[string]float64{}
+	for name, pid := range procs {
+		cost.CPUSeconds[name] = (clustertest.CPUTime(pid) - cpu[name]).Seconds()
+	}
+	return took, cost
 }
 
 // controlPlaneCounters reads the counters a RolloutCost is the difference of: kube-controller-manager's

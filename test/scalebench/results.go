@@ -52,6 +52,9 @@ type RolloutCost struct {
 	DaemonSetSyncSeconds float64 `json:"daemonSetSyncSeconds"` // their time in all
 	DaemonSetWrites      int     `json:"daemonSetWrites"`      // PATCH and UPDATE of DaemonSets, status included
 	Conflicts            int     `json:"conflicts"`            // writes refused for a stale resourceVersion (409)
+	// CPUSeconds is the CPU time each process of the machine's cluster and daemonguard used
+	// during the rollout, by process name: on 2 cores shared by all, one's work slows the others.
+	CPUSeconds map[string]float64 `json:"cpuSeconds,omitempty"`
 }
 
 // Webhook is the admission webhook on the populated cluster: its start, its memory, its review

@@ -20,8 +20,10 @@ func fixture() Results {
 		return Run{
 			Nodes: nodes, Pods: nodes*30 + 100, DaemonSets: 3, Date: "2025-06-01", PopulateSeconds: 40 * scale,
 			Rollout: Rollout{BuiltinSeconds: 29.2 * scale, ManagedSeconds: 29.5 * scale, Budget: "10%", ControllerPeakRSSMiB: 75 * scale, ControllerCPUSeconds: 12.34 * scale,
-				Builtin: RolloutCost{DaemonSetSyncs: int(800 * scale), DaemonSetSyncSeconds: 20.5 * scale, DaemonSetWrites: int(900 * scale), Conflicts: 3},
-				Managed: RolloutCost{DaemonSetSyncs: int(1500 * scale), DaemonSetSyncSeconds: 30 * scale, DaemonSetWrites: int(1200 * scale), Conflicts: 40}},
+				Builtin: RolloutCost{DaemonSetSyncs: int(800 * scale), DaemonSetSyncSeconds: 20.5 * scale, DaemonSetWrites: int(900 * scale), Conflicts: 3,
+					CPUSeconds: map[string]float64{"kube-controller": 30 * scale, "kube-apiserver": 40 * scale, "daemonguard controller": 2}},
+				Managed: RolloutCost{DaemonSetSyncs: int(1500 * scale), DaemonSetSyncSeconds: 30 * scale, DaemonSetWrites: int(1200 * scale), Conflicts: 40,
+					CPUSeconds: map[string]float64{"kube-controller": 25 * scale, "kube-apiserver": 35 * scale, "daemonguard controller": 8}}},
 			Webhook: Webhook{
 				StartupSeconds: 1.2 * scale, RSSMiB: 96 * scale, PeakRSSMiB: 120 * scale, ReviewP50Ms: 1.3, ReviewP99Ms: 21.04 * scale, Reviews: 10000,
 				JoinNodes: 500, JoinPods: 1500, JoinFailed: 0, JoinSeconds: 41.23,
@@ -69,13 +71,14 @@ func TestMarkdown(t *testing.T) {
 		},
 		"both rollouts' costs read in one cell": {
 			results: fixture(),
-			want:    []string{"| DaemonSet controller syncs, built-in / managed | 800 / 1,500 | 2,000 / 3,750 |", "| DaemonSet writes (409 conflicts), built-in / managed | 900 (3) / 1,200 (40) |"},
+			want: []string{"| DaemonSet controller syncs, built-in / managed | 800 / 1,500 | 2,000 / 3,750 |", "| DaemonSet writes (409 conflicts), built-in / managed | 900 (3) / 1,200 (40) |",
+				"| CPU of every process of the machine, built-in / managed, s | 72.0 / 68.0 |", "| of it daemonguard's controller, built-in / managed, s | 2.0 / 8.0 |"},
 		},
 		"a baseline build adds a before → after table of the costs that differ": {
 			results: fixture(),
-			want:    []string{"| RSS after reviews and join storm | 412 → 96 MiB |", "| join storm: failed | 7 → 0 |", "| join storm: until available | 120 → 41.2 s |",
+			want: []string{"| RSS after reviews and join storm | 412 → 96 MiB |", "| join storm: failed | 7 → 0 |", "| join storm: until available | 120 → 41.2 s |",
 				"| DaemonSet writes (409 conflicts), managed | 1,200 (400) → 1,200 (40) |"},
-			absent:  []string{"| review p50 | ", "| measured on | 2025-05-31"},
+			absent: []string{"| review p50 | ", "| measured on | 2025-05-31"},
 		},
 		"a component the baseline was not measured on is left out of the comparison": {
 			results: fixture(),
@@ -89,7 +92,7 @@ func TestMarkdown(t *testing.T) {
 		},
 		"a cost a run did not measure reads as a dash": {
 			results: Results{Runs: []Run{{Nodes: 200, Pods: 6000}}},
-			want:    []string{"| managed rollout, s | — |", "| join storm: nodes, DaemonSet pods, failed, until available | — |", "| DaemonSets audited | — |", "| Events | — |", "| Reports | — |"},
+			want:    []string{"| managed rollout, s | — |", "| DaemonSet controller syncs, built-in / managed | — |", "| CPU of every process of the machine, built-in / managed, s | — |", "| join storm: nodes, DaemonSet pods, failed, until available | — |", "| DaemonSets audited | — |", "| Events | — |", "| Reports | — |"},
 			absent:  []string{"Before → after", "Settings"},
 		},
 		"no runs still state the settings": {

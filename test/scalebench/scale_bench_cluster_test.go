@@ -182,7 +182,7 @@ func runScale(t testing.TB, s shape, bin, before string, record func(Run)) Run {
 	logf(t, "webhook ready in %s; reviews p50 %s, p99 %s", web.startup.Round(time.Millisecond), p50, p99)
 	record(run)
 
-	run.Rollout = measureRollouts(t, r, bin, s.nodes, "agent:2")
+	run.Rollout = measureRollouts(t, r, web.Proc.PID(), bin, s.nodes, "agent:2")
 	logf(t, "rollouts %+v", run.Rollout)
 	record(run)
 	for _, p := range plannedDaemonSets {
@@ -192,7 +192,7 @@ func runScale(t testing.TB, s shape, bin, before string, record func(Run)) Run {
 	record(run)
 	if before != "" {
 		b := Run{Nodes: s.nodes, Pods: run.Pods, DaemonSets: run.DaemonSets, Date: run.Date}
-		b.Rollout = measureRollouts(t, r, before, s.nodes, "agent:3")
+		b.Rollout = measureRollouts(t, r, web.Proc.PID(), before, s.nodes, "agent:3")
 		for _, p := range plannedDaemonSets {
 			b.Plans = append(b.Plans, measurePlan(t, r, before, p.kind, p.daemonSet))
 		}
@@ -227,28 +227,55 @@ func runScale(t testing.TB, s shape, bin, before string, record func(Run)) Run {
 // measureRollouts runs the controller (binary bin) and rolls the built-in DaemonSet, then the
 // managed one, to image; the controller's peak RSS and CPU time are from its start to the end of
 // the managed rollout. The controller stops at the end.
-func measureRollouts(t testing.TB, r *release, bin string, nodes int, image string) Rollout {
+func measureRollouts(t testing.TB, r *release, webhookPID int, bin string, nodes int, image string) Rollout {
 	t.Helper()
 	pprofAddr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
 	ctl := r.runController(t, bin, pprofAddr)
 	defer ctl.Proc.Stop()
-	out := Rollout{Budget: budget}
-	took, cost := rollOut(t, r.Cluster, builtinAgent, image, nodes, false)
-	out.BuiltinSeconds, out.Builtin = took.Seconds(), cost
-	took, cost = rollOut(t, r.Cluster, managedAgent, image, nodes, true)
-	out.ManagedSeconds, out.Managed = took.Seconds(), cost
-	out.ControllerPeakRSSMiB, out.ControllerCPUSeconds = procStatus(ctl.Proc.PID(), "VmHWM"), clustertest.CPUTime(ctl.Proc.PID()).Seconds()
-	// What the controller's heap holds after the rollouts, for `go tool pprof` (not a result):
-	// kept in SCALEBENCH_PROFILES, else removed with the test's temp dir.
-	dir := os.Getenv("SCALEBENCH_PROFILES")
+	procs := map[string]int{"daemonguard controller": ctl.Proc.PID(), "daemonguard webhook": webhookPID}
+	for _, pid := range r.Cluster.PIDs() {
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
+			procs[strings.TrimSpace(string(comm))] = pid
+		}
+	}
+	// Profiles of the controller, for `go tool pprof` (not results): kept in SCALEBENCH_PROFILES,
+	// else only the heap's is taken, and removed with the test's temp dir.
+	keep := os.Getenv("SCALEBENCH_PROFILES")
+	dir := keep
 	if dir == "" {
 		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	profile := filepath.Join(dir, fmt.Sprintf("scalebench-controller-heap-%d-%s.pb.gz", nodes, strings.TrimPrefix(image, "agent:")))
-	if err := saveHeapProfile(pprofAddr, profile); err != nil {
+	name := func(kind string) string {
+		return filepath.Join(dir, fmt.Sprintf("scalebench-controller-%s-%d-%s.pb.gz", kind, nodes, strings.TrimPrefix(image, "agent:")))
+	}
+	out := Rollout{Budget: budget}
+	took, cost := rollOut(t, r.Cluster, procs, builtinAgent, image, nodes, false)
+	out.BuiltinSeconds, out.Builtin = took.Seconds(), cost
+	var cpuProfile chan error
+	if keep != "" {
+		// Over about as long as the built-in rollout took: where the controller's CPU goes
+		// during the managed one.
+		cpuProfile = make(chan error, 1)
+		go func() {
+			cpuProfile <- saveProfile(pprofAddr, fmt.Sprintf("profile?seconds=%d", max(5, int(took.Seconds()))), name("cpu"))
+		}()
+	}
+	took, cost = rollOut(t, r.Cluster, procs, managedAgent, image, nodes, true)
+	out.ManagedSeconds, out.Managed = took.Seconds(), cost
+	out.ControllerPeakRSSMiB, out.ControllerCPUSeconds = procStatus(ctl.Proc.PID(), "VmHWM"), clustertest.CPUTime(ctl.Proc.PID()).Seconds()
+	if cpuProfile != nil {
+		if err := <-cpuProfile; err != nil {
+			t.Errorf("controller CPU profile: %v", err)
+		} else {
+			logf(t, "controller CPU profile: %s", name("cpu"))
+		}
+	}
+	if err := saveHeapProfile(pprofAddr, name("heap")); err != nil {
 		t.Errorf("controller heap profile: %v", err)
 	} else {
-		logf(t, "controller heap profile: %s", profile)
+		logf(t, "controller heap profile: %s", name("heap"))
 	}
 	return out
 }
