@@ -100,13 +100,13 @@ func (r *release) runController(t testing.TB, bin, pprofAddr string) component {
 
 // saveHeapProfile writes the heap profile served at pprofAddr to path, for `go tool pprof`.
 func saveHeapProfile(pprofAddr, path string) error {
-	return saveProfile(pprofAddr, "heap", path)
+	return saveProfile(pprofAddr, "heap", path, time.Minute)
 }
 
 // saveProfile saves the profile that net/http/pprof serves at /debug/pprof/<profile> of pprofAddr
-// to path.
-func saveProfile(pprofAddr, profile, path string) error {
-	client := &http.Client{Timeout: 5 * time.Minute}
+// to path, giving up after timeout.
+func saveProfile(pprofAddr, profile, path string, timeout time.Duration) error {
+	client := &http.Client{Timeout: timeout}
 	resp, err := client.Get("http://" + pprofAddr + "/debug/pprof/" + profile)
 	if err != nil {
 		return err

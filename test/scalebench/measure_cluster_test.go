@@ -171,11 +171,7 @@ func controlPlaneCounters(t testing.TB, c *localcluster.Cluster) RolloutCost {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	kcm, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kcm := metricFamilies(t, body)
 	var out RolloutCost
 	for _, m := range kcm["workqueue_work_duration_seconds"].GetMetric() {
 		if label(m, "name") == "daemonset" {
@@ -205,6 +201,7 @@ func (c RolloutCost) since(before RolloutCost) RolloutCost {
 	}
 }
 
+// label is the value of the metric's label name, "" without one.
 func label(m *dto.Metric, name string) string {
 	for _, l := range m.GetLabel() {
 		if l.GetName() == name {
@@ -278,11 +275,7 @@ func planRequests(t testing.TB, c *localcluster.Cluster) int {
 	families := apiServerMetrics(t, c)
 	total := 0.0
 	for _, m := range families["apiserver_request_total"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if (labels["verb"] == "GET" || labels["verb"] == "LIST") && slices.Contains(planResources, labels["resource"]) {
+		if verb := label(m, "verb"); (verb == "GET" || verb == "LIST") && slices.Contains(planResources, label(m, "resource")) {
 			total += m.GetCounter().GetValue()
 		}
 	}
@@ -299,10 +292,8 @@ func webhookFailures(t testing.TB, c *localcluster.Cluster) int {
 		total += m.GetCounter().GetValue()
 	}
 	for _, m := range families["apiserver_admission_webhook_rejection_count"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "error_type" && l.GetValue() != "no_error" {
-				total += m.GetCounter().GetValue()
-			}
+		if errorType := label(m, "error_type"); errorType != "" && errorType != "no_error" {
+			total += m.GetCounter().GetValue()
 		}
 	}
 	return int(total)
@@ -314,6 +305,12 @@ func apiServerMetrics(t testing.TB, c *localcluster.Cluster) map[string]*dto.Met
 	if err != nil {
 		t.Fatal(err)
 	}
+	return metricFamilies(t, body)
+}
+
+// metricFamilies parses a /metrics answer in Prometheus' text format.
+func metricFamilies(t testing.TB, body []byte) map[string]*dto.MetricFamily {
+	t.Helper()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
 	if err != nil {

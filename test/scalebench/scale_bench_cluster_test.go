@@ -259,7 +259,8 @@ func measureRollouts(t testing.TB, r *release, webhookPID int, bin string, nodes
 		// during the managed one.
 		cpuProfile = make(chan error, 1)
 		go func() {
-			cpuProfile <- saveProfile(pprofAddr, fmt.Sprintf("profile?seconds=%d", max(5, int(took.Seconds()))), name("cpu"))
+			seconds := max(5, int(took.Seconds()))
+			cpuProfile <- saveProfile(pprofAddr, fmt.Sprintf("profile?seconds=%d", seconds), name("cpu"), time.Duration(seconds)*time.Second+time.Minute)
 		}()
 	}
 	took, cost = rollOut(t, r.Cluster, procs, managedAgent, image, nodes, true)
