@@ -217,6 +217,19 @@ func tableRows(runs []Run) []row {
 				p, ok := plan(r)
 				return orNone(ok, func() string { return seconds(p.WallSeconds) })
 			}},
+			row{group: "pre-flight plan", label: kind + ": CPU, the plan / the API server", unit: "s", value: func(r Run) string {
+				p, ok := plan(r)
+				return orNone(ok && p.CPUSeconds != 0, func() string { return seconds(p.CPUSeconds) + " / " + seconds(p.APIServerCPUSeconds) })
+			}, parts: []row{
+				{group: "pre-flight plan", label: kind + ": CPU of the plan", unit: "s", value: func(r Run) string {
+					p, ok := plan(r)
+					return orNone(ok && p.CPUSeconds != 0, func() string { return seconds(p.CPUSeconds) })
+				}},
+				{group: "pre-flight plan", label: kind + ": CPU of the API server", unit: "s", value: func(r Run) string {
+					p, ok := plan(r)
+					return orNone(ok && p.CPUSeconds != 0, func() string { return seconds(p.APIServerCPUSeconds) })
+				}},
+			}},
 			row{group: "pre-flight plan", label: kind + ": API requests", value: func(r Run) string {
 				p, ok := plan(r)
 				return orNone(ok, func() string { return count(p.Requests) })

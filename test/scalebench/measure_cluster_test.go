@@ -145,8 +145,8 @@ func rollOut(t testing.TB, c *localcluster.Cluster, procs map[string]int, name, 
 	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"agent","image":%q}]}}}}`, image)
 	before := controlPlaneCounters(t, c)
 	cpu := map[string]time.Duration{}
-	for name, pid := range procs {
-		cpu[name] = clustertest.CPUTime(pid)
+	for proc, pid := range procs {
+		cpu[proc] = clustertest.CPUTime(pid)
 	}
 	start := time.Now()
 	if _, err := c.Client.AppsV1().DaemonSets(platformNamespace).Patch(context.Background(), name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
@@ -156,8 +156,8 @@ func rollOut(t testing.TB, c *localcluster.Cluster, procs map[string]int, name, 
 	took := time.Since(start)
 	cost := controlPlaneCounters(t, c).since(before)
 	cost.CPUSeconds = map[string]float64{}
-	for name, pid := range procs {
-		cost.CPUSeconds[name] = (clustertest.CPUTime(pid) - cpu[name]).Seconds()
+	for proc, pid := range procs {
+		cost.CPUSeconds[proc] = (clustertest.CPUTime(pid) - cpu[proc]).Seconds()
 	}
 	return took, cost
 }
@@ -240,12 +240,15 @@ func measurePlan(t testing.TB, r *release, bin, kind, name string) Plan {
 		t.Fatal(err)
 	}
 	before := planRequests(t, r.Cluster)
+	apiServer := processNamed(r.Cluster, "kube-apiserver")
+	apiServerCPU := clustertest.CPUTime(apiServer)
 	cmd := exec.Command(bin, "rollout", "plan", "-f", file, "-o", "json", "--kubeconfig", kubeconfig, "--daemonguard-namespace", r.Namespace)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	start := time.Now()
 	out, err := cmd.Output()
 	wall := time.Since(start)
+	apiServerCPU = clustertest.CPUTime(apiServer) - apiServerCPU
 	if code := cli.ExitCode(err); code != 0 && code != 3 {
 		t.Fatalf("rollout plan exited %d (%v): %s", code, err, stderr.String())
 	}
@@ -261,7 +264,19 @@ func measurePlan(t testing.TB, r *release, bin, kind, name string) Plan {
 	}
 	requests := planRequests(t, r.Cluster) - before
 	rss := float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024 // kB on Linux
-	return Plan{DaemonSet: kind, WallSeconds: wall.Seconds(), Requests: requests, PeakRSSMiB: rss}
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	return Plan{DaemonSet: kind, WallSeconds: wall.Seconds(), Requests: requests, PeakRSSMiB: rss,
+		CPUSeconds: cpu.Seconds(), APIServerCPUSeconds: apiServerCPU.Seconds()}
+}
+
+// processNamed is the PID of the cluster's process that /proc/PID/comm names name, 0 if none.
+func processNamed(c *localcluster.Cluster, name string) int {
+	for _, pid := range c.PIDs() {
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == name {
+			return pid
+		}
+	}
+	return 0
 }
 
 // planResources are what the plan reads. Nothing else in the cluster GETs or LISTs them while it

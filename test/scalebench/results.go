@@ -88,6 +88,10 @@ type Plan struct {
 	WallSeconds float64 `json:"wallSeconds"`
 	Requests    int     `json:"requests"`
 	PeakRSSMiB  float64 `json:"peakRSSMiB"`
+	// CPUSeconds is the plan process's CPU time (user and system), APIServerCPUSeconds the API
+	// server's while the plan ran: which side its wall time is spent on.
+	CPUSeconds          float64 `json:"cpuSeconds,omitempty"`
+	APIServerCPUSeconds float64 `json:"apiServerCPUSeconds,omitempty"`
 }
 
 // Load reads the results file at path. A missing file is empty Results and no error, so that the

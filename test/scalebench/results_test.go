@@ -30,7 +30,7 @@ func fixture() Results {
 			},
 			Audit: Audit{DaemonSets: 3, Seconds: 0.8 * scale, PeakRSSMiB: 101 * scale, Events: 3, Reports: 3, LargestReportBytes: int(20480 * scale)},
 			Plans: []Plan{
-				{DaemonSet: "rolling-update", WallSeconds: 0.65 * scale, Requests: 12, PeakRSSMiB: 60 * scale},
+				{DaemonSet: "rolling-update", WallSeconds: 0.65 * scale, Requests: 12, PeakRSSMiB: 60 * scale, CPUSeconds: 0.5 * scale, APIServerCPUSeconds: 0.4 * scale},
 				{DaemonSet: "managed", WallSeconds: 2.35 * scale, Requests: 1010 * int(scale), PeakRSSMiB: 80 * scale},
 			},
 		}
@@ -72,7 +72,8 @@ func TestMarkdown(t *testing.T) {
 		"both rollouts' costs read in one cell": {
 			results: fixture(),
 			want: []string{"| DaemonSet controller syncs, built-in / managed | 800 / 1,500 | 2,000 / 3,750 |", "| DaemonSet writes (409 conflicts), built-in / managed | 900 (3) / 1,200 (40) |",
-				"| CPU of every process of the machine, built-in / managed, s | 72.0 / 68.0 |", "| of it daemonguard's controller, built-in / managed, s | 2.0 / 8.0 |"},
+				"| CPU of every process of the machine, built-in / managed, s | 72.0 / 68.0 |", "| of it daemonguard's controller, built-in / managed, s | 2.0 / 8.0 |",
+				"| rolling-update: CPU, the plan / the API server, s | 0.50 / 0.40 |", "| managed: CPU, the plan / the API server, s | — |"},
 		},
 		"a baseline build adds a before → after table of the costs that differ": {
 			results: fixture(),
