@@ -240,7 +240,7 @@ func measurePlan(t testing.TB, r *release, bin, kind, name string) Plan {
 		t.Fatal(err)
 	}
 	before := planRequests(t, r.Cluster)
-	apiServer := processNamed(r.Cluster, "kube-apiserver")
+	apiServer := clusterProcesses(r.Cluster)["kube-apiserver"]
 	apiServerCPU := clustertest.CPUTime(apiServer)
 	cmd := exec.Command(bin, "rollout", "plan", "-f", file, "-o", "json", "--kubeconfig", kubeconfig, "--daemonguard-namespace", r.Namespace)
 	var stderr strings.Builder
@@ -269,14 +269,16 @@ func measurePlan(t testing.TB, r *release, bin, kind, name string) Plan {
 		CPUSeconds: cpu.Seconds(), APIServerCPUSeconds: apiServerCPU.Seconds()}
 }
 
-// processNamed is the PID of the cluster's process that /proc/PID/comm names name, 0 if none.
-func processNamed(c *localcluster.Cluster, name string) int {
+// clusterProcesses are the PIDs of the cluster's processes by the names /proc/PID/comm gives them
+// ("kube-apiserver", "kube-controller" (sic: 15 characters), "etcd", "kwok", ...).
+func clusterProcesses(c *localcluster.Cluster) map[string]int {
+	procs := map[string]int{}
 	for _, pid := range c.PIDs() {
-		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == name {
-			return pid
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
+			procs[strings.TrimSpace(string(comm))] = pid
 		}
 	}
-	return 0
+	return procs
 }
 
 // planResources are what the plan reads. Nothing else in the cluster GETs or LISTs them while it

@@ -232,12 +232,8 @@ func measureRollouts(t testing.TB, r *release, webhookPID int, bin string, nodes
 	pprofAddr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
 	ctl := r.runController(t, bin, pprofAddr)
 	defer ctl.Proc.Stop()
-	procs := map[string]int{"daemonguard controller": ctl.Proc.PID(), "daemonguard webhook": webhookPID}
-	for _, pid := range r.Cluster.PIDs() {
-		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
-			procs[strings.TrimSpace(string(comm))] = pid
-		}
-	}
+	procs := clusterProcesses(r.Cluster)
+	procs["daemonguard controller"], procs["daemonguard webhook"] = ctl.Proc.PID(), webhookPID
 	// Profiles of the controller, for `go tool pprof` (not results): kept in SCALEBENCH_PROFILES,
 	// else only the heap's is taken, and removed with the test's temp dir.
 	keep := os.Getenv("SCALEBENCH_PROFILES")
@@ -258,8 +254,8 @@ func measureRollouts(t testing.TB, r *release, webhookPID int, bin string, nodes
 		// Over about as long as the built-in rollout took: where the controller's CPU goes
 		// during the managed one.
 		cpuProfile = make(chan error, 1)
+		seconds := max(5, int(took.Seconds()))
 		go func() {
-			seconds := max(5, int(took.Seconds()))
 			cpuProfile <- saveProfile(pprofAddr, fmt.Sprintf("profile?seconds=%d", seconds), name("cpu"), time.Duration(seconds)*time.Second+time.Minute)
 		}()
 	}
