@@ -156,30 +156,12 @@ func tableRows(runs []Run) []row {
 		{group: "rollout", label: "built-in RollingUpdate", unit: "s", value: func(r Run) string { return seconds(r.Rollout.BuiltinSeconds) }},
 		{group: "rollout", label: "managed rollout", unit: "s", value: func(r Run) string { return seconds(r.Rollout.ManagedSeconds) }},
 		{group: "rollout", label: "managed / built-in", value: func(r Run) string { return ratio(r.Rollout.ManagedSeconds, r.Rollout.BuiltinSeconds) }},
-		{group: "rollout", label: "DaemonSet controller syncs, built-in / managed", value: bothRollouts(func(c RolloutCost) string { return count(c.DaemonSetSyncs) }), parts: []row{
-			{group: "rollout", label: "DaemonSet controller syncs, built-in", value: costOf(builtin, func(c RolloutCost) string { return count(c.DaemonSetSyncs) })},
-			{group: "rollout", label: "DaemonSet controller syncs, managed", value: costOf(managed, func(c RolloutCost) string { return count(c.DaemonSetSyncs) })},
-		}},
-		{group: "rollout", label: "DaemonSet controller sync time, built-in / managed", unit: "s", value: bothRollouts(func(c RolloutCost) string { return seconds(c.DaemonSetSyncSeconds) }), parts: []row{
-			{group: "rollout", label: "DaemonSet controller sync time, built-in", unit: "s", value: costOf(builtin, func(c RolloutCost) string { return seconds(c.DaemonSetSyncSeconds) })},
-			{group: "rollout", label: "DaemonSet controller sync time, managed", unit: "s", value: costOf(managed, func(c RolloutCost) string { return seconds(c.DaemonSetSyncSeconds) })},
-		}},
-		{group: "rollout", label: "DaemonSet writes (409 conflicts), built-in / managed", value: bothRollouts(writes), parts: []row{
-			{group: "rollout", label: "DaemonSet writes (409 conflicts), built-in", value: costOf(builtin, writes)},
-			{group: "rollout", label: "DaemonSet writes (409 conflicts), managed", value: costOf(managed, writes)},
-		}},
-		{group: "rollout", label: "CPU of every process of the machine, built-in / managed", unit: "s", value: bothRollouts(cpuOf("")), parts: []row{
-			{group: "rollout", label: "CPU of every process, built-in", unit: "s", value: costOf(builtin, cpuOf(""))},
-			{group: "rollout", label: "CPU of every process, managed", unit: "s", value: costOf(managed, cpuOf(""))},
-		}},
-		{group: "rollout", label: "of it kube-controller-manager, built-in / managed", unit: "s", value: bothRollouts(cpuOf("kube-controller")), parts: []row{
-			{group: "rollout", label: "CPU of kube-controller-manager, built-in", unit: "s", value: costOf(builtin, cpuOf("kube-controller"))},
-			{group: "rollout", label: "CPU of kube-controller-manager, managed", unit: "s", value: costOf(managed, cpuOf("kube-controller"))},
-		}},
-		{group: "rollout", label: "of it daemonguard's controller, built-in / managed", unit: "s", value: bothRollouts(cpuOf("daemonguard controller")), parts: []row{
-			{group: "rollout", label: "CPU of daemonguard's controller, built-in", unit: "s", value: costOf(builtin, cpuOf("daemonguard controller"))},
-			{group: "rollout", label: "CPU of daemonguard's controller, managed", unit: "s", value: costOf(managed, cpuOf("daemonguard controller"))},
-		}},
+		rolloutCostRow("DaemonSet controller syncs", "DaemonSet controller syncs", "", func(c RolloutCost) string { return count(c.DaemonSetSyncs) }),
+		rolloutCostRow("DaemonSet controller sync time", "DaemonSet controller sync time", "s", func(c RolloutCost) string { return seconds(c.DaemonSetSyncSeconds) }),
+		rolloutCostRow("DaemonSet writes (409 conflicts)", "DaemonSet writes (409 conflicts)", "", writes),
+		rolloutCostRow("CPU of every process of the machine", "CPU of every process", "s", cpuOf("")),
+		rolloutCostRow("of it kube-controller-manager", "CPU of kube-controller-manager", "s", cpuOf("kube-controller")),
+		rolloutCostRow("of it daemonguard's controller", "CPU of daemonguard's controller", "s", cpuOf("daemonguard controller")),
 		{group: "rollout", label: "controller peak RSS", unit: "MiB", value: func(r Run) string { return mib(r.Rollout.ControllerPeakRSSMiB) }},
 		{group: "rollout", label: "controller CPU, start to the managed rollout's end", unit: "s", value: func(r Run) string { return seconds(r.Rollout.ControllerCPUSeconds) }},
 
@@ -285,6 +267,15 @@ func costOf(of func(Rollout) RolloutCost, value func(RolloutCost) string) func(R
 		c := of(r.Rollout)
 		return orNone(c.DaemonSetSyncs != 0, func() string { return value(c) })
 	}
+}
+
+// rolloutCostRow is the row of a cost of both rollouts, "label, built-in / managed", whose
+// before → after table has a row per rollout, "part, built-in" and "part, managed".
+func rolloutCostRow(label, part, unit string, value func(RolloutCost) string) row {
+	return row{group: "rollout", label: label + ", built-in / managed", unit: unit, value: bothRollouts(value), parts: []row{
+		{group: "rollout", label: part + ", built-in", unit: unit, value: costOf(builtin, value)},
+		{group: "rollout", label: part + ", managed", unit: unit, value: costOf(managed, value)},
+	}}
 }
 
 // bothRollouts reads a cost of both rollouts in one cell: "812 / 1,544".
