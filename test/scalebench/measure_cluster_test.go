@@ -121,10 +121,20 @@ func measureReviews(t testing.TB, c *localcluster.Cluster, n int) (p50, p99 time
 	ctx := context.Background()
 	ds := agents[0].daemonSet("agent:review")
 	ds.Name = "review"
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	// The API server loads the chart's MutatingAdmissionPolicy through an informer of its own, so
+	// a ready webhook says nothing of it: wait until a dry-run create is injected before timing.
+	c.WaitFor(t, 2*time.Minute, "a dry-run create with daemonguard's injection", func(ctx context.Context) (bool, string) {
+		out, err := c.Client.AppsV1().DaemonSets(platformNamespace).Create(ctx, ds, dryRun)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(out.Spec.Template.Spec.Tolerations) > 0, fmt.Sprintf("%+v", out.Spec.Template.Spec)
+	})
 	var took []time.Duration
 	for range n {
 		start := time.Now()
-		out, err := c.Client.AppsV1().DaemonSets(platformNamespace).Create(ctx, ds, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		out, err := c.Client.AppsV1().DaemonSets(platformNamespace).Create(ctx, ds, dryRun)
 		took = append(took, time.Since(start))
 		if err != nil {
 			t.Fatalf("dry-run create: %v", err)
