@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/daemonguard/daemonguard/test/golden"
 )
 
 func TestLint(t *testing.T) {
@@ -30,7 +32,7 @@ func TestGolden(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			got := render(t, c)
 			objects(t, got) // every object of a built-in kind decodes strictly
-			assertGolden(t, filepath.Join("testdata", "golden", c.golden+".yaml"), got, "helm template", "go test ./charts/")
+			golden.Assert(t, filepath.Join("testdata", "golden", c.golden+".yaml"), got)
 		})
 	}
 }

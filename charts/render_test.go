@@ -14,7 +14,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/pmezard/go-difflib/difflib"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -206,33 +205,6 @@ func runHelmIn(t *testing.T, dir string, args ...string) ([]byte, error) {
 		return stdout.Bytes(), fmt.Errorf("helm %v: %w: %s", args, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return stdout.Bytes(), nil
-}
-
-// unifiedDiff shows what changes from want (named from) to got (named to), with context lines
-// around each change.
-func unifiedDiff(want, got []byte, from, to string, context int) string {
-	diff, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: difflib.SplitLines(string(want)), B: difflib.SplitLines(string(got)), FromFile: from, ToFile: to, Context: context,
-	})
-	return diff
-}
-
-// assertGolden holds got, the output of producer, to the golden file path, which UPDATE_GOLDEN=1
-// rewrites first; rerun is the go test command to run with it.
-func assertGolden(t *testing.T, path string, got []byte, producer, rerun string) {
-	t.Helper()
-	if os.Getenv("UPDATE_GOLDEN") == "1" {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run UPDATE_GOLDEN=1 %s)", err, rerun)
-	}
-	if string(got) != string(want) {
-		t.Fatalf("%s differs from the output of %s (run UPDATE_GOLDEN=1 %s if the change is intended):\n%s", path, producer, rerun, unifiedDiff(want, got, path, producer, 2))
-	}
 }
 
 // template runs helm template with the fixed release, namespace and Kubernetes version.

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/cli"
+	"github.com/daemonguard/daemonguard/test/golden"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -90,7 +91,7 @@ func compareWebhooks[W any](t *testing.T, got, want []W, clientConfig func(*W) *
 		if !reflect.DeepEqual(got[i], want[i]) {
 			gotYAML, _ := yaml.Marshal(got[i])
 			wantYAML, _ := yaml.Marshal(want[i])
-			t.Errorf("webhook %d differs from the code:\n%s", i, unifiedDiff(wantYAML, gotYAML, "webhook.Configurations", "chart", 3))
+			t.Errorf("webhook %d differs from the code:\n%s", i, golden.Diff(wantYAML, gotYAML, "webhook.Configurations", "chart", 3))
 		}
 	}
 }

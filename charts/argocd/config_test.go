@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/daemonguard/daemonguard/test/golden"
 )
 
 // indent prefixes every non-empty line of s with prefix.
@@ -111,25 +113,14 @@ data:
 
 func TestConfigMapGolden(t *testing.T) {
 	want := renderConfigMap()
-	if os.Getenv("UPDATE_GOLDEN") == "1" {
-		if err := os.WriteFile(configMapPath, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(configMapPath)
-	if err != nil {
-		t.Fatalf("%v (run UPDATE_GOLDEN=1 go test ./charts/argocd/)", err)
-	}
-	if string(got) != want {
-		t.Fatalf("%s is out of sync with health.lua; run UPDATE_GOLDEN=1 go test ./charts/argocd/", configMapPath)
-	}
+	golden.Assert(t, configMapPath, []byte(want))
 	var cm struct {
 		APIVersion string            `json:"apiVersion"`
 		Kind       string            `json:"kind"`
 		Metadata   map[string]any    `json:"metadata"`
 		Data       map[string]string `json:"data"`
 	}
-	if err := yaml.UnmarshalStrict(got, &cm); err != nil {
+	if err := yaml.UnmarshalStrict([]byte(want), &cm); err != nil {
 		t.Fatal(err)
 	}
 	if cm.APIVersion != "v1" || cm.Kind != "ConfigMap" || cm.Metadata["name"] != "argocd-cm" {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/test/golden"
 )
 
 // Snapshot is one observation of a DaemonSet as `rollout status` gets it from its watch: the
@@ -65,19 +66,8 @@ func TestStatusLinesOfRecordedSequences(t *testing.T) {
 				msg, line := statusLines(s)
 				fmt.Fprintf(&b, "%03d %s\n    %s\n", i, msg, line)
 			}
-			golden := strings.TrimSuffix(file, ".yaml") + ".golden"
-			if os.Getenv("UPDATE_GOLDEN") == "1" {
-				if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (UPDATE_GOLDEN=1 writes it)", err)
-			}
-			if got := b.String(); got != string(want) {
-				t.Errorf("lines differ from %s (UPDATE_GOLDEN=1 rewrites it):\n%s", golden, got)
-			}
+			goldenPath := strings.TrimSuffix(file, ".yaml") + ".golden"
+			golden.Assert(t, goldenPath, []byte(b.String()))
 		})
 	}
 }

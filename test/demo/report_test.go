@@ -2,7 +2,6 @@ package demo
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -10,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/daemonguard/daemonguard/test/golden"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -139,22 +139,5 @@ func TestRenderMatchesGolden(t *testing.T) {
 	if err := Render(&buf, []DaemonSetReport{BuildReport(ds, nodes, pods)}); err != nil {
 		t.Fatal(err)
 	}
-	assertGolden(t, "render.golden", buf.Bytes())
-}
-
-func assertGolden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if os.Getenv("UPDATE_GOLDEN") == "1" {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (UPDATE_GOLDEN=1 writes it): %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s (UPDATE_GOLDEN=1 rewrites it)\ngot:\n%s\nwant:\n%s", path, got, want)
-	}
+	golden.Assert(t, filepath.Join("testdata", "render.golden"), buf.Bytes())
 }

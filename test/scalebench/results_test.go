@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/daemonguard/daemonguard/test/golden"
 )
 
 // fixture is a fixed set of results: three sizes, the smallest compared with a baseline build,
@@ -52,7 +54,7 @@ func fixture() Results {
 }
 
 func TestMarkdownGolden(t *testing.T) {
-	assertGolden(t, "markdown.golden", []byte(fixture().Markdown()))
+	golden.Assert(t, filepath.Join("testdata", "markdown.golden"), []byte(fixture().Markdown()))
 }
 
 func TestMarkdown(t *testing.T) {
@@ -350,22 +352,5 @@ func TestLoadRefusesMalformedFileNamingIt(t *testing.T) {
 	_, err := Load(path)
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("got error %v, want one naming %s", err, path)
-	}
-}
-
-func assertGolden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if os.Getenv("UPDATE_GOLDEN") == "1" {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (UPDATE_GOLDEN=1 writes it): %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s (UPDATE_GOLDEN=1 rewrites it)\ngot:\n%s\nwant:\n%s", path, got, want)
 	}
 }
