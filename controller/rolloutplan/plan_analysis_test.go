@@ -37,6 +37,15 @@ func analysing(wave, passed int) rolloutapi.Status {
 			Gates: []rolloutapi.GateStatus{{Name: "errors", Passed: passed, Next: t0}}}}
 }
 
+// haltedByAnalysis is the status of a rollout its analysis halted: the errors gate's last
+// measurement failed on node a.
+func haltedByAnalysis() rolloutapi.Status {
+	s := analysing(1, 1)
+	s.FailedRevision = newRev
+	s.Analysis.Gates[0].Last = &rolloutapi.GateMeasurement{At: t0, Result: rolloutapi.MeasurementFailed, Message: "1 of 1 nodes out of bounds (max 0.1): a=0.25"}
+	return s
+}
+
 func values(kv ...any) map[string]float64 {
 	m := map[string]float64{}
 	for i := 0; i < len(kv); i += 2 {
@@ -162,23 +171,13 @@ func TestAnalysis(t *testing.T) {
 		},
 		"a revision halted by its analysis stays halted, naming the failed gate": {
 			nodes: wave, settings: gated("1", errorsGate, false), previousFailure: rolloutapi.ReasonAnalysisFailed,
-			status: func() rolloutapi.Status {
-				s := analysing(1, 1)
-				s.FailedRevision = newRev
-				s.Analysis.Gates[0].Last = &rolloutapi.GateMeasurement{At: t0, Result: rolloutapi.MeasurementFailed, Message: "1 of 1 nodes out of bounds (max 0.1): a=0.25"}
-				return s
-			}(),
+			status:    haltedByAnalysis(),
 			wantPhase: rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed, wantPassed: 1,
 			wantInMsg: []string{"the analysis failed: gate errors: 1 of 1 nodes out of bounds (max 0.1): a=0.25"},
 		},
 		"a revision halted by its analysis, seen before its Failed condition is written, says so": {
 			nodes: wave, settings: gated("1", errorsGate, false),
-			status: func() rolloutapi.Status {
-				s := analysing(1, 1)
-				s.FailedRevision = newRev
-				s.Analysis.Gates[0].Last = &rolloutapi.GateMeasurement{At: t0, Result: rolloutapi.MeasurementFailed, Message: "1 of 1 nodes out of bounds (max 0.1): a=0.25"}
-				return s
-			}(),
+			status:    haltedByAnalysis(),
 			wantPhase: rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed, wantPassed: 1,
 			wantInMsg: []string{"the analysis failed: gate errors: 1 of 1 nodes out of bounds (max 0.1): a=0.25"},
 		},
