@@ -8,9 +8,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 )
 
-// readOnly says a rule grants nothing but get and list.
+// readOnly says a rule grants nothing but reads: get, list and watch.
 func readOnly(rule rbacv1.PolicyRule) bool {
-	return !slices.ContainsFunc(rule.Verbs, func(v string) bool { return v != "get" && v != "list" })
+	return !slices.ContainsFunc(rule.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" })
 }
 
 // TestPreflightRBAC checks the pre-flight roles: read-only, and bound (preflight.subjects) they
@@ -33,7 +33,7 @@ func TestPreflightRBAC(t *testing.T) {
 			}
 			for _, rule := range slices.Concat(clusterRules, rules) {
 				if !readOnly(rule) {
-					t.Errorf("pre-flight rule %+v grants more than get and list", rule)
+					t.Errorf("pre-flight rule %+v grants more than get, list and watch", rule)
 				}
 			}
 			if c.preflightAccount == "" {
@@ -53,6 +53,7 @@ func TestPreflightRBAC(t *testing.T) {
 			for _, q := range []request{
 				{"list", "", "nodes", "", ""},
 				{"list", "", "pods", "", ""},
+				{"watch", "", "pods", "", ""},
 				{"list", "scheduling.k8s.io", "priorityclasses", "", ""},
 				{"list", "policy", "poddisruptionbudgets", "", ""},
 				{"list", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", ""},
@@ -66,7 +67,7 @@ func TestPreflightRBAC(t *testing.T) {
 				}
 			}
 			for _, q := range []request{
-				{"watch", "", "pods", "", ""},
+				{"watch", "", "nodes", "", ""},
 				{"list", "", "configmaps", "default", ""},
 				{"list", "", "secrets", "", ""},
 				{"get", "", "secrets", namespace, c.fullname + "-webhook-tls"},

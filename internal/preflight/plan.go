@@ -25,7 +25,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/exitcode"
@@ -231,6 +233,62 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 	return p
 }
 
+// readPods reads every unfinished pod of the cluster, slimmed, in the API's order (by
+// namespace/name). It reads them as client-go's informers do: streamed from the API server's watch
+// cache (watch-list) where the server supports it, else listed. A paged list would cost the API
+// server more than linear in pods, since each page of its watch cache starts by collecting every
+// pod from the page's first to the last; a stream is one pass. The stream needs watch on pods;
+// with list alone, client-go falls back to one list.
+func readPods(ctx context.Context, client kubernetes.Interface) ([]*corev1.Pod, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "status.phase!=Succeeded,status.phase!=Failed" }),
+		informers.WithTransform(func(obj any) (any, error) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				return slimPod(p), nil
+			}
+			return obj, nil
+		}))
+	defer factory.Shutdown()
+	defer cancel()
+	informer := factory.Core().V1().Pods().Informer()
+	// An informer retries forever; the plan fails on the first error that leaves it without
+	// every pod. One after the initial read (a watch the identity may not open) loses nothing.
+	failed := make(chan error, 1)
+	if err := informer.SetWatchErrorHandlerWithContext(func(_ context.Context, r *cache.Reflector, err error) {
+		if r.LastSyncResourceVersion() == "" {
+			select {
+			case failed <- err:
+			default:
+			}
+		}
+	}); err != nil {
+		return nil, err
+	}
+	factory.Start(ctx.Done())
+	synced := make(chan bool, 1)
+	go func() { synced <- cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) }()
+	select {
+	case err := <-failed:
+		return nil, fmt.Errorf("list pods: %w", err)
+	case ok := <-synced:
+		if !ok {
+			return nil, fmt.Errorf("list pods: %w", context.Cause(ctx))
+		}
+	}
+	// The store's keys are namespace/name, the end of the API server's keys: sorted, the API's order.
+	store := informer.GetStore()
+	keys := store.ListKeys()
+	slices.Sort(keys)
+	pods := make([]*corev1.Pod, 0, len(keys))
+	for _, key := range keys {
+		if obj, ok, _ := store.GetByKey(key); ok {
+			pods = append(pods, obj.(*corev1.Pod))
+		}
+	}
+	return pods, nil
+}
+
 // readCluster reads what every document's plan needs: nodes, unfinished pods, pod disruption
 // budgets, priority classes, daemonguard's DaemonSet webhooks and its policy set.
 func readCluster(ctx context.Context, client kubernetes.Interface, policyNS string) (*clusterView, error) {
@@ -242,18 +300,8 @@ func readCluster(ctx context.Context, client kubernetes.Interface, policyNS stri
 	for i := range nodeList.Items {
 		v.nodes = append(v.nodes, &nodeList.Items[i])
 	}
-	opts := metav1.ListOptions{FieldSelector: "status.phase!=Succeeded,status.phase!=Failed", Limit: 500}
-	for {
-		page, err := client.CoreV1().Pods("").List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("list pods: %w", err)
-		}
-		for i := range page.Items {
-			v.pods = append(v.pods, slimPod(&page.Items[i]))
-		}
-		if opts.Continue = page.Continue; opts.Continue == "" {
-			break
-		}
+	if v.pods, err = readPods(ctx, client); err != nil {
+		return nil, err
 	}
 	budgets, err := client.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -292,11 +292,14 @@ func clusterProcesses(c *localcluster.Cluster) map[string]int {
 }
 
 // planResources are what the plan reads. Nothing else in the cluster GETs or LISTs them while it
-// runs (the controllers and kwok watch), so the API server's counts of those requests are the plan's.
+// runs (the controllers and kwok watch), so the API server's counts of those requests are the
+// plan's; so is a watch-list of pods (the plan streams the pods through one; the components
+// start theirs when they start).
 var planResources = []string{"nodes", "pods", "namespaces", "poddisruptionbudgets", "priorityclasses", "daemonsets",
 	"controllerrevisions", "mutatingwebhookconfigurations", "validatingwebhookconfigurations", "configmaps"}
 
-// planRequests is the API server's count of GET and LIST requests of planResources so far.
+// planRequests is the API server's count of GET and LIST requests of planResources, and of
+// watch-lists of pods, so far.
 func planRequests(t testing.TB, c *localcluster.Cluster) int {
 	t.Helper()
 	families := apiServerMetrics(t, c)
@@ -304,6 +307,11 @@ func planRequests(t testing.TB, c *localcluster.Cluster) int {
 	for _, m := range families["apiserver_request_total"].GetMetric() {
 		if verb := label(m, "verb"); (verb == "GET" || verb == "LIST") && slices.Contains(planResources, label(m, "resource")) {
 			total += m.GetCounter().GetValue()
+		}
+	}
+	for _, m := range families["apiserver_watch_list_duration_seconds"].GetMetric() {
+		if label(m, "resource") == "pods" {
+			total += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return int(total)
