@@ -283,7 +283,8 @@ var planReads = map[string]bool{
 	"mutatingwebhookconfigurations": true, "validatingwebhookconfigurations": true,
 }
 
-// durations are the API server's apiserver_request_duration_seconds sum and count over planReads.
+// durations are the API server's time (sum) and count of the plan's requests: GETs and LISTs of
+// planReads and its watch-list of pods.
 type durations struct{ seconds, count float64 }
 
 func readDurations(ctx context.Context, b *testing.B, c kubernetes.Interface) durations {
@@ -297,22 +298,23 @@ func readDurations(ctx context.Context, b *testing.B, c kubernetes.Interface) du
 		b.Fatalf("parse the API server's metrics: %v", err)
 	}
 	var d durations
-	for _, m := range families["apiserver_watch_list_duration_seconds"].GetMetric() {
-		for _, p := range m.GetLabel() {
-			if p.GetName() == "resource" && p.GetValue() == "pods" {
+	// The plan's GETs and LISTs of planReads, and its watch-list of pods (one family each).
+	reads := map[string]func(l map[string]string) bool{
+		"apiserver_request_duration_seconds": func(l map[string]string) bool {
+			return (l["verb"] == "LIST" || l["verb"] == "GET") && planReads[l["resource"]] && l["subresource"] == ""
+		},
+		"apiserver_watch_list_duration_seconds": func(l map[string]string) bool { return l["resource"] == "pods" },
+	}
+	for family, planned := range reads {
+		for _, m := range families[family].GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if planned(l) {
 				d.seconds += m.GetHistogram().GetSampleSum()
 				d.count += float64(m.GetHistogram().GetSampleCount())
 			}
-		}
-	}
-	for _, m := range families["apiserver_request_duration_seconds"].GetMetric() {
-		l := map[string]string{}
-		for _, p := range m.GetLabel() {
-			l[p.GetName()] = p.GetValue()
-		}
-		if (l["verb"] == "LIST" || l["verb"] == "GET") && planReads[l["resource"]] && l["subresource"] == "" {
-			d.seconds += m.GetHistogram().GetSampleSum()
-			d.count += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return d
