@@ -292,3 +292,38 @@ func TestDecideReportsAnAnalysisStartAtOnce(t *testing.T) {
 		t.Errorf("status analysis written %v, want the wave of one node started", v)
 	}
 }
+
+// A gate without data, measured again and again, pauses the rollout with one Event; the same
+// cause measured again records none, and another cause (Prometheus not answering) records one.
+func TestDecideRecordsAnEventPerInconclusiveCause(t *testing.T) {
+	noData := errorsOf(0)
+	noData[0].Values = map[string]float64{"w01": 0}
+	down := []rolloutplan.Measurement{{Gate: "errors", Err: "Prometheus unreachable"}}
+	in := analysing(gatedSettings(t, "3", false))
+	annotations := map[string]string{}
+	var conds []appsv1.DaemonSetCondition
+	for i, step := range []struct {
+		measured  []rolloutplan.Measurement
+		wantEvent bool
+	}{{noData, true}, {noData, false}, {noData, false}, {down, true}, {down, false}, {noData, true}} {
+		in.Measurements = step.measured
+		d := decide(factsOf(in, annotations, conds))
+		if (d.Event != nil) != step.wantEvent {
+			t.Errorf("measurement %d: Event %+v, want one: %v", i, d.Event, step.wantEvent)
+		}
+		if d.Conditions != nil {
+			conds = d.Conditions
+		}
+		if got := trueCondition(conds); got != "Paused/"+rolloutapi.ReasonAnalysisInconclusive {
+			t.Fatalf("measurement %d: condition %s, want Paused/%s", i, got, rolloutapi.ReasonAnalysisInconclusive)
+		}
+		for k, v := range d.Annotations {
+			if v == nil {
+				delete(annotations, k)
+			} else {
+				annotations[k] = *v
+			}
+		}
+		in.Status, in.Now = d.Plan.Status, in.Now.Add(d.RequeueAfter)
+	}
+}

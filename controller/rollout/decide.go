@@ -70,6 +70,8 @@ const revisionPending = time.Second
 //   - Pods are deleted as the plan says, whether or not the report is written now.
 //   - A transition (another phase, reason, step or target revision than the DaemonSet shows) is
 //     reported at once, with the plan's Event, whose reason and message are the condition's.
+//     So is a new cause under the same phase and reason (Plan.CauseChanged: an inconclusive
+//     analysis that now misses other data); the same cause measured again records no Event.
 //     Without one, only counts moved: on a 1,000-node rollout every pod event would otherwise
 //     cost two writes to the API server the rollout itself is waiting on, so the report is
 //     written at most once per reportInterval, and the reconcile comes back after
@@ -112,7 +114,7 @@ func decide(f Facts) Decision {
 	d.Reported = true
 	d.Annotations = changes
 	d.Conditions = rolloutConditions(conditions, plan.Phase, plan.Reason, plan.Message, f.Now)
-	if transition {
+	if transition || plan.CauseChanged {
 		d.Event = &plan.Event
 	}
 	d.RequeueAfter = plan.RequeueAfter

@@ -91,8 +91,13 @@ type Plan struct {
 	Skipped      []string      // nodes left out: unreachable, or pods stuck terminating
 	RequeueAfter time.Duration // when the plan would change without any event (pauses, deadlines)
 	// Event is what the rollout's Event says when the phase, reason or step changes: the same
-	// reason and message as the condition. The controller records it on a transition.
+	// reason and message as the condition. The controller records it on a transition, and when
+	// CauseChanged.
 	Event Event
+	// CauseChanged says that what holds the rollout changed while its phase and reason did not:
+	// an inconclusive analysis now misses other data (other nodes, or no answer from Prometheus
+	// instead of no sample). The same cause measured again is no change.
+	CauseChanged bool
 	// RollbackTo is the revision whose template the controller puts back, when a failed
 	// analysis halts a rollout that opted in to roll back; "" otherwise.
 	RollbackTo string
@@ -1005,7 +1010,9 @@ func (p *planner) oldRevision() string {
 // analysisOf is the analysis status for wave: the one under way, or a new one that starts now
 // when none is, or when the wave grew or shrank since it started (a measurement must cover every
 // node it judges). Every gate's first measurement is due one interval after the start, so that
-// the new pods' series exist and rate windows cover them.
+// the new pods' series exist and rate windows cover them. A new analysis keeps the gates' last
+// measurements, for the report, but not their counts: passed or inconclusive, they were of
+// another wave.
 func (p *planner) analysisOf(wave []string) rolloutapi.AnalysisStatus {
 	var a rolloutapi.AnalysisStatus
 	if p.status.Analysis != nil {
@@ -1039,6 +1046,7 @@ func (p *planner) analysisOf(wave []string) rolloutapi.AnalysisStatus {
 // Assumptions:
 //   - The controller measured every gate DueAnalysis named, from the same state, and passes the
 //     answers in Measurements; a due gate without a measurement was not measured.
+//   - The controller records Plan.Event when the phase, reason or step changes, or CauseChanged.
 //
 // Invariants:
 //   - Nothing is deleted while a wave waits to be measured or is measured: only replace deletes,
@@ -1046,9 +1054,16 @@ func (p *planner) analysisOf(wave []string) rolloutapi.AnalysisStatus {
 //   - A wave is measured once no node is on its way to the new revision (moving); until then the
 //     progress deadline bounds the wait.
 //   - No data is not a pass: a node of the wave without a sample, a baseline without one, or no
-//     answer from Prometheus makes the measurement inconclusive. The rollout pauses
-//     (AnalysisInconclusive), says why, and measures again after the gate's interval; the gate's
-//     count of passed measurements is kept, not advanced.
+//     answer from Prometheus makes the measurement inconclusive. The gate's count of passed
+//     measurements is kept, not advanced.
+//   - A gate stays inconclusive from an inconclusive measurement until one passes or fails (or
+//     the wave changes and its measurements start again): until then the rollout is Paused
+//     (AnalysisInconclusive), between measurements too, and its message names what is missing
+//     and is the same from one reconcile to the next while nothing else changes. The plan says
+//     CauseChanged only when the gates' inconclusive causes differ from the last report's.
+//   - An inconclusive gate is measured again after inconclusiveDelay: its interval, doubled per
+//     inconclusive measurement in a row, up to maxInconclusiveDelay (or the interval, if longer).
+//     A passed or failed measurement resets the count, and the next is one interval away.
 //   - One failed measurement of any gate halts the revision (AnalysisFailed).
 //   - The wave passes once every gate has passed Count measurements in a row; the next wave is
 //     the nodes whose new pods become Ready from then on.
@@ -1067,28 +1082,32 @@ func (p *planner) analyse() (Plan, bool) {
 	}
 	a := p.analysisOf(wave)
 	baseline := p.baseline(wave)
-	var failed, inconclusive, waiting []string
+	var failed, waiting []string
 	for i, g := range p.in.Settings.Gates {
 		gs := &a.Gates[i]
 		if p.in.Now.Before(gs.Next) {
-			waiting = append(waiting, fmt.Sprintf("%s %d/%d passed", g.Name, gs.Passed, g.Count))
+			if gs.Inconclusive == 0 {
+				waiting = append(waiting, fmt.Sprintf("%s %d/%d passed", g.Name, gs.Passed, g.Count))
+			}
 			continue
 		}
 		m := measurementOf(p.in.Measurements, g.Name)
 		result, msg := judge(g, m, wave, baseline)
 		gs.Last = &rolloutapi.GateMeasurement{At: p.in.Now, Result: result, Message: msg}
-		gs.Next = p.in.Now.Add(g.Interval)
+		run := gs.Inconclusive
+		gs.Inconclusive = 0
 		switch result {
 		case rolloutapi.MeasurementFailed:
 			failed = append(failed, fmt.Sprintf("gate %s: %s", g.Name, msg))
 		case rolloutapi.MeasurementInconclusive:
-			inconclusive = append(inconclusive, fmt.Sprintf("gate %s: %s", g.Name, msg))
+			gs.Inconclusive = run + 1
 		default:
 			gs.Passed++
 			if gs.Passed < g.Count {
 				waiting = append(waiting, fmt.Sprintf("%s %d/%d passed", g.Name, gs.Passed, g.Count))
 			}
 		}
+		gs.Next = p.in.Now.Add(inconclusiveDelay(g.Interval, gs.Inconclusive))
 	}
 	p.status.Analysis = &a
 	p.status.Progress = p.in.Now
@@ -1118,12 +1137,52 @@ func (p *planner) analyse() (Plan, bool) {
 	}
 	p.plan.RequeueAfter = p.nextMeasurement(a)
 	step := p.stepLabel(p.status.Step.Index)
-	if len(inconclusive) > 0 {
-		return p.finish(rolloutapi.PhasePaused, rolloutapi.ReasonAnalysisInconclusive, fmt.Sprintf("step %s: the analysis of %s is inconclusive: %s; nothing is replaced until it has data; measuring again at %s",
-			step, nodeCount(wave), strings.Join(inconclusive, "; "), p.at(p.plan.RequeueAfter))), true
+	if inconclusive := InconclusiveGates(&a); len(inconclusive) > 0 {
+		plan := p.finish(rolloutapi.PhasePaused, rolloutapi.ReasonAnalysisInconclusive, fmt.Sprintf("step %s: the analysis of %s is inconclusive: %s; nothing is replaced until it has data; measuring again at %s",
+			step, nodeCount(wave), strings.Join(inconclusive, "; "), p.at(p.plan.RequeueAfter)))
+		plan.CauseChanged = !slices.Equal(inconclusive, InconclusiveGates(p.in.Status.Analysis))
+		return plan, true
 	}
 	return p.finish(rolloutapi.PhaseProgressing, rolloutapi.ReasonAnalysisRunning, fmt.Sprintf("step %s: %d of %d nodes updated; analysing %s (%s): %s; next measurement at %s",
 		step, p.plan.Updated, p.plan.Desired, nodeCount(wave), ListNodes(wave), strings.Join(waiting, ", "), p.at(p.plan.RequeueAfter))), true
+}
+
+// maxInconclusiveDelay caps the wait before an inconclusive gate is measured again. Doubling
+// from the gate's interval spares Prometheus a query per interval for a series that may never
+// come (a gate whose query names a metric the agent does not export), while the rollout still
+// notices data at most this long after it appears: five minutes is reached from the default 30s
+// interval after four inconclusive measurements in a row (30s, 1m, 2m, 4m, 5m, 5m, ...). A gate
+// whose interval is longer keeps its interval.
+const maxInconclusiveDelay = 5 * time.Minute
+
+// inconclusiveDelay is the wait before a gate's next measurement after `run` inconclusive
+// measurements in a row: the interval, doubled per inconclusive measurement after the first,
+// capped at maxInconclusiveDelay or the interval if that is longer. run 0 (the last measurement
+// passed) and 1 wait one interval.
+func inconclusiveDelay(interval time.Duration, run int) time.Duration {
+	limit := max(interval, maxInconclusiveDelay)
+	d := interval
+	for i := 1; i < run && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// InconclusiveGates says, in gate order, what each inconclusive gate of a misses: "gate errors:
+// no sample labelled node for 1 of 3 nodes: worker-2". A gate is inconclusive from an
+// inconclusive measurement of the wave under way until one passes or fails. The rollout's Paused
+// condition lists them, and an Event is recorded when they change.
+func InconclusiveGates(a *rolloutapi.AnalysisStatus) []string {
+	if a == nil {
+		return nil
+	}
+	var out []string
+	for _, g := range a.Gates {
+		if g.Inconclusive > 0 && g.Last != nil {
+			out = append(out, fmt.Sprintf("gate %s: %s", g.Name, g.Last.Message))
+		}
+	}
+	return out
 }
 
 // nextMeasurement is how long until the first gate's next measurement is due.

@@ -283,6 +283,9 @@ type GateStatus struct {
 	Name   string    `json:"name"`
 	Passed int       `json:"passed,omitempty"` // measurements passed in a row on this wave
 	Next   time.Time `json:"next,omitzero"`    // when the next measurement is due
+	// Inconclusive counts the inconclusive measurements in a row on this wave: the gate holds the
+	// rollout paused while it is above 0, and the wait for its next measurement doubles with it.
+	Inconclusive int `json:"inconclusive,omitempty"`
 	// Last is the gate's last measurement, of this wave or an earlier one.
 	Last *GateMeasurement `json:"last,omitempty"`
 }

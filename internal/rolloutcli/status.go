@@ -250,16 +250,23 @@ func reasonSuffix(c *appsv1.DaemonSetCondition) string {
 	return ""
 }
 
-// measurementLines are the gates' last measurements, in gate order.
+// measurementLines are the gates' last measurements, in gate order. A gate that holds the
+// rollout paused says for how many measurements in a row and when it is measured again.
 func measurementLines(a *rolloutapi.AnalysisStatus) []string {
 	if a == nil {
 		return nil
 	}
 	var lines []string
 	for _, g := range a.Gates {
-		if m := g.Last; m != nil {
-			lines = append(lines, fmt.Sprintf("gate %s: %s at %s: %s", g.Name, m.Result, m.At.UTC().Format(time.RFC3339), m.Message))
+		m := g.Last
+		if m == nil {
+			continue
 		}
+		line := fmt.Sprintf("gate %s: %s at %s: %s", g.Name, m.Result, m.At.UTC().Format(time.RFC3339), m.Message)
+		if g.Inconclusive > 0 {
+			line += fmt.Sprintf(" (inconclusive %d in a row; measuring again at %s)", g.Inconclusive, g.Next.UTC().Truncate(time.Second).Format(time.RFC3339))
+		}
+		lines = append(lines, line)
 	}
 	return lines
 }

@@ -213,6 +213,13 @@ func TestEvaluate(t *testing.T) {
 				Measurements: []string{"gate errors: Passed at 2026-11-26T21:00:30Z: 1 nodes within bounds (max 0.1)"}},
 			msg: []string{"analysing 1 node (w1)"},
 		},
+		"managed, paused by an inconclusive gate: paused, naming the nodes without data, the run and the next measurement": {
+			ds: fixture(managed, annotate(rolloutapi.StatusAnalysis, `{"wave":2,"gates":[{"name":"errors","inconclusive":3,"next":"2026-11-26T21:04:30Z","last":{"at":"2026-11-26T21:02:30Z","result":"Inconclusive","message":"no sample labelled node for 1 of 2 nodes: w2"}}]}`),
+				cond(rolloutapi.ConditionPaused, rolloutapi.ReasonAnalysisInconclusive, "step 1/1 (100%): the analysis of 2 nodes is inconclusive: gate errors: no sample labelled node for 1 of 2 nodes: w2; nothing is replaced until it has data; measuring again at 2026-11-26T21:04:30Z")),
+			want: Status{Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 4, Available: 4, Desired: 4,
+				Measurements: []string{"gate errors: Inconclusive at 2026-11-26T21:02:30Z: no sample labelled node for 1 of 2 nodes: w2 (inconclusive 3 in a row; measuring again at 2026-11-26T21:04:30Z)"}},
+			msg: []string{`rollout of daemon set "agent" is paused: AnalysisInconclusive: `, "no sample labelled node for 1 of 2 nodes: w2"},
+		},
 		"managed, no condition yet: waiting for the controller": {
 			ds:   fixture(managed, annotate(rolloutapi.StatusRevision, "")),
 			want: Status{Managed: true, Phase: rolloutapi.PhaseWaiting, Updated: 4, Available: 4, Desired: 4},
