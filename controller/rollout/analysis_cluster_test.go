@@ -11,6 +11,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/promquery"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/test/agentmetrics"
@@ -174,13 +175,25 @@ func TestBaselineGateIgnoresNoisePausesOnMissingDataAndRollsBack(t *testing.T) {
 		return c != nil && c.Reason == rolloutapi.ReasonAnalysisInconclusive && strings.Contains(c.Message, dropped), fmt.Sprintf("conditions %+v", ds.Status.Conditions)
 	})
 	t.Logf("paused: %s", clustertest.RolloutCondition(ds, rolloutapi.PhasePaused).Message)
-	first := clustertest.LastMeasurement(t, ds, "errors-vs-baseline")
+	pausedAt := clustertest.RolloutCondition(ds, rolloutapi.PhasePaused).LastTransitionTime.Time
 	running := nodesRunning(t, ns, "nginx:1.25.0")
-	// The controller measures again after the interval; still without the series, it deletes nothing.
-	ds = clustertest.WaitDaemonSet(t, cluster, ns, "nginx-ds", time.Minute, "a second inconclusive measurement", func(ds *appsv1.DaemonSet) (bool, string) {
-		m := clustertest.LastMeasurement(t, ds, "errors-vs-baseline")
-		return m != nil && m.At.After(first.At) && m.Result == rolloutapi.MeasurementInconclusive, fmt.Sprintf("last measurement %+v", m)
-	})
+	// The controller measures again after 2s, 4s, 8s (the interval, doubling while inconclusive);
+	// still without the series, it deletes nothing, and the pause shows at every look.
+	measured := watchPause(t, ns, 16*time.Second, dropped)
+	if len(measured) < 3 {
+		t.Errorf("%d inconclusive measurements seen in the pause (%v), want at least 3", len(measured), measured)
+	}
+	for i := 2; i < len(measured); i++ {
+		if gap, last := measured[i].Sub(measured[i-1]), measured[i-1].Sub(measured[i-2]); gap < last+last/2 {
+			t.Errorf("measurements of the pause at %v: %s after %s, want the wait doubling", measured, gap, last)
+		}
+	}
+	paused, pausedNotes := rolloutEvents(t, ns, "RolloutPaused", pausedAt.Add(-time.Second))
+	progressing, progressingNotes := rolloutEvents(t, ns, "RolloutProgressing", pausedAt.Add(time.Second))
+	if paused != 1 || progressing != 0 {
+		t.Errorf("%d RolloutPaused and %d RolloutProgressing Events since the pause, want 1 and 0: one per change of cause: %q",
+			paused, progressing, append(pausedNotes, progressingNotes...))
+	}
 	if n := nodesRunning(t, ns, "nginx:1.25.0"); n != running {
 		t.Errorf("%d nodes ran nginx:1.25.0 when the rollout paused and %d after it measured again: the pause deleted pods", running, n)
 	}
@@ -206,4 +219,53 @@ func TestBaselineGateIgnoresNoisePausesOnMissingDataAndRollsBack(t *testing.T) {
 		t.Errorf("pods run revision %s after the rollback, want the previous revision %s", got, good)
 	}
 	checkBudget(t, s, budget)
+}
+
+// watchPause looks at nginx-ds once a second for d and fails the test at any look whose rollout
+// condition is not Paused/AnalysisInconclusive naming node; it returns the times of the
+// inconclusive measurements of the errors-vs-baseline gate it saw.
+func watchPause(t *testing.T, ns string, d time.Duration, node string) []time.Time {
+	t.Helper()
+	var measured []time.Time
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Second) {
+		ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(t.Context(), "nginx-ds", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := rolloutplan.ActiveCondition(ds.Status.Conditions)
+		if c == nil || c.Type != rolloutapi.ConditionPaused || c.Reason != rolloutapi.ReasonAnalysisInconclusive || !strings.Contains(c.Message, node) {
+			t.Fatalf("the pause for %s's missing series showed %+v", node, c)
+		}
+		if m := clustertest.LastMeasurement(t, ds, "errors-vs-baseline"); m != nil && m.Result == rolloutapi.MeasurementInconclusive &&
+			(len(measured) == 0 || m.At.After(measured[len(measured)-1])) {
+			measured = append(measured, m.At)
+		}
+	}
+	return measured
+}
+
+// rolloutEvents counts the occurrences of nginx-ds's Events with reason since a moment (an Event
+// repeated as a series counts each time) and says what they were.
+func rolloutEvents(t *testing.T, ns, reason string, since time.Time) (int, []string) {
+	t.Helper()
+	evs, err := cluster.Client.EventsV1().Events(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, notes := 0, []string(nil)
+	for _, e := range evs.Items {
+		if e.Reason != reason || e.Regarding.Name != "nginx-ds" {
+			continue
+		}
+		switch {
+		case e.Series != nil && e.Series.LastObservedTime.After(since):
+			n += int(e.Series.Count)
+		case e.EventTime.After(since):
+			n++
+		default:
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("%s %s (series %+v): %s", e.EventTime.UTC().Format(time.RFC3339Nano), e.Reason, e.Series, e.Note))
+	}
+	return n, notes
 }

@@ -327,3 +327,29 @@ func TestDecideRecordsAnEventPerInconclusiveCause(t *testing.T) {
 		in.Status, in.Now = d.Plan.Status, in.Now.Add(d.RequeueAfter)
 	}
 }
+
+// The reconcile that follows a report can read the new annotations with the old condition and
+// plan the same Event again: within eventEcho it is not recorded twice; a different Event, or the
+// same one later, is.
+func TestSameEventAgainSkipsTheEchoOfALaggingCache(t *testing.T) {
+	r := &Reconciler{}
+	ds := managedAgent("ds-uid", "agent:2")
+	paused := rolloutplan.Event{Type: corev1.EventTypeNormal, Reason: rolloutapi.EventPaused, Note: "inconclusive: no sample for w00"}
+	other := paused
+	other.Note = "inconclusive: no answer from Prometheus"
+	for i, step := range []struct {
+		event rolloutplan.Event
+		at    time.Duration
+		want  bool
+	}{
+		{paused, 0, false},
+		{paused, 10 * time.Millisecond, true},
+		{other, time.Second, false},
+		{paused, 2 * time.Second, false},
+		{paused, 2*time.Second + eventEcho, false},
+	} {
+		if got := r.sameEventAgain(ds, step.event, t0.Add(step.at)); got != step.want {
+			t.Errorf("step %d (%s at +%s): same again %v, want %v", i, step.event.Note, step.at, got, step.want)
+		}
+	}
+}

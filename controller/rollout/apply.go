@@ -46,7 +46,7 @@ func (r *Reconciler) apply(ctx context.Context, log logr.Logger, ds *appsv1.Daem
 	if err := r.writeConditions(ctx, ds, d.Conditions); err != nil {
 		return err
 	}
-	if e := d.Event; e != nil {
+	if e := d.Event; e != nil && !r.sameEventAgain(ds, *e, now) {
 		if e.FailureReason != "" {
 			rolloutFailures.WithLabelValues(ds.Namespace, ds.Name, e.FailureReason).Inc()
 		}
@@ -64,6 +64,36 @@ func (r *Reconciler) apply(ctx context.Context, log logr.Logger, ds *appsv1.Daem
 		r.mu.Unlock()
 	}
 	return nil
+}
+
+// recordedEvent is a rollout Event this process recorded, and when.
+type recordedEvent struct {
+	event rolloutplan.Event
+	at    time.Time
+}
+
+// eventEcho is how long after recording an Event the same Event is taken for the echo of a
+// lagging cache: the reconcile that follows a report's writes can read the new annotations with
+// the condition they replace, see a transition again and plan the same Event. A minute is far
+// above the cache's lag and far below the time between two real transitions of equal wording
+// (their messages name steps, counts and times).
+const eventEcho = time.Minute
+
+// sameEventAgain tells whether e is the Event last recorded for ds, less than eventEcho ago, and
+// otherwise remembers e as the last one: a change of cause records one Event, not one per
+// reconcile that still sees the cause's old condition.
+func (r *Reconciler) sameEventAgain(ds *appsv1.DaemonSet, e rolloutplan.Event, now time.Time) bool {
+	key := client.ObjectKeyFromObject(ds)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if last, ok := r.recorded[key]; ok && last.event == e && now.Sub(last.at) < eventEcho {
+		return true
+	}
+	if r.recorded == nil {
+		r.recorded = map[types.NamespacedName]recordedEvent{}
+	}
+	r.recorded[key] = recordedEvent{event: e, at: now}
+	return false
 }
 
 // maxParallelDeletes bounds the concurrent pod deletions of one reconcile. A wave of a 1,000-node

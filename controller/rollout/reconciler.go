@@ -45,6 +45,8 @@ type Reconciler struct {
 	mu       sync.Mutex
 	deleted  map[types.UID]time.Time
 	reported map[types.NamespacedName]time.Time // last progress report per DaemonSet
+	// recorded is the last rollout Event recorded per DaemonSet (see sameEventAgain).
+	recorded map[types.NamespacedName]recordedEvent
 }
 
 // Reconcile implements reconcile.Reconciler: gather the facts, decide (pure), apply the writes.
