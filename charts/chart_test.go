@@ -75,7 +75,16 @@ func TestValuesSchemaRejects(t *testing.T) {
 			args: []string{"--set", "controller.affinity.nodeAfinity.x=y"}, want: "at '/controller/affinity': additional properties 'nodeAfinity' not allowed",
 		},
 		"a mistyped controller key": {
-			args: []string{"--set", "controller.watchNamespaces=agents"}, want: "at '/controller': additional properties 'watchNamespaces' not allowed",
+			args: []string{"--set", "controller.namespace=agents"}, want: "at '/controller': additional properties 'namespace' not allowed",
+		},
+		"the single namespace of earlier releases, now controller.namespaces": {
+			args: []string{"--set", "controller.watchNamespace=agents"}, want: "at '/controller': additional properties 'watchNamespace' not allowed",
+		},
+		"a controller namespace that is not a namespace name": {
+			args: []string{"--set", "controller.namespaces={agents,Logging}"}, want: "at '/controller/namespaces/1': 'Logging' does not match pattern",
+		},
+		"a controller namespace listed twice": {
+			args: []string{"--set", "controller.namespaces={agents,agents}"}, want: "at '/controller/namespaces': items at 0 and 1 are equal",
 		},
 		"a mistyped Prometheus key": {
 			args: []string{"--set", "controller.prometheus.adress=https://prometheus:9090"}, want: "at '/controller/prometheus': additional properties 'adress' not allowed",

@@ -52,8 +52,9 @@ type renderCase struct {
 	// openReports says the webhook writes OpenReports Reports (openReports.enabled), and
 	// openReportsCRD that the chart installs their CRD.
 	openReports, openReportsCRD bool
-	// controllerNamespace is where the controller must be able to roll DaemonSets out.
-	controllerNamespace string
+	// controllerNamespaces are the namespaces the controller is limited to (controller.namespaces)
+	// and must be able to roll DaemonSets out in; nil: every namespace.
+	controllerNamespaces []string
 	// webhooks are the settings webhook.Configurations is called with (Name, Namespace and Service
 	// are filled in), plus what the chart appends from values.
 	webhooks webhook.ConfigurationOptions
@@ -85,27 +86,27 @@ type extraWebhookFields struct {
 
 var renderCases = map[string]renderCase{
 	"defaults: self-managed TLS, webhooks called through the in-cluster Service": {
-		golden: "defaults", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
+		golden: "defaults", fullname: "rel-daemonguard", selfManaged: true, controller: true,
 		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
 	"cert-manager with the self-signed and CA issuers the chart creates": {
-		golden: "cert-manager", values: "cert-manager.yaml", fullname: "rel-daemonguard", controller: true, controllerNamespace: "default",
+		golden: "cert-manager", values: "cert-manager.yaml", fullname: "rel-daemonguard", controller: true,
 		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
 	"cert-manager with an existing ClusterIssuer": {
-		golden: "cert-manager-issuer-ref", values: "cert-manager-issuer-ref.yaml", fullname: "rel-daemonguard", controller: true, controllerNamespace: "default",
+		golden: "cert-manager-issuer-ref", values: "cert-manager-issuer-ref.yaml", fullname: "rel-daemonguard", controller: true,
 		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
 	"URL mode for a webhook outside the cluster, certificate for 127.0.0.1": {
-		golden: "url-mode", values: "url-mode.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
+		golden: "url-mode", values: "url-mode.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true,
 		webhooks: webhook.ConfigurationOptions{URL: "https://127.0.0.1:9443", FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
 	"policies as labelled ConfigMaps": {
-		golden: "policies", values: "policies.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
+		golden: "policies", values: "policies.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true,
 		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
 	"OpenReports Reports from the audit, with their CRD": {
-		golden: "openreports", values: "openreports.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
+		golden: "openreports", values: "openreports.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true,
 		openReports: true, openReportsCRD: true,
 		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
@@ -114,16 +115,16 @@ var renderCases = map[string]renderCase{
 		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 	},
 	"auto in-process injection left to the webhook: a policy ConfigMap changes the inject parameters": {
-		golden: "inprocess-auto-off", values: "inprocess-auto-off.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
+		golden: "inprocess-auto-off", values: "inprocess-auto-off.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true,
 		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5},
 	},
 	"NetworkPolicies that let no one reach the metrics ports": {
-		golden: "network-policy", values: "network-policy.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true, controllerNamespace: "default",
+		golden: "network-policy", values: "network-policy.yaml", fullname: "rel-daemonguard", selfManaged: true, controller: true,
 		webhooks: webhook.ConfigurationOptions{FailurePolicy: admissionregistrationv1.Fail, TimeoutSeconds: 5, InProcessInjection: true}, inProcess: true,
 		networkPolicy: true,
 	},
 	"every knob away from its default": {
-		golden: "everything", values: "everything.yaml", fullname: "guard", selfManaged: true, controller: true, controllerNamespace: "agents",
+		golden: "everything", values: "everything.yaml", fullname: "guard", selfManaged: true, controller: true, controllerNamespaces: []string{"agents", "logging"},
 		preflightAccount: "ci/plan", metricsReader: "monitoring/prometheus-k8s", http2: true, networkPolicy: true,
 		metricsFrom: []networkingv1.NetworkPolicyPeer{
 			{

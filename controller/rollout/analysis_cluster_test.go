@@ -88,7 +88,7 @@ func startAnalysis(t *testing.T) (string, *agentmetrics.Exporter, *promtest.Serv
 	agents := agentmetrics.New(cluster.Client, ns, "nginx-ds")
 	prom := promtest.Start(t, promtest.Options{Targets: []promtest.Target{{Job: "agents", URL: agents.Serve(t)}}})
 	ctl, err := harness.StartControllerWith(context.Background(), cluster, harness.ControllerOptions{
-		Namespace: ns, Prometheus: promquery.Options{Address: prom.Address(), Timeout: 5 * time.Second}})
+		Namespaces: []string{ns}, Prometheus: promquery.Options{Address: prom.Address(), Timeout: 5 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

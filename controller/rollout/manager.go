@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -49,8 +51,10 @@ type Options struct {
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease; required with LeaderElection outside a cluster.
 	LeaderElectionNamespace string
-	// Namespace limits the controller to one namespace; empty watches all.
-	Namespace string
+	// Namespaces are the namespaces whose DaemonSets the controller rolls out: its cache watches
+	// DaemonSets, pods and ControllerRevisions there only, so that Roles in those namespaces are
+	// all the namespaced permissions it needs. Empty watches all.
+	Namespaces []string
 	// Prometheus is where the analysis gates are measured; without an address every measurement
 	// is inconclusive and a rollout with gates waits, saying how to configure one.
 	Prometheus promquery.Options
@@ -77,8 +81,14 @@ func Run(ctx context.Context, opts Options) error {
 		&corev1.Node{}:               {Transform: nodes.Strip},
 		&appsv1.ControllerRevision{}: {Transform: stripRevision},
 	}}
-	if opts.Namespace != "" {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{opts.Namespace: {}}
+	if len(opts.Namespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range opts.Namespaces {
+			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+				return fmt.Errorf("namespace %q: %s", ns, strings.Join(errs, "; "))
+			}
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
 	}
 	cfg := rest.CopyConfig(opts.RESTConfig)
 	if cfg.QPS == 0 {
@@ -144,7 +154,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	opts.Log.Info("Starting rollout controller", "leaderElection", opts.LeaderElection, "namespace", opts.Namespace, "prometheus", analyzer.Address())
+	opts.Log.Info("Starting rollout controller", "leaderElection", opts.LeaderElection, "namespaces", opts.Namespaces, "prometheus", analyzer.Address())
 	return mgr.Start(ctx)
 }
 
@@ -199,7 +209,7 @@ type informerStore struct {
 }
 
 // newStore gets (creating, not starting) the pod and node informers the controller's watches
-// share and reads them in place. A cache limited to namespaces (--watch-namespace) wraps one
+// share and reads them in place. A cache limited to namespaces (--namespaces) wraps one
 // informer per namespace; there the Store lists through the cache reader, without copies too.
 func newStore(ctx context.Context, c cache.Cache) (Store, error) {
 	indexer := func(obj client.Object) (toolscache.Indexer, error) {

@@ -15,7 +15,7 @@ import (
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
-// A controller started with --watch-namespace rolls out the managed DaemonSets of its namespace
+// A controller started with --namespaces rolls out the managed DaemonSets of its namespace
 // and leaves those of every other namespace alone: no pod deleted, no status written.
 func TestWatchNamespaceRollsOnlyItsNamespace(t *testing.T) {
 	localcluster.NeedCluster(t)
@@ -29,7 +29,7 @@ func TestWatchNamespaceRollsOnlyItsNamespace(t *testing.T) {
 		_ = cluster.Client.CoreV1().Namespaces().Delete(context.Background(), other, metav1.DeleteOptions{})
 	})
 
-	ctl, err := harness.StartControllerWith(ctx, cluster, harness.ControllerOptions{Namespace: watched})
+	ctl, err := harness.StartControllerWith(ctx, cluster, harness.ControllerOptions{Namespaces: []string{watched}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 func newControllerCommand() *cobra.Command {
 	opts := rollout.Options{}
-	var kubeconfig string
+	var kubeconfig, watchNamespace string
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the rollout controller for DaemonSets annotated daemonguard.io/rollout: managed",
@@ -20,6 +20,9 @@ func newControllerCommand() *cobra.Command {
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
 				return err
+			}
+			if watchNamespace != "" {
+				opts.Namespaces = append(opts.Namespaces, watchNamespace)
 			}
 			opts.RESTConfig = cfg
 			opts.Log = zap.New()
@@ -34,7 +37,10 @@ func newControllerCommand() *cobra.Command {
 	addServingFlags(f, &opts.Serving)
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one active replica (a standby takes over mid-rollout from cluster state)")
 	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's namespace)")
-	f.StringVar(&opts.Namespace, "watch-namespace", "", "only roll DaemonSets of this namespace (default: all)")
+	f.StringSliceVar(&opts.Namespaces, "namespaces", nil, "only roll out DaemonSets of these namespaces, comma-separated; the controller then watches and needs permissions in them only (default: all)")
+	// The single-namespace flag of earlier releases: one more entry of --namespaces.
+	f.StringVar(&watchNamespace, "watch-namespace", "", "only roll DaemonSets of this namespace")
+	_ = f.MarkDeprecated("watch-namespace", "use --namespaces")
 	f.StringVar(&opts.PprofAddr, "pprof-bind-address", "0", "net/http/pprof address for profiling (e.g. localhost:6060); 0 disables")
 	f.StringVar(&opts.Prometheus.Address, "prometheus-address", "", "base URL of the Prometheus that measures analysis gates (daemonguard.io/analysis), e.g. https://prometheus.monitoring:9090; without it a rollout with gates waits")
 	f.StringVar(&opts.Prometheus.CAFile, "prometheus-ca-file", "", "CA certificate file that verifies Prometheus' serving certificate (default: the system's roots); re-read when it changes")

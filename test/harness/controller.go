@@ -22,8 +22,8 @@ type Controller struct {
 
 // ControllerOptions tune the controller the harness starts.
 type ControllerOptions struct {
-	// Namespace limits the controller to one namespace (--watch-namespace); empty watches all.
-	Namespace string
+	// Namespaces limits the controller to these namespaces (--namespaces); empty watches all.
+	Namespaces []string
 	// Prometheus is where the controller measures analysis gates.
 	Prometheus promquery.Options
 }
@@ -52,7 +52,7 @@ func StartControllerWith(ctx context.Context, c *localcluster.Cluster, opts Cont
 		ctl.done <- rollout.Run(runCtx, rollout.Options{
 			RESTConfig: c.RESTConfig, MetricsAddr: "0", HealthAddr: "0",
 			LeaderElection: true, LeaderElectionNamespace: WebhookNamespace,
-			Namespace: opts.Namespace, Log: log, Prometheus: opts.Prometheus,
+			Namespaces: opts.Namespaces, Log: log, Prometheus: opts.Prometheus,
 		})
 	}()
 	return ctl, nil
