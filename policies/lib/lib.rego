@@ -20,10 +20,63 @@ get(x, path, fallback) := object.get(x, path, fallback) if {
 	is_object(x)
 } else := fallback
 
-# quote(v) renders a value for a message: strings quoted ("50%"), anything else as Rego prints it.
+# quote(v) renders a value for a message: strings quoted ("50%"), anything else as Rego prints it,
+# cut after quote_limit characters of the value (or of its printed form), with the count of the rest:
+#
+#   "1" and 20,000 commas:  "1,,,,,,,,,"… (19881 more characters)
+#   (shortened here: the quotes hold the first 120 characters)
+#
+# A message quotes what a tenant wrote, so without the cut a message, and the answer holding every
+# message, would grow with the value. The cut is by characters (Unicode code points), never inside
+# one, and the marker stands outside the quotes, so the quoted part is the value's exact prefix.
 quote(v) := sprintf("%q", [v]) if {
 	is_string(v)
-} else := sprintf("%v", [v])
+	count(v) <= quote_limit
+} else := sprintf("%q%s", [substring(v, 0, quote_limit), rest_marker(count(v))]) if {
+	is_string(v)
+} else := cut(sprintf("%v", [v]))
+
+# quote_limit is how many characters of a value quote keeps.
+quote_limit := 120
+
+# cut(s) is s when it has at most quote_limit characters, else its start and the count of the rest.
+cut(s) := s if {
+	count(s) <= quote_limit
+} else := concat("", [substring(s, 0, quote_limit), rest_marker(count(s))])
+
+# rest_marker(n) follows the first quote_limit of n characters: "… (5 more characters)".
+rest_marker(n) := "… (1 more character)" if {
+	n == quote_limit + 1
+} else := sprintf("… (%d more characters)", [n - quote_limit])
+
+# --- capped lists of findings -------------------------------------------------------------------
+#
+# A rule that checks each element of a list (steps, gates, tolerations, containers, annotations)
+# reports the first max_reported elements it finds at fault, each with its own message, and then
+# one violation that counts the rest (more_msg): the answer stays a few violations long however
+# long the list is. Collect the findings as small values first (indexes, keys) and build messages
+# only for reported(findings), so that the work is linear in the list and the text is bounded.
+
+# max_reported is how many findings of one rule get a message of their own.
+max_reported := 3
+
+# reported(findings) is the first max_reported elements of the array findings.
+reported(findings) := array.slice(findings, 0, max_reported)
+
+# more_msg(findings, what) counts the findings past the reported ones, e.g. "and 19997 more steps
+# are not valid (only the first 3 are reported)"; undefined when every finding was reported.
+more_msg(findings, what) := sprintf("and %d more %s (only the first %d are reported)", [count(findings) - max_reported, what, max_reported]) if {
+	count(findings) > max_reported
+}
+
+# first_index(values) maps each distinct value of the array values to the index of its first
+# occurrence, in O(n log n): sorting [value, index] pairs puts each value's first index at the start
+# of its run. (Comparing every pair would be quadratic: 10,000 gates make 50 million comparisons.)
+first_index(values) := object.union(first, rest) if {
+	pairs := sort([[v, i] | some i, v in values])
+	first := {p[0]: p[1] | p := pairs[0]}
+	rest := {p[0]: p[1] | some k, p in pairs; k > 0; pairs[k - 1][0] != p[0]}
+}
 
 # is_integer(v) holds for a number without fractional part.
 is_integer(v) if {

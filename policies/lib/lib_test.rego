@@ -24,6 +24,50 @@ test_quote if {
 	quote(null) == "null"
 }
 
+repeat(s, n) := concat("", [s | some _ in numbers.range(1, n)])
+
+test_quote_keeps_120_characters if {
+	quote(repeat("a", 120)) == sprintf("%q", [repeat("a", 120)])
+	quote(repeat("a", 121)) == sprintf(`"%s"… (1 more character)`, [repeat("a", 120)])
+	quote(concat("", ["1", repeat(",", 20000)])) == sprintf(`"1%s"… (19881 more characters)`, [repeat(",", 119)])
+
+	# Characters, not bytes: a cut never splits one.
+	quote(repeat("é", 200)) == sprintf(`"%s"… (80 more characters)`, [repeat("é", 120)])
+
+	# Quotes inside the value are escaped before the cut is counted from the value.
+	quote(repeat(`"`, 121)) == sprintf(`"%s"… (1 more character)`, [repeat(`\"`, 120)])
+}
+
+test_quote_cuts_printed_values if {
+	long := [n | some n in numbers.range(1, 10000)]
+	printed := sprintf("%v", [long])
+	quote(long) == sprintf("%s… (%d more characters)", [substring(printed, 0, 120), count(printed) - 120])
+	quote({"a": 1}) == `{"a": 1}`
+}
+
+# A hostile value: the quote of 60,000 characters is 147 characters long.
+test_quote_of_a_huge_value_is_short if {
+	count(quote(repeat("x", 60000))) == 147
+}
+
+test_reported_and_more_msg if {
+	reported([]) == []
+	reported([1, 2]) == [1, 2]
+	reported([1, 2, 3, 4, 5]) == [1, 2, 3]
+	not more_msg([1, 2, 3], "steps are not valid")
+	more_msg([1, 2, 3, 4, 5], "steps are not valid") == "and 2 more steps are not valid (only the first 3 are reported)"
+	more_msg(numbers.range(1, 20000), "x") == "and 19997 more x (only the first 3 are reported)"
+}
+
+test_first_index if {
+	first_index([]) == {}
+	first_index(["a", "b", "a", null, "b", "c", null]) == {"a": 0, "b": 1, null: 3, "c": 5}
+	first_index([1, "1", 1]) == {1: 0, "1": 1}
+
+	# Linear enough for a hostile list: 20,000 values, 3 distinct.
+	first_index([x | some i in numbers.range(0, 19999); x := ["a", "b", "c"][i % 3]]) == {"a": 0, "b": 1, "c": 2}
+}
+
 test_is_integer if {
 	is_integer(0)
 	is_integer(42)

@@ -86,14 +86,20 @@ surge_default_note := " (the default)" if {
 } else := ""
 
 # (c) surge with host ports. With hostNetwork, every containerPort is a host port (Kubernetes
-# defaults hostPort to containerPort).
-host_ports := [sprintf("container %s hostPort %v", [lib.quote(c.name), port]) |
+# defaults hostPort to containerPort). host_ports lists them as [container name, port]; the
+# message names the first lib.max_reported and counts the rest.
+host_ports := [[c.name, port] |
 	some c in lib.containers
 	ports := c.container.ports
 	is_array(ports)
 	some p in ports
 	port := host_port(p)
 ]
+
+host_ports_text := concat(", ", array.concat(
+	[sprintf("container %s hostPort %v", [lib.quote(hp[0]), hp[1]]) | some hp in lib.reported(host_ports)],
+	[more | more := lib.more_msg(host_ports, "host ports")],
+))
 
 host_port(p) := p.hostPort if {
 	is_object(p)
@@ -112,7 +118,7 @@ violation contains {"field": max_surge_field, "msg": msg} if {
 	count(host_ports) > 0
 	msg := sprintf(
 		"maxSurge %s must be 0 because the pod binds host ports (%s): a surge pod can never start next to the old pod on the same node, so the rollout would hang; use maxSurge 0 and maxUnavailable of at least 1",
-		[lib.quote(max_surge), concat(", ", host_ports)],
+		[lib.quote(max_surge), host_ports_text],
 	)
 }
 

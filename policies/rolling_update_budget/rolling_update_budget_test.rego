@@ -190,6 +190,16 @@ test_denies_surge_with_host_network_container_ports if {
 	contains(v.msg, `(container "cni" hostPort 9099)`)
 }
 
+# A hostile pod template: thousands of host ports are named three at a time.
+test_thousands_of_host_ports_are_counted if {
+	pod := {"containers": [{"name": sprintf("c%d", [i]), "ports": [{"hostPort": i}]} | some i in numbers.range(1, 5000)]}
+	vs := violation with input as with_pod(rolling({"maxUnavailable": 0, "maxSurge": 1}), pod)
+	count(vs) == 1
+	some v in vs
+	contains(v.msg, `(container "c1" hostPort 1, container "c2" hostPort 2, container "c3" hostPort 3, and 4997 more host ports (only the first 3 are reported))`)
+	count(v.msg) < 500
+}
+
 test_host_port_check_tolerates_garbage_ports if {
 	pod := {"containers": [{"name": "x", "ports": "garbage"}, {"name": "y", "ports": ["garbage", {"hostPort": "80"}]}]}
 	count(violation) == 0 with input as with_pod(rolling({"maxUnavailable": 0, "maxSurge": 1}), pod)

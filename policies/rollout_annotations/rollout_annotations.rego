@@ -34,19 +34,33 @@ ours contains key if {
 	startswith(key, prefix)
 }
 
+# The rules that check each key of ours report the first lib.max_reported keys they find at fault
+# (sorted), and one violation on metadata.annotations counts the rest (key_findings).
+
 # Values that are not strings (e.g. an unquoted true or 5 in YAML).
+non_string_keys := sort([key | some key in ours; not is_string(lib.annotations[key])])
+
 violation contains {"field": field(key), "msg": msg} if {
-	some key in ours
-	value := lib.annotations[key]
-	not is_string(value)
-	msg := sprintf("value %s is not a string: annotation values are strings, quote it in YAML", [lib.quote(value)])
+	some key in lib.reported(non_string_keys)
+	msg := sprintf("value %s is not a string: annotation values are strings, quote it in YAML", [lib.quote(lib.annotations[key])])
 }
 
 # Unknown keys.
+unknown_keys := sort([key | some key in ours; not known[key]])
+
 violation contains {"field": field(key), "msg": msg} if {
-	some key in ours
-	not known[key]
-	msg := sprintf("unknown daemonguard annotation %q (a typo?); known annotations: %s", [key, concat(", ", sort(object.keys(known)))])
+	some key in lib.reported(unknown_keys)
+	msg := sprintf("unknown daemonguard annotation %s (a typo?); known annotations: %s", [lib.quote(key), concat(", ", sort(object.keys(known)))])
+}
+
+key_findings := {
+	"daemonguard.io/ annotations are not strings": non_string_keys,
+	"daemonguard.io/ annotations are unknown": unknown_keys,
+}
+
+violation contains {"field": "metadata.annotations", "msg": msg} if {
+	some what, findings in key_findings
+	msg := lib.more_msg(findings, what)
 }
 
 # Checks of the value of each known key; only string values reach them.
@@ -145,8 +159,18 @@ at_least_1ns(_, fraction, unit) if {
 	lib.digits_to_number(fraction) * unit >= lib.digits_to_number(concat("", ["1", regex.replace(fraction, `[0-9]`, "0")]))
 }
 
-# steps are the trimmed, comma-separated entries of the annotation.
+# steps are the trimmed, comma-separated entries of the annotation; parsed_steps[i] is
+# parse_step(steps[i]), or {"type": "invalid"}, parsed once for every rule below.
 steps := [trim_space(s) | some s in split(steps_value, ",")]
+
+parsed_steps := [p |
+	some s in steps
+	p := parse_or_invalid(s)
+]
+
+parse_or_invalid(s) := p if {
+	p := parse_step(s)
+} else := {"type": "invalid"}
 
 step_hint := `each step must be a node count from 1 (e.g. "1"), a percentage "N%" with N from 1 to 100, "pause" or "pause:<duration>" with a Go duration up to 8760h (e.g. "pause:5m")`
 
@@ -155,45 +179,77 @@ violation contains {"field": field(steps_key), "msg": msg} if {
 	msg := sprintf(`value %s is an empty list: list at least one step, ending with "100%%" (e.g. "1,25%%,100%%")`, [lib.quote(steps_value)])
 }
 
-violation contains {"field": field(steps_key), "msg": msg} if {
+# The step rules report the first lib.max_reported steps at fault and one violation that counts
+# the rest (step_findings): a value of 20,000 commas gets four violations, not 20,000.
+
+# invalid_steps are the indexes of the steps that do not parse.
+invalid_steps := [i |
 	trim_space(steps_value) != ""
-	some i, s in steps
-	not parse_step(s)
-	msg := sprintf("step %d %s of %s is not valid: %s", [i + 1, lib.quote(s), lib.quote(steps_value), step_hint])
+	some i, p in parsed_steps
+	p.type == "invalid"
+]
+
+violation contains {"field": field(steps_key), "msg": msg} if {
+	some i in lib.reported(invalid_steps)
+	msg := sprintf("step %d %s of %s is not valid: %s", [i + 1, lib.quote(steps[i]), lib.quote(steps_value), step_hint])
 }
 
-# Count steps and percent steps must each be non-decreasing.
-violation contains {"field": field(steps_key), "msg": msg} if {
+# Count steps and percent steps must each be non-decreasing. same_kind[kind] lists the steps of
+# one kind in order, as {"index": i, "value": n}; decreasing_steps are the pairs of consecutive
+# ones where the value drops.
+same_kind[kind] := [{"index": i, "value": p.value} |
+	some i, p in parsed_steps
+	p.type == kind
+] if {
 	some kind in ["count", "percent"]
-	same := [{"index": i, "step": s} | some i, s in steps; parse_step(s).type == kind]
+}
+
+decreasing_steps := [{"kind": kind, "step": same[j], "before": same[j - 1]} |
+	some kind, same in same_kind
 	count(same) > 1
 	some j in numbers.range(1, count(same) - 1)
-	parse_step(same[j].step).value < parse_step(same[j - 1].step).value
+	same[j].value < same[j - 1].value
+]
+
+violation contains {"field": field(steps_key), "msg": msg} if {
+	some d in lib.reported(decreasing_steps)
 	msg := sprintf(
 		"step %d %s of %s is smaller than step %d %s: %s steps must not decrease",
-		[same[j].index + 1, lib.quote(same[j].step), lib.quote(steps_value), same[j - 1].index + 1, lib.quote(same[j - 1].step), kind],
+		[d.step.index + 1, lib.quote(steps[d.step.index]), lib.quote(steps_value), d.before.index + 1, lib.quote(steps[d.before.index]), d.kind],
 	)
+}
+
+step_findings := {
+	"steps are not valid": invalid_steps,
+	"steps are smaller than the step of their kind before them": decreasing_steps,
+}
+
+violation contains {"field": field(steps_key), "msg": msg} if {
+	some what, findings in step_findings
+	msg := lib.more_msg(findings, what)
 }
 
 # The last step that is not a pause must be "100%", or the rollout never finishes.
-non_pause_steps := [s | some s in steps; not parse_step(s).type == "pause"]
+non_pause_steps := [p | some p in parsed_steps; p.type != "pause"]
 
 violation contains {"field": field(steps_key), "msg": msg} if {
 	trim_space(steps_value) != ""
-	every s in steps {
-		parse_step(s)
-	}
+	count(invalid_steps) == 0
 	not ends_at_100
 	msg := sprintf(
-		`value %s does not end with "100%%": the rollout would never finish; make "100%%" the last step that is not a pause (e.g. "%s,100%%")`,
-		[lib.quote(steps_value), trim_right(trim_space(steps_value), ",")],
+		`value %s does not end with "100%%": the rollout would never finish; make "100%%" the last step that is not a pause (e.g. %s)`,
+		[lib.quote(steps_value), ends_at_100_example],
 	)
 }
 
-ends_at_100 if {
-	last := non_pause_steps[count(non_pause_steps) - 1]
-	parse_step(last) == {"type": "percent", "value": 100}
-}
+# ends_at_100_example is the value with ",100%" appended, or a description of that when the value
+# is too long to repeat (lib.quote would cut the "100%" off).
+ends_at_100_example := sprintf(`"%s,100%%"`, [v]) if {
+	v := trim_right(trim_space(steps_value), ",")
+	count(v) <= lib.quote_limit
+} else := `the value followed by ",100%"`
+
+ends_at_100 if non_pause_steps[count(non_pause_steps) - 1] == {"type": "percent", "value": 100}
 
 # --- daemonguard.io/analysis --------------------------------------------------------------------
 #
@@ -246,7 +302,7 @@ gates[i] := {k: v | some k, v in g; v != null} if {
 }
 
 # gate_label(i) names gate i in messages: gate 2 ("errors"), counting from 1.
-gate_label(i) := sprintf("gate %d (%q)", [i + 1, gates[i].name]) if {
+gate_label(i) := sprintf("gate %d (%s)", [i + 1, lib.quote(gates[i].name)]) if {
 	is_string(gates[i].name)
 } else := sprintf("gate %d", [i + 1])
 
@@ -269,36 +325,67 @@ violation contains {"field": analysis_field, "msg": msg} if {
 	msg := sprintf("value %s is not a YAML list: it must be %s", [lib.quote(analysis_value), known[analysis_key]])
 }
 
+# max_gates is the most gates a DaemonSet may list: each is a Prometheus query made with the
+# controller's credentials at every interval. The Go twin is rolloutapi.MaxGates
+# (internal/rolloutapi); keep the two equal.
+max_gates := 10
+
 violation contains {"field": analysis_field, "msg": msg} if {
+	is_array(analysis_doc)
+	count(analysis_doc) > max_gates
+	msg := sprintf("value lists %d gates: at most %d gates are allowed per DaemonSet (each is a Prometheus query at every interval)", [count(analysis_doc), max_gates])
+}
+
+# The gate rules below collect their findings as indexes (and fields) first, report the first
+# lib.max_reported of each with a message, and count the rest in one violation (gate_findings),
+# so that a list of 10,000 gates gets a few violations per rule, not one per gate.
+
+non_object_gates := [i |
 	is_array(analysis_doc)
 	some i, g in analysis_doc
 	not is_object(g)
+]
+
+violation contains {"field": analysis_field, "msg": msg} if {
+	some i in lib.reported(non_object_gates)
 	msg := sprintf(
 		"gate %d %s is not an object: each gate must be an object with the fields %s",
-		[i + 1, lib.quote(g), concat(", ", sort(object.keys(gate_fields)))],
+		[i + 1, lib.quote(analysis_doc[i]), concat(", ", sort(object.keys(gate_fields)))],
 	)
 }
 
-violation contains gate_violation(i, msg) if {
+unknown_gate_fields := [[i, f] |
 	some i, g in gates
 	some f, _ in g
 	not gate_fields[f]
-	msg := sprintf("unknown field %q (a typo?); known fields: %s", [f, concat(", ", sort(object.keys(gate_fields)))])
-}
+]
 
 violation contains gate_violation(i, msg) if {
+	some [i, f] in lib.reported(unknown_gate_fields)
+	msg := sprintf("unknown field %s (a typo?); known fields: %s", [lib.quote(f), concat(", ", sort(object.keys(gate_fields)))])
+}
+
+missing_gate_fields := [[i, f] |
 	some i, g in gates
 	some f in required_gate_fields
 	not f in object.keys(g)
+]
+
+violation contains gate_violation(i, msg) if {
+	some [i, f] in lib.reported(missing_gate_fields)
 	msg := sprintf("%s is missing: it must be %s", [f, gate_fields[f]])
 }
 
-violation contains gate_violation(i, msg) if {
+invalid_gate_fields := [[i, f] |
 	some i, g in gates
 	some f, v in g
 	gate_fields[f]
 	not valid_gate_field(f, v)
-	msg := sprintf("%s %s is not allowed: it must be %s", [f, lib.quote(v), gate_fields[f]])
+]
+
+violation contains gate_violation(i, msg) if {
+	some [i, f] in lib.reported(invalid_gate_fields)
+	msg := sprintf("%s %s is not allowed: it must be %s", [f, lib.quote(gates[i][f]), gate_fields[f]])
 }
 
 valid_gate_field("name", v) if {
@@ -347,51 +434,92 @@ whole_nanoseconds(d) if {
 
 fraction_digits := {"ns": 0, "us": 3, "µs": 3, "μs": 3, "ms": 6, "s": 9, "m": 10, "h": 11}
 
-violation contains gate_violation(i, msg) if {
-	some i, g in gates
-	some j, other in gates
-	j < i
+# Names must be unique; each later gate with a name names the first gate that has it.
+# gate_names[i] is gate i's name, or null (a non-object entry or a name that is not a string);
+# first_gate maps each name to the index of its first gate, in one pass (lib.first_index), not by
+# comparing every pair of gates.
+gate_names := [name_or_null(g) | some g in analysis_doc] if is_array(analysis_doc)
+
+name_or_null(g) := g.name if {
+	is_object(g)
 	is_string(g.name)
-	other.name == g.name
-	not earlier_duplicate(i, j)
-	msg := sprintf("name %q is used by gate %d too: names must be unique", [g.name, j + 1])
-}
+} else := null
 
-# earlier_duplicate(i, j) holds when a gate before j has gate i's name: only the first is named.
-earlier_duplicate(i, j) if {
-	some k, other in gates
-	k < j
-	other.name == gates[i].name
-}
+first_gate := lib.first_index(gate_names)
+
+duplicate_gate_names := [i |
+	some i, name in gate_names
+	is_string(name)
+	first_gate[name] != i
+]
 
 violation contains gate_violation(i, msg) if {
+	some i in lib.reported(duplicate_gate_names)
+	msg := sprintf("name %s is used by gate %d too: names must be unique", [lib.quote(gate_names[i]), first_gate[gate_names[i]] + 1])
+}
+
+# unknown_placeholders are the distinct unknown placeholders of each gate, as [i, placeholder].
+unknown_placeholders := sort({[i, m[0]] |
 	some i, g in gates
 	is_string(g.query)
 	some m in regex.find_all_string_submatch_n(placeholder_regex, g.query, -1)
 	not m[1] in placeholders
+})
+
+violation contains gate_violation(i, msg) if {
+	some [i, placeholder] in lib.reported(unknown_placeholders)
 	msg := sprintf(
-		"query placeholder %q is not allowed: it must be one of %s",
-		[m[0], concat(", ", [sprintf("{{ %s }}", [p]) | some p in placeholders])],
+		"query placeholder %s is not allowed: it must be one of %s",
+		[lib.quote(placeholder), concat(", ", [sprintf("{{ %s }}", [p]) | some p in placeholders])],
 	)
 }
 
-violation contains gate_violation(i, msg) if {
+queries_without_nodes := [i |
 	some i, g in gates
 	valid_gate_field("query", g.query)
 	not "nodes" in {m[1] | some m in regex.find_all_string_submatch_n(placeholder_regex, g.query, -1)}
-	msg := sprintf(`query %q does not use {{ nodes }}: it must select the wave's nodes with it, e.g. node=~"{{ nodes }}"`, [g.query])
+]
+
+violation contains gate_violation(i, msg) if {
+	some i in lib.reported(queries_without_nodes)
+	msg := sprintf(`query %s does not use {{ nodes }}: it must select the wave's nodes with it, e.g. node=~"{{ nodes }}"`, [lib.quote(gates[i].query)])
 }
 
-violation contains gate_violation(i, "neither max nor min is set: set one or both to bound each node's value") if {
+unbounded_gates := [i |
 	some i, g in gates
 	not "max" in object.keys(g)
 	not "min" in object.keys(g)
+]
+
+violation contains gate_violation(i, "neither max nor min is set: set one or both to bound each node's value") if {
+	some i in lib.reported(unbounded_gates)
 }
 
-violation contains gate_violation(i, msg) if {
+inverted_gates := [i |
 	some i, g in gates
 	is_number(g.min)
 	is_number(g.max)
 	g.min > g.max
-	msg := sprintf("min %v is above max %v: min must be at most max", [g.min, g.max])
+]
+
+violation contains gate_violation(i, msg) if {
+	some i in lib.reported(inverted_gates)
+	msg := sprintf("min %v is above max %v: min must be at most max", [gates[i].min, gates[i].max])
+}
+
+gate_findings := {
+	"entries are not gates (objects)": non_object_gates,
+	"unknown fields of gates": unknown_gate_fields,
+	"missing fields of gates": missing_gate_fields,
+	"invalid fields of gates": invalid_gate_fields,
+	"gates repeat an earlier gate's name": duplicate_gate_names,
+	"query placeholders are not allowed": unknown_placeholders,
+	"gates' queries do not use {{ nodes }}": queries_without_nodes,
+	"gates set neither max nor min": unbounded_gates,
+	"gates have min above max": inverted_gates,
+}
+
+violation contains {"field": analysis_field, "msg": msg} if {
+	some what, findings in gate_findings
+	msg := lib.more_msg(findings, what)
 }

@@ -217,11 +217,57 @@ test_steps_invalid_step if {
 	}}
 }
 
-test_steps_every_invalid_step_reported if {
+test_steps_first_invalid_steps_reported_then_counted if {
 	vs := steps_violations("0,0%,101%,pause:,pause:0s,pause:5,pause:9000h,Pause,,1000000000,100%")
-	count(vs) == 10
+	[v.msg | some v in vs; startswith(v.msg, "step ")] == [
+		`step 1 "0" of "0,0%,101%,pause:,pause:0s,pause:5,pause:9000h,Pause,,1000000000,100%" is not valid: each step must be a node count from 1 (e.g. "1"), a percentage "N%" with N from 1 to 100, "pause" or "pause:<duration>" with a Go duration up to 8760h (e.g. "pause:5m")`,
+		`step 2 "0%" of "0,0%,101%,pause:,pause:0s,pause:5,pause:9000h,Pause,,1000000000,100%" is not valid: each step must be a node count from 1 (e.g. "1"), a percentage "N%" with N from 1 to 100, "pause" or "pause:<duration>" with a Go duration up to 8760h (e.g. "pause:5m")`,
+		`step 3 "101%" of "0,0%,101%,pause:,pause:0s,pause:5,pause:9000h,Pause,,1000000000,100%" is not valid: each step must be a node count from 1 (e.g. "1"), a percentage "N%" with N from 1 to 100, "pause" or "pause:<duration>" with a Go duration up to 8760h (e.g. "pause:5m")`,
+	]
+	{v.msg | some v in vs; not startswith(v.msg, "step ")} == {"and 7 more steps are not valid (only the first 3 are reported)"}
+}
+
+# A hostile value: 20,000 empty steps get four violations of bounded length, not 20,000 that each
+# quote the whole value.
+test_steps_thousands_of_empty_steps if {
+	value := concat("", ["1", repeat(",", 20000)])
+	vs := steps_violations(value)
+	count(vs) == 4
 	every v in vs {
-		contains(v.msg, "is not valid")
+		v.field == steps_field
+		count(v.msg) < 500
+	}
+	some v in vs
+	v.msg == sprintf(`step 2 "" of "1%s"… (19881 more characters) is not valid: %s`, [repeat(",", 119), step_hint])
+	some summary in vs
+	summary.msg == "and 19997 more steps are not valid (only the first 3 are reported)"
+}
+
+test_steps_one_huge_step if {
+	vs := steps_violations(concat("", [repeat("x", 60000), ",100%"]))
+	count(vs) == 1
+	every v in vs {
+		contains(v.msg, "… (59880 more characters)")
+		count(v.msg) < 600
+	}
+}
+
+test_steps_thousands_of_decreasing_steps if {
+	value := concat(",", [sprintf("%d%%", [100 - i]) | some i in numbers.range(0, 99)])
+	msgs := {v.msg | some v in steps_violations(value)}
+	count(msgs) == 5
+	`step 2 "99%" of "100%,99%,98%,97%,96%,95%,94%,93%,92%,91%,90%,89%,88%,87%,86%,85%,84%,83%,82%,81%,80%,79%,78%,77%,76%,75%,74%,73%,72%,71%"… (271 more characters) is smaller than step 1 "100%": percent steps must not decrease` in msgs
+	"and 96 more steps are smaller than the step of their kind before them (only the first 3 are reported)" in msgs
+	some m in msgs
+	contains(m, `does not end with "100%": the rollout would never finish; make "100%" the last step that is not a pause (e.g. the value followed by ",100%")`)
+}
+
+test_steps_long_value_not_ending_at_100 if {
+	vs := steps_violations(concat("", [repeat("1,", 5000), "1"]))
+	count(vs) == 1
+	every v in vs {
+		endswith(v.msg, `(e.g. the value followed by ",100%")`)
+		count(v.msg) < 500
 	}
 }
 
@@ -456,4 +502,79 @@ test_analysis_non_string_value if {
 		"field": analysis_field,
 		"msg": `value ["x"] is not a string: annotation values are strings, quote it in YAML`,
 	}}
+}
+
+# --- hostile inputs: every per-element rule reports a few elements, then counts the rest --------
+
+valid_gate := {"name": "errors", "query": `x{node=~"{{ nodes }}"}`, "max": 1}
+
+test_analysis_at_most_10_gates if {
+	ten := json.marshal([object.union(valid_gate, {"name": sprintf("g%d", [i])}) | some i in numbers.range(1, 10)])
+	analysis_msgs(ten) == set()
+	eleven := json.marshal([object.union(valid_gate, {"name": sprintf("g%d", [i])}) | some i in numbers.range(1, 11)])
+	analysis_msgs(eleven) == {"value lists 11 gates: at most 10 gates are allowed per DaemonSet (each is a Prometheus query at every interval)"}
+}
+
+# 3,000 gates with one name: one violation for the count, three duplicates and one that counts
+# the rest, found without comparing every pair.
+test_analysis_thousands_of_gates_with_one_name if {
+	msgs := analysis_msgs(json.marshal([valid_gate | some _ in numbers.range(1, 3000)]))
+	msgs == {
+		"value lists 3000 gates: at most 10 gates are allowed per DaemonSet (each is a Prometheus query at every interval)",
+		`gate 2 ("errors"): name "errors" is used by gate 1 too: names must be unique`,
+		`gate 3 ("errors"): name "errors" is used by gate 1 too: names must be unique`,
+		`gate 4 ("errors"): name "errors" is used by gate 1 too: names must be unique`,
+		"and 2996 more gates repeat an earlier gate's name (only the first 3 are reported)",
+	}
+}
+
+test_analysis_thousands_of_bad_entries if {
+	msgs := analysis_msgs(json.marshal(array.concat([valid_gate], [1 | some _ in numbers.range(1, 5000)])))
+	count(msgs) == 5
+	"and 4997 more entries are not gates (objects) (only the first 3 are reported)" in msgs
+}
+
+test_analysis_thousands_of_fields if {
+	gate := object.union(valid_gate, {sprintf("f%05d", [i]): i | some i in numbers.range(1, 5000)})
+	msgs := analysis_msgs(json.marshal([gate]))
+	msgs == {
+		`gate 1 ("errors"): unknown field "f00001" (a typo?); known fields: baseline, count, interval, max, min, name, nodeLabel, query`,
+		`gate 1 ("errors"): unknown field "f00002" (a typo?); known fields: baseline, count, interval, max, min, name, nodeLabel, query`,
+		`gate 1 ("errors"): unknown field "f00003" (a typo?); known fields: baseline, count, interval, max, min, name, nodeLabel, query`,
+		"and 4997 more unknown fields of gates (only the first 3 are reported)",
+	}
+}
+
+test_analysis_thousands_of_placeholders if {
+	query := concat("", [`x{node=~"{{ nodes }}"} `, repeat("{{ evil }}", 5000)])
+	analysis_msgs(json.marshal([object.union(valid_gate, {"query": query})])) == {
+		`gate 1 ("errors"): query placeholder "{{ evil }}" is not allowed: it must be one of {{ nodes }}, {{ revision }}, {{ old_revision }}, {{ name }}, {{ namespace }}`,
+	}
+	five := `x{node=~"{{ nodes }}"} {{ a }}{{ b }}{{ c }}{{ d }}{{ e }}{{ a }}`
+	msgs := analysis_msgs(json.marshal([object.union(valid_gate, {"query": five})]))
+	count(msgs) == 4
+	"and 2 more query placeholders are not allowed (only the first 3 are reported)" in msgs
+}
+
+test_analysis_huge_values_are_cut if {
+	huge := repeat("a", 60000)
+	msgs := analysis_msgs(json.marshal([object.union(valid_gate, {"name": huge, "query": huge})]))
+	count(msgs) == 2
+	every m in msgs {
+		count(m) < 700
+		contains(m, "… (59880 more characters)")
+	}
+}
+
+test_thousands_of_unknown_annotations if {
+	vs := violation with input as review({sprintf("daemonguard.io/typo-%05d", [i]): "x" | some i in numbers.range(1, 3000)})
+	count(vs) == 4
+	{v.field | some v in vs} == {
+		`metadata.annotations["daemonguard.io/typo-00001"]`,
+		`metadata.annotations["daemonguard.io/typo-00002"]`,
+		`metadata.annotations["daemonguard.io/typo-00003"]`,
+		"metadata.annotations",
+	}
+	some v in vs
+	v.msg == "and 2997 more daemonguard.io/ annotations are unknown (only the first 3 are reported)"
 }
