@@ -1,6 +1,7 @@
 package charts
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -97,7 +98,8 @@ type serviceMonitor struct {
 				ServerName         string `json:"serverName"`
 				InsecureSkipVerify bool   `json:"insecureSkipVerify"`
 				CA                 struct {
-					Secret *corev1.SecretKeySelector `json:"secret"`
+					Secret    *corev1.SecretKeySelector    `json:"secret"`
+					ConfigMap *corev1.ConfigMapKeySelector `json:"configMap"`
 				} `json:"ca"`
 			} `json:"tlsConfig"`
 		} `json:"endpoints"`
@@ -159,10 +161,10 @@ func TestServiceMonitorsScrapeHTTPS(t *testing.T) {
 				tlsConfig := ep.TLSConfig
 				switch component {
 				case "webhook":
-					wantSecret := c.fullname + "-webhook-tls"
-					if tlsConfig.InsecureSkipVerify || tlsConfig.CA.Secret == nil || tlsConfig.CA.Secret.Name != wantSecret || tlsConfig.CA.Secret.Key != selftls.KeyCABundle {
-						t.Errorf("the webhook's ServiceMonitor TLS %+v, want it verified with %s of Secret %s", tlsConfig, selftls.KeyCABundle, wantSecret)
+					if tlsConfig.InsecureSkipVerify {
+						t.Errorf("the webhook's ServiceMonitor TLS %+v, want it verified", tlsConfig)
 					}
+					checkCAHoldsNoKey(t, objs, c, tlsConfig.CA.Secret, tlsConfig.CA.ConfigMap)
 					if names := certificateNames(t, objs, c); !slices.Contains(names, tlsConfig.ServerName) {
 						t.Errorf("the webhook's ServiceMonitor verifies the name %q, which its certificate (%v) does not cover", tlsConfig.ServerName, names)
 					}
@@ -281,6 +283,93 @@ func TestNetworkPolicies(t *testing.T) {
 				if !equality.Semantic.DeepEqual(got, want) {
 					t.Errorf("NetworkPolicy %s admits %+v (port: peers, none: anyone), want %+v", np.Name, got, want)
 				}
+			}
+		})
+	}
+}
+
+// checkCAHoldsNoKey holds that what the webhook's ServiceMonitor reads for the CA holds no private
+// key of the CA. Self-managed, the TLS Secret holds the CA's key (selftls.KeyCAKey), so the
+// ServiceMonitor reads ca.crt of a ConfigMap that the chart renders empty and that the webhook
+// fills with the bundle alone (--tls-ca-configmap; internal/selftls's
+// TestTheCAConfigMapHoldsTheBundleAlone). With cert-manager it reads ca.crt of the serving
+// certificate's Secret: a Certificate that is not a CA, whose Secret cert-manager gives the
+// issuer's certificate and never the issuer's key.
+func checkCAHoldsNoKey(t *testing.T, objs []object, c renderCase, secret *corev1.SecretKeySelector, configMap *corev1.ConfigMapKeySelector) {
+	t.Helper()
+	if !c.selfManaged {
+		want := c.fullname + "-webhook-tls"
+		if configMap != nil || secret == nil || secret.Name != want || secret.Key != selftls.KeyCABundle {
+			t.Fatalf("the webhook's ServiceMonitor reads the CA from Secret %+v, ConfigMap %+v; want %s of Secret %s", secret, configMap, selftls.KeyCABundle, want)
+		}
+		for _, o := range ofKind(objs, "Certificate") {
+			var cert struct {
+				Spec struct {
+					IsCA       bool   `json:"isCA"`
+					SecretName string `json:"secretName"`
+				} `json:"spec"`
+			}
+			if err := yaml.Unmarshal(o.YAML, &cert); err != nil {
+				t.Fatal(err)
+			}
+			if cert.Spec.SecretName == secret.Name && cert.Spec.IsCA {
+				t.Errorf("the ServiceMonitor reads Secret %s, which holds the key of CA Certificate %s", secret.Name, o.Name)
+			}
+		}
+		return
+	}
+	want := c.fullname + "-webhook-ca"
+	if secret != nil || configMap == nil || configMap.Name != want || configMap.Key != selftls.KeyCABundle {
+		t.Fatalf("the webhook's ServiceMonitor reads the CA from Secret %+v, ConfigMap %+v; want %s of ConfigMap %s", secret, configMap, selftls.KeyCABundle, want)
+	}
+	rendered := false
+	for _, cm := range typedObjects[*corev1.ConfigMap](objs) {
+		if cm.Name == want {
+			rendered = true
+			if len(cm.Data) != 0 || len(cm.BinaryData) != 0 {
+				t.Errorf("ConfigMap %s is rendered with data %v, want none: the webhook writes ca.crt alone", want, cm.Data)
+			}
+		}
+	}
+	if !rendered {
+		t.Errorf("ConfigMap %s, which the ServiceMonitor reads, is not rendered", want)
+	}
+	for _, d := range typedObjects[*appsv1.Deployment](objs) {
+		if d.Name == c.fullname+"-webhook" && !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--tls-ca-configmap="+want) {
+			t.Errorf("the webhook does not write the CA bundle into ConfigMap %s: args %v", want, d.Spec.Template.Spec.Containers[0].Args)
+		}
+	}
+}
+
+// TestServiceMonitorReadsNoCAKey renders the webhook's ServiceMonitor with either TLS mode and
+// holds that the object it reads the CA from holds no key of the CA (checkCAHoldsNoKey).
+func TestServiceMonitorReadsNoCAKey(t *testing.T) {
+	for _, name := range []string{"defaults: self-managed TLS, webhooks called through the in-cluster Service", "cert-manager with the self-signed and CA issuers the chart creates"} {
+		c := renderCases[name]
+		t.Run(name, func(t *testing.T) {
+			args := []string{"--set", "metrics.serviceMonitor.enabled=true"}
+			if c.values != "" {
+				args = append(args, "--values", filepath.Join("testdata", "values", c.values))
+			}
+			out, err := template(t, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs := objects(t, out)
+			found := false
+			for _, o := range ofKind(objs, "ServiceMonitor") {
+				var sm serviceMonitor
+				if err := yaml.Unmarshal(o.YAML, &sm); err != nil {
+					t.Fatal(err)
+				}
+				if o.Name == c.fullname+"-webhook" && len(sm.Spec.Endpoints) == 1 {
+					found = true
+					ca := sm.Spec.Endpoints[0].TLSConfig.CA
+					checkCAHoldsNoKey(t, objs, c, ca.Secret, ca.ConfigMap)
+				}
+			}
+			if !found {
+				t.Fatalf("no ServiceMonitor %s-webhook with one endpoint", c.fullname)
 			}
 		})
 	}

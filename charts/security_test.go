@@ -295,6 +295,9 @@ func TestRBACCoversTheBinary(t *testing.T) {
 				verbs("admissionregistration.k8s.io", "validatingwebhookconfigurations", "", c.fullname, "get", "list", "watch", "update"),
 			)
 			check("webhook", c.selfManaged, tls...) // with cert-manager the webhook only reads files
+			if c.selfManaged {                      // the CA bundle alone, for the ServiceMonitor (--tls-ca-configmap)
+				check("webhook", true, verbs("", "configmaps", namespace, c.fullname+"-webhook-ca", "patch")...)
+			}
 			// In-process injection: the webhook reads its policy to report whether it is in sync.
 			check("webhook", c.inProcess, verbs("admissionregistration.k8s.io", "mutatingadmissionpolicies", "", c.fullname+"-inject", "get")...)
 			check("webhook", false, slices.Concat(
@@ -324,35 +327,49 @@ func TestRBACCoversTheBinary(t *testing.T) {
 				}
 				return
 			}
-			ns := c.controllerNamespace
 			check("controller", true, slices.Concat(
 				verbs("", "nodes", "", "", "get", "list", "watch"),
-				verbs("apps", "daemonsets", ns, "", "list", "watch"),
-				verbs("apps", "daemonsets", ns, "agent", "get", "update", "patch"),
-				verbs("apps", "daemonsets/status", ns, "agent", "update", "patch"),
-				verbs("apps", "controllerrevisions", ns, "", "list", "watch"),
-				verbs("", "pods", ns, "", "list", "watch"),
-				verbs("", "pods", ns, "agent-x", "get", "delete"),
-				verbs("events.k8s.io", "events", ns, "", "create", "patch"),
 				verbs("coordination.k8s.io", "leases", namespace, "daemonguard-rollout-controller", "get", "update"),
 				verbs("coordination.k8s.io", "leases", namespace, "", "create"),
 				verbs("", "events", namespace, "", "create"), // leader election Events (core)
 				metricsAuth,
 			)...)
 			check("controller", false, slices.Concat(
-				verbs("", "secrets", ns, "", "list", "get"),
 				verbs("", "secrets", namespace, c.fullname+"-webhook-tls", "get"),
 				verbs("", "nodes", "", "node-1", "update", "patch", "delete"),
-				verbs("apps", "daemonsets", ns, "agent", "delete", "create"),
 				verbs("", "configmaps", namespace, "", "list"),
 				verbs("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", c.fullname, "update"),
 				verbs("openreports.io", "reports", "", "", "list", "create"),
 			)...)
-			if ns != "default" { // controller.watchNamespace: nothing outside it
+			// The rollout's reads and writes (controller/rollout): in every namespace, or in each
+			// of controller.namespaces and nothing outside them.
+			rolledOut := c.controllerNamespaces
+			if rolledOut == nil {
+				rolledOut = []string{"default"}
+			}
+			for _, ns := range rolledOut {
+				check("controller", true, slices.Concat(
+					verbs("apps", "daemonsets", ns, "", "list", "watch"),
+					verbs("apps", "daemonsets", ns, "agent", "get", "update", "patch"),
+					verbs("apps", "daemonsets/status", ns, "agent", "update", "patch"),
+					verbs("apps", "controllerrevisions", ns, "", "list", "watch"),
+					verbs("", "pods", ns, "", "list", "watch"),
+					verbs("", "pods", ns, "agent-x", "get", "delete"),
+					verbs("events.k8s.io", "events", ns, "", "create", "patch"),
+				)...)
+				check("controller", false, slices.Concat(
+					verbs("", "secrets", ns, "", "list", "get"),
+					verbs("apps", "daemonsets", ns, "agent", "delete", "create"),
+				)...)
+			}
+			if c.controllerNamespaces != nil {
 				check("controller", false, slices.Concat(
 					verbs("apps", "daemonsets", "", "", "list", "watch"),
-					verbs("apps", "daemonsets", "default", "agent", "update"),
+					verbs("", "pods", "", "", "list", "watch"),
+					verbs("apps", "controllerrevisions", "", "", "list"),
+					verbs("apps", "daemonsets", "default", "agent", "get", "update"),
 					verbs("", "pods", "default", "agent-x", "delete"),
+					verbs("events.k8s.io", "events", "default", "", "create"),
 				)...)
 			}
 		})

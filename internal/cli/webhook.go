@@ -80,6 +80,7 @@ func newWebhookCommand() *cobra.Command {
 	f.StringVar(&tlsMode, "tls-mode", tlsModeFiles, `"files": serve tls.crt/tls.key from --cert-dir (a mounted Secret, e.g. from cert-manager); "self-managed": keep a CA and serving certificate in --tls-secret, write the CA bundle into --webhook-configuration and rotate both`)
 	f.StringVar(&tlsOpts.SecretName, "tls-secret", "", "self-managed: Secret in --namespace holding the CA and the serving certificate")
 	f.StringVar(&tlsOpts.WebhookConfigurationName, "webhook-configuration", "", "self-managed: name of the Mutating- and ValidatingWebhookConfiguration to write the CA bundle into")
+	f.StringVar(&tlsOpts.CAConfigMapName, "tls-ca-configmap", "", "self-managed: ConfigMap in --namespace that receives the CA bundle alone (ca.crt), for scrapers that verify the serving certificate without reading the Secret and its keys")
 	f.StringSliceVar(&tlsOpts.Config.DNSNames, "tls-dns-name", nil, "self-managed: DNS name the serving certificate covers (repeatable), e.g. the webhook Service's names")
 	f.IPSliceVar(&tlsIPs, "tls-ip-address", nil, "self-managed: IP address the serving certificate covers (repeatable)")
 	f.DurationVar(&tlsOpts.Config.CAValidity, "tls-ca-validity", selftls.DefaultCAValidity, "self-managed: lifetime of a new CA; renewed two thirds through")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -43,7 +44,12 @@ type Options struct {
 	WebhookConfigurationName string
 	// CertDir receives tls.crt and tls.key for the webhook server's certwatcher.
 	CertDir string
-	Config  Config
+	// CAConfigMapName, when set, names a ConfigMap of Namespace that receives the CA bundle alone
+	// (ca.crt): what a scraper verifies the serving certificate with (the chart's ServiceMonitor),
+	// without reading the Secret, which also holds the CA's private key and the serving key. The
+	// ConfigMap must exist (the chart renders it); one that does not is left out, not created.
+	CAConfigMapName string
+	Config          Config
 }
 
 // Validate reports missing options.
@@ -80,6 +86,11 @@ type Rotator struct {
 	Log    logr.Logger
 	// clock is a test seam.
 	clock clock.PassiveClock
+
+	mu sync.Mutex
+	// shared is the bundle last written to the CA ConfigMap by this process: written again only
+	// when it changes, not on every sync.
+	shared []byte
 }
 
 // NewRotator returns a Rotator on the real clock.
@@ -191,6 +202,9 @@ func (r *Rotator) sync(ctx context.Context, reader client.Reader) (time.Duration
 			return 0, err
 		}
 		log.Info("Published CA bundle to webhook configurations", "name", r.WebhookConfigurationName, "cas", len(m.state.Bundle))
+	}
+	if err := r.shareBundle(ctx, m.bundle); err != nil {
+		return 0, err
 	}
 	if err := r.writeFiles(secret); err != nil {
 		return 0, err
@@ -305,6 +319,39 @@ func (r *Rotator) publish(ctx context.Context, c configurations, bundle []byte) 
 	if err := r.Client.Update(ctx, v); err != nil {
 		return fmt.Errorf("write caBundle into validatingwebhookconfiguration %s: %w", v.Name, err)
 	}
+	return nil
+}
+
+// shareBundle writes bundle as ca.crt of the CA ConfigMap (CAConfigMapName), if this process has
+// not written that bundle yet: a merge patch of that one key, so that the ConfigMap never holds
+// anything of the Secret but the CA certificates. A missing ConfigMap is logged and left out:
+// nothing that serves admission depends on it.
+func (r *Rotator) shareBundle(ctx context.Context, bundle []byte) error {
+	if r.CAConfigMapName == "" || len(bundle) == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	done := bytes.Equal(r.shared, bundle)
+	r.mu.Unlock()
+	if done {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"data": map[string]string{KeyCABundle: string(bundle)}})
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.CAConfigMapName}}
+	switch err := r.Client.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch)); {
+	case apierrors.IsNotFound(err):
+		r.Log.Info("Left out the CA ConfigMap: it does not exist", "configmap", klogRef(r.Namespace, r.CAConfigMapName))
+	case err != nil:
+		return fmt.Errorf("write the CA bundle into configmap %s/%s: %w", r.Namespace, r.CAConfigMapName, err)
+	default:
+		r.Log.Info("Wrote CA bundle to ConfigMap", "configmap", klogRef(r.Namespace, r.CAConfigMapName))
+	}
+	r.mu.Lock()
+	r.shared = bytes.Clone(bundle)
+	r.mu.Unlock()
 	return nil
 }
 

@@ -85,6 +85,14 @@ The webhook Service, its TLS Secret (and cert-manager Certificate) names.
 {{- end }}
 
 {{/*
+The ConfigMap that holds the self-managed CA bundle alone (ca.crt), for the ServiceMonitor: the
+TLS Secret also holds the CA's private key.
+*/}}
+{{- define "daemonguard.webhook.caConfigMapName" -}}
+{{- printf "%s-webhook-ca" (include "daemonguard.fullname" .) }}
+{{- end }}
+
+{{/*
 The DNS names of the webhook's serving certificate, as a JSON list (use with fromJsonArray).
 */}}
 {{- define "daemonguard.webhook.dnsNames" -}}
@@ -208,7 +216,10 @@ spec:
 The ServiceMonitor of a component's metrics Service: HTTPS, with the Prometheus ServiceAccount's
 token, which the metrics server reviews with the API server (its identity needs get on /metrics:
 the ClusterRole <fullname>-metrics-reader). The webhook serves metrics with its serving certificate,
-verified against the CA of its TLS Secret under the name the certificate covers; the controller
+verified under the name the certificate covers against its CA: self-managed, the ConfigMap
+holding the CA bundle alone (the TLS Secret also holds the CA's private key); with cert-manager,
+ca.crt of the serving certificate's Secret (the issuer's certificate: cert-manager keeps the CA's
+key in the CA's own Secret, which nothing here reads). The controller
 has no certificate from a CA (it makes a self-signed one at start), so its scrape is encrypted but
 not verified. Call with (dict "context" $ "component" "webhook").
 */}}
@@ -249,9 +260,15 @@ spec:
         {{- if eq .component "webhook" }}
         serverName: {{ include "daemonguard.webhook.serviceName" .context }}.{{ .context.Release.Namespace }}.svc
         ca:
+          {{- if .context.Values.certManager.enabled }}
           secret:
             name: {{ include "daemonguard.webhook.tlsSecretName" .context }}
             key: ca.crt
+          {{- else }}
+          configMap:
+            name: {{ include "daemonguard.webhook.caConfigMapName" .context }}
+            key: ca.crt
+          {{- end }}
         {{- else }}
         insecureSkipVerify: true
         {{- end }}
@@ -439,7 +456,7 @@ objectSelector:
 {{- end }}
 
 {{/*
-The rules of the rollout controller in the namespaces it rolls out (all, or controller.watchNamespace).
+The rules of the rollout controller in the namespaces it rolls out (all, or controller.namespaces).
 */}}
 {{- define "daemonguard.controller.rolloutRules" -}}
 - apiGroups: [apps]
