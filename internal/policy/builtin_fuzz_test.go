@@ -52,13 +52,7 @@ var fuzzTargets = []string{
 }
 
 // fuzzSet is the built-in policy set, compiled once as the webhook compiles it.
-var fuzzSet = sync.OnceValues(func() (*Set, error) {
-	modules, params, err := Builtin()
-	if err != nil {
-		return nil, err
-	}
-	return Compile(context.Background(), modules, params)
-})
+var fuzzSet = sync.OnceValues(func() (*Set, error) { return CompileDirs(context.Background(), nil) })
 
 // FuzzBuiltinPolicies evaluates the built-in policies, as admission does, on DaemonSets whose
 // daemonguard.io/ annotations (or pod template lists) are built from the fuzzer's bytes: a

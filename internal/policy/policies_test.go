@@ -14,17 +14,17 @@ violation contains {"field": "metadata.labels.team", "msg": "the DaemonSet has n
 	not input.object.metadata.labels.team
 }
 `
-	builtins := []string{"on_delete_managed", "revision_history", "rolling_update_budget", "rollout_annotations"}
+	builtins := []string{"node_agent_grants", "on_delete_managed", "revision_history", "rolling_update_budget", "rollout_annotations"}
 	cases := []struct {
 		name    string
 		sources []Source
 		want    []string
 	}{
-		{name: "the built-ins are the four validation policies (not inject, not lib)", want: builtins},
+		{name: "the built-ins are the five validation policies (not inject, not lib)", want: builtins},
 		{
 			name:    "a ConfigMap's policy is added",
 			sources: []Source{{Name: "configmap/team", Files: map[string]string{"require_team.rego": customPolicy}}},
-			want:    []string{"on_delete_managed", "require_team", "revision_history", "rolling_update_budget", "rollout_annotations"},
+			want:    []string{"node_agent_grants", "on_delete_managed", "require_team", "revision_history", "rolling_update_budget", "rollout_annotations"},
 		},
 	}
 	for _, c := range cases {
