@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,32 +42,48 @@ type Handlers struct {
 	ExemptNamespaces []string
 	FailureMode      admission.FailureMode
 	Lookups          admission.Lookups
-	Log              logr.Logger
+	// Bounds bound each policy evaluation (bounds.go); zero fields take DefaultBounds'.
+	Bounds Bounds
+	// Stopping reports whether the process is shutting down its server, which ends the context
+	// of every request in flight: those reviews are still evaluated to their end, while one whose
+	// client hung up is not (boundRequest). nil: never.
+	Stopping func() bool
+	Log      logr.Logger
 }
 
 // Endpoints returns the HTTP handlers of the three webhooks by path, each a controller-runtime
 // admission.Webhook: it decodes reviews, answers malformed ones, recovers panics and encodes
 // patches, so that the handlers here only decide. Bodies over the size limit are answered
-// before it (refuseOversized).
+// before it (refuseOversized), and each review runs under the server's deadline
+// (boundRequest). The two DaemonSet webhooks share one gate, which bounds their evaluations
+// together; the pod webhook evaluates no policy and is not gated.
 func (h *Handlers) Endpoints() map[string]http.Handler {
 	// Here rather than at init: the controller runs the same binary, and serves no webhook
 	// whose answers it could count.
 	registerMetrics()
 	exportAnswerResults(admissionTotal, admissionDuration)
+	return h.endpoints(newGate(h.Bounds, h.Log))
+}
+
+// endpoints are the Endpoints with their DaemonSet evaluations gated by g.
+func (h *Handlers) endpoints(g *gate) map[string]http.Handler {
 	return map[string]http.Handler{
-		MutateDaemonSetPath:   answerThroughShutdown(refuseOversized(&cradmission.Webhook{Handler: DaemonSetMutator{h}})),
-		ValidateDaemonSetPath: answerThroughShutdown(refuseOversized(&cradmission.Webhook{Handler: DaemonSetValidator{h}})),
-		MutatePodPath:         answerThroughShutdown(refuseOversized(&cradmission.Webhook{Handler: PodPinner{h}})),
+		MutateDaemonSetPath:   h.boundRequest(refuseOversized(&cradmission.Webhook{Handler: DaemonSetMutator{h, g}})),
+		ValidateDaemonSetPath: h.boundRequest(refuseOversized(&cradmission.Webhook{Handler: DaemonSetValidator{h, g}})),
+		MutatePodPath:         h.boundRequest(refuseOversized(&cradmission.Webhook{Handler: PodPinner{h}})),
 	}
 }
 
 // DaemonSetMutator injects what the inject policy decides into DaemonSet pod templates.
-type DaemonSetMutator struct{ *Handlers }
+type DaemonSetMutator struct {
+	*Handlers
+	gate *gate
+}
 
 // Handle implements controller-runtime's admission.Handler.
 func (m DaemonSetMutator) Handle(ctx context.Context, req cradmission.Request) cradmission.Response {
 	return m.observe("mutate-daemonset", func() cradmission.Response {
-		return m.review(ctx, req, (*admission.Reviewer).Mutate, patched)
+		return m.review(ctx, m.gate, req, (*admission.Reviewer).Mutate, patched)
 	})
 }
 
@@ -82,12 +99,15 @@ func patched(_ cradmission.Request, r admission.Outcome) cradmission.Response {
 }
 
 // DaemonSetValidator enforces the validation policies on DaemonSets.
-type DaemonSetValidator struct{ *Handlers }
+type DaemonSetValidator struct {
+	*Handlers
+	gate *gate
+}
 
 // Handle implements controller-runtime's admission.Handler.
 func (v DaemonSetValidator) Handle(ctx context.Context, req cradmission.Request) cradmission.Response {
 	return v.observe("validate-daemonset", func() cradmission.Response {
-		return v.review(ctx, req, (*admission.Reviewer).Validate, v.judged)
+		return v.review(ctx, v.gate, req, (*admission.Reviewer).Validate, v.judged)
 	})
 }
 
@@ -102,18 +122,34 @@ func (v DaemonSetValidator) judged(req cradmission.Request, r admission.Outcome)
 	return answer(r.Verdict)
 }
 
-// review runs one of the core's DaemonSet reviews (Mutate or Validate) on a request. A review
-// the core ended early is answered here; any other is answered from its outcome by respond.
-func (h *Handlers) review(ctx context.Context, req cradmission.Request,
+// review runs one of the core's DaemonSet reviews (Mutate or Validate) on a request, if the gate
+// admits it; one it refuses gets the failure mode's answer at once. A review the core ended early
+// is answered here; any other is answered from its outcome by respond.
+func (h *Handlers) review(ctx context.Context, g *gate, req cradmission.Request,
 	run func(*admission.Reviewer, context.Context, *policy.Set, admission.Review) admission.Outcome,
 	respond func(cradmission.Request, admission.Outcome) cradmission.Response,
 ) cradmission.Response {
 	if resp, ok := daemonSetOnly(req); !ok {
 		return resp
 	}
+	ctx, done, err := g.enter(ctx)
+	if err != nil {
+		countBound(err)
+		h.Log.Info("Refused a review at a bound; the failure mode answered it", "reason", err, "namespace", req.Namespace, "name", req.Name, "failureMode", h.FailureMode)
+		return answer(h.FailureMode.Verdict(err))
+	}
+	defer done()
 	reviewer := &admission.Reviewer{Exempt: h.ExemptNamespaces, FailureMode: h.FailureMode, Lookups: h.Lookups, Log: h.Log}
 	review := admission.Review{Operation: policy.Operation(req.Operation), Namespace: req.Namespace, Object: req.Object.Raw, OldObject: req.OldObject.Raw}
 	r := run(reviewer, ctx, h.Engine.Set(), review)
+	if r.Failed != nil {
+		// The core sees a context that ended; its cause says which bound ended it.
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(r.Failed, cause) {
+			r.Failed = fmt.Errorf("%w: %w", cause, r.Failed)
+			r.Verdict = h.FailureMode.Verdict(r.Failed)
+		}
+		countBound(r.Failed)
+	}
 	if resp, ended := h.ended(req, r); ended {
 		return resp
 	}
@@ -217,7 +253,10 @@ var answerResults = map[string][]string{
 // registerMetrics registers the admission metrics once, when the webhooks are served: the
 // controller runs the same binary, and must not export a webhook's series.
 var registerMetrics = sync.OnceFunc(func() {
-	crmetrics.Registry.MustRegister(admissionTotal, violationsTotal, evaluationErrors, admissionDuration)
+	crmetrics.Registry.MustRegister(admissionTotal, violationsTotal, evaluationErrors, admissionDuration, rejectedTotal)
+	// Both reasons from 0, as exportAnswerResults does for the answers.
+	rejectedTotal.WithLabelValues(rejectedConcurrency)
+	rejectedTotal.WithLabelValues(rejectedMemory)
 })
 
 // exportAnswerResults creates the request counter and the latency histogram of every result of
@@ -258,28 +297,6 @@ func (h *Handlers) observe(webhook string, handle func() cradmission.Response) c
 // 3 MiB, the API server's request body limit (twice etcd's recommended 1.5 MiB, for JSON), and
 // less than 1 MiB besides. A body this large does not come from a conforming API server.
 const ReviewBodyLimit = 7 << 20
-
-// maxReviewTimeout is the longest an API server waits for a webhook (timeoutSeconds ≤ 30).
-const maxReviewTimeout = 30 * time.Second
-
-// answerThroughShutdown evaluates a review to its end even when the server begins to shut down
-// meanwhile. controller-runtime's webhook server derives every request's context from the
-// process's, so a replica that is stopping (a rollout, a drain, helm upgrade) cancels the reviews
-// it is still answering; with failure mode deny that denies a valid DaemonSet write ("could not
-// evaluate its policies: context canceled"). The server's graceful shutdown waits for these
-// handlers; the API server's own deadline, which it sends as the `timeout` query parameter,
-// bounds them instead.
-func answerThroughShutdown(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		timeout := maxReviewTimeout
-		if d, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && d > 0 && d < timeout {
-			timeout = d
-		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), timeout)
-		defer cancel()
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
 
 // refuseOversized answers a review body of ReviewBodyLimit bytes or more with HTTP 413 and a
 // Status naming the limit, and passes smaller ones to next, labelled as the JSON it answers

@@ -144,7 +144,7 @@ func BenchmarkPolicies(b *testing.B) {
 		}
 		// Validate gathers the most: the namespace's labels and the nodes.
 		var r admission.Outcome
-		h.review(b.Context(), cradmission.Request{AdmissionRequest: *review.Request}, (*admission.Reviewer).Validate,
+		h.review(b.Context(), newGate(h.Bounds, h.Log), cradmission.Request{AdmissionRequest: *review.Request}, (*admission.Reviewer).Validate,
 			func(_ cradmission.Request, o admission.Outcome) cradmission.Response {
 				r = o
 				return cradmission.Response{}

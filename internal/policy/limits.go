@@ -75,6 +75,15 @@ var loadSlot = make(chan struct{}, 1)
 // what the heap holds now, not only what survived the last GC.
 const heapObjects = "/memory/classes/heap/objects:bytes"
 
+// HeapBytes is the size of the process's heap now (heapObjects), the reading both the load's
+// guard (guardHeap) and admission's watchdog (package webhook) act on. It does not stop the
+// world and takes a microsecond or two.
+func HeapBytes() uint64 {
+	sample := []metrics.Sample{{Name: heapObjects}}
+	metrics.Read(sample)
+	return sample[0].Value.Uint64()
+}
+
 // heapGuardInterval is how often the guard samples the heap; reading the metric takes a
 // microsecond or two and does not stop the world.
 const heapGuardInterval = 2 * time.Millisecond
@@ -85,9 +94,7 @@ const heapGuardInterval = 2 * time.Millisecond
 // expressions, and numbers.range within its loop).
 func guardHeap(budget uint64, trip func()) (stop func()) {
 	threshold := budget / 4 * 3
-	sample := []metrics.Sample{{Name: heapObjects}}
-	metrics.Read(sample)
-	base := sample[0].Value.Uint64()
+	base := HeapBytes()
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
@@ -100,8 +107,7 @@ func guardHeap(budget uint64, trip func()) (stop func()) {
 				return
 			case <-tick.C:
 			}
-			metrics.Read(sample)
-			if now := sample[0].Value.Uint64(); now > base && now-base >= threshold {
+			if now := HeapBytes(); now > base && now-base >= threshold {
 				trip()
 				return
 			}

@@ -81,6 +81,10 @@ type Options struct {
 	// PolicyLoadTimeout bounds each load of a policy set (compile, enforcement rules, trial); a
 	// set that exceeds it is rejected like one that does not compile. 0 means the default.
 	PolicyLoadTimeout time.Duration
+	// EvaluationBounds bound each admission evaluation: the server's deadline, how many run at
+	// once, the heap past which they are cancelled and refused. Zero fields take
+	// webhook.DefaultBounds'.
+	EvaluationBounds webhook.Bounds
 	// ShutdownDelay is how long the replica goes on answering reviews once ctx ends, not ready
 	// and closing each connection after its answer, before its servers stop (see gracefulStop).
 	ShutdownDelay time.Duration
@@ -151,14 +155,17 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	exempt := admission.ExemptNamespaces(opts.Namespace, opts.ExemptNamespaces)
+	stop := &gracefulStop{}
 	handlers := &webhook.Handlers{
 		Engine:           engine,
 		ExemptNamespaces: exempt,
 		FailureMode:      opts.FailureMode,
 		Log:              log.WithName("admission"),
 		Lookups:          admission.ReaderLookups(reader),
+		Bounds:           opts.EvaluationBounds,
+		// Set from ctx's end, before the server shuts down and ends the requests in flight.
+		Stopping: stop.stopping.Load,
 	}
-	stop := &gracefulStop{}
 	server := mgr.GetWebhookServer()
 	for path, endpoint := range handlers.Endpoints() {
 		server.Register(path, stop.closeAfterAnswer(endpoint))

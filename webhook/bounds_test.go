@@ -1,0 +1,250 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/daemonguard/daemonguard/internal/admission"
+)
+
+// blocking is a Lookups whose namespace read, which every DaemonSet review makes before its
+// policies run, blocks until the review's context ends: an evaluation that would run for ever.
+// Each read sends its context on entered when it begins.
+func blocking(entered chan<- context.Context) admission.Lookups {
+	return admission.Lookups{NamespaceLabels: func(ctx context.Context, _ string) (map[string]string, error) {
+		entered <- ctx
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}}
+}
+
+// blockingHandlers are the built-in policies behind a blocking namespace read.
+func blockingHandlers(t *testing.T, mode admission.FailureMode, b Bounds) (*Handlers, chan context.Context) {
+	t.Helper()
+	entered := make(chan context.Context, 16)
+	h := &Handlers{Engine: testHandlers(t).Engine, FailureMode: mode, Lookups: blocking(entered), Bounds: b, Log: logr.Discard()}
+	return h, entered
+}
+
+// received waits for the next blocked evaluation's context.
+func received(t *testing.T, entered <-chan context.Context) context.Context {
+	t.Helper()
+	select {
+	case ctx := <-entered:
+		return ctx
+	case <-time.After(10 * time.Second):
+		t.Fatal("no evaluation began within 10s")
+		return nil
+	}
+}
+
+// message is a response's denial message, or its warnings.
+func message(resp *admissionv1.AdmissionResponse) string {
+	msg := strings.Join(resp.Warnings, "; ")
+	if resp.Result != nil {
+		msg = resp.Result.Message + msg
+	}
+	return msg
+}
+
+var validateBody = []byte(review("apps", "v1", "DaemonSet", "CREATE", seedObject))
+
+// The server's deadline bounds every evaluation: a caller that asks for longer gets the server's,
+// one that asks for less gets what it asked for.
+func TestTheServerDeadlineCapsEveryEvaluation(t *testing.T) {
+	tests := map[string]struct {
+		query    string // the review's query
+		server   time.Duration
+		wantInIt string // the deadline the denial names
+	}{
+		"a caller asking for 30s gets the server's":          {query: "?timeout=30s", server: 50 * time.Millisecond, wantInIt: "deadline of 50ms"},
+		"a caller asking for nothing gets the server's":      {query: "", server: 50 * time.Millisecond, wantInIt: "deadline of 50ms"},
+		"a caller asking for less than the server's gets it": {query: "?timeout=20ms", server: time.Minute, wantInIt: "deadline of 20ms"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h, _ := blockingHandlers(t, admission.FailClosed, Bounds{Timeout: tc.server})
+			req := httptest.NewRequest(http.MethodPost, ValidateDaemonSetPath+tc.query, strings.NewReader(string(validateBody)))
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			start := time.Now()
+			h.Endpoints()[ValidateDaemonSetPath].ServeHTTP(rec, req)
+			took := time.Since(start)
+			code, resp := decoded(t, rec)
+			if code != http.StatusOK || resp.Allowed || !strings.Contains(message(resp), tc.wantInIt) {
+				t.Errorf("HTTP %d, allowed=%v %q, want a denial naming %q", code, resp.Allowed, message(resp), tc.wantInIt)
+			}
+			if took > 10*time.Second {
+				t.Errorf("answered after %s", took)
+			}
+		})
+	}
+}
+
+// decoded is a recorded answer's status and review response.
+func decoded(t *testing.T, rec *httptest.ResponseRecorder) (int, *admissionv1.AdmissionResponse) {
+	t.Helper()
+	code, resp := rec.Code, (*admissionv1.AdmissionResponse)(nil)
+	var ar admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &ar); err != nil || ar.Response == nil {
+		t.Fatalf("HTTP %d, undecodable review %q: %v", code, rec.Body.String(), err)
+	}
+	resp = ar.Response
+	return code, resp
+}
+
+// An evaluation stops when its client hangs up, over a real connection: net/http ends the
+// request's context, and the replica is not stopping.
+func TestAnEvaluationStopsWhenItsClientHangsUp(t *testing.T) {
+	h, entered := blockingHandlers(t, admission.FailClosed, Bounds{Timeout: time.Minute})
+	srv := httptest.NewServer(h.Endpoints()[ValidateDaemonSetPath])
+	defer srv.Close()
+	ctx, hangUp := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"?timeout=30s", strings.NewReader(string(validateBody)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	sent := make(chan error, 1)
+	go func() {
+		resp, err := srv.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		sent <- err
+	}()
+	evaluation := received(t, entered)
+	hangUp()
+	select {
+	case <-evaluation.Done():
+		if cause := context.Cause(evaluation); !errors.Is(cause, errClientGone) {
+			t.Errorf("the evaluation ended with %v, want %v", cause, errClientGone)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the evaluation still runs 10s after its client hung up")
+	}
+	<-sent
+}
+
+// Reviews beyond the limit of concurrent evaluations get the failure mode's answer at once,
+// counted by reason; pods, which no policy evaluates, are not limited.
+func TestReviewsBeyondTheConcurrencyLimitGetTheFailureMode(t *testing.T) {
+	tests := map[string]struct {
+		mode        admission.FailureMode
+		wantAllowed bool
+	}{
+		"failure mode deny denies, naming the limit":        {mode: admission.FailClosed},
+		"failure mode warn admits, warning about the limit": {mode: admission.FailOpenWithWarning, wantAllowed: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h, entered := blockingHandlers(t, tc.mode, Bounds{Timeout: time.Minute, MaxConcurrent: 2})
+			eps := h.Endpoints()
+			ctx, cancel := context.WithCancel(context.Background())
+			finished := make(chan struct{}, 2)
+			for _, path := range []string{ValidateDaemonSetPath, MutateDaemonSetPath} {
+				go func() {
+					req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(string(validateBody))).WithContext(ctx)
+					req.Header.Set("Content-Type", "application/json")
+					eps[path].ServeHTTP(httptest.NewRecorder(), req)
+					finished <- struct{}{}
+				}()
+			}
+			received(t, entered)
+			received(t, entered)
+			before := testutil.ToFloat64(rejectedTotal.WithLabelValues(rejectedConcurrency))
+			start := time.Now()
+			code, resp := serve(eps[ValidateDaemonSetPath], validateBody)
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("the third review was answered after %s, want at once", took)
+			}
+			if code != http.StatusOK || resp == nil || resp.Allowed != tc.wantAllowed || !strings.Contains(message(resp), "--max-concurrent-evaluations") {
+				t.Errorf("HTTP %d, response %+v, want allowed=%v naming the limit", code, resp, tc.wantAllowed)
+			}
+			if got := testutil.ToFloat64(rejectedTotal.WithLabelValues(rejectedConcurrency)); got != before+1 {
+				t.Errorf("rejected{concurrency} = %v, want %v", got, before+1)
+			}
+			if code, resp := serve(eps[MutatePodPath], []byte(review("", "v1", "Pod", "CREATE", podObject))); code != http.StatusOK || resp == nil || !resp.Allowed {
+				t.Errorf("a pod pinned while the limit is reached: HTTP %d, %+v", code, resp)
+			}
+			cancel() // the clients hang up: the two blocked evaluations end
+			<-finished
+			<-finished
+			h.Lookups = testHandlers(t).Lookups // no longer blocking
+			if code, resp := serve(eps[ValidateDaemonSetPath], validateBody); code != http.StatusOK || resp == nil || !resp.Allowed || len(resp.Warnings) > 0 {
+				t.Errorf("a review after the others ended: HTTP %d, %+v", code, resp)
+			}
+		})
+	}
+}
+
+// When the heap passes its limit, the evaluations in flight are cancelled and answered by the
+// failure mode, new ones are refused at once, both counted; back under the limit, reviews are
+// evaluated again. The heap reading is the gate's test seam.
+func TestTheHeapWatchdogCancelsAndRefusesEvaluations(t *testing.T) {
+	h, entered := blockingHandlers(t, admission.FailClosed, Bounds{Timeout: time.Minute, HeapLimit: 100 << 20})
+	g := newGate(h.Bounds, h.Log)
+	var heap, collections atomic.Uint64
+	heap.Store(10 << 20)
+	g.heap, g.collect = heap.Load, func() { collections.Add(1) }
+	eps := h.endpoints(g)
+	before := testutil.ToFloat64(rejectedTotal.WithLabelValues(rejectedMemory))
+
+	answered := make(chan *admissionv1.AdmissionResponse, 1)
+	go func() {
+		_, resp := serve(eps[ValidateDaemonSetPath], validateBody)
+		answered <- resp
+	}()
+	received(t, entered)
+	heap.Store(200 << 20)
+	select {
+	case resp := <-answered:
+		if resp == nil || resp.Allowed || !strings.Contains(message(resp), "--evaluation-heap-limit") {
+			t.Errorf("the evaluation in flight was answered %+v, want a denial naming the heap limit", resp)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the evaluation in flight still runs 10s after the heap passed its limit")
+	}
+	if _, resp := serve(eps[MutateDaemonSetPath], validateBody); resp == nil || resp.Allowed || !strings.Contains(message(resp), "--evaluation-heap-limit") {
+		t.Errorf("a review while the heap is over its limit was answered %+v, want a denial naming the heap limit", resp)
+	}
+	if got := testutil.ToFloat64(rejectedTotal.WithLabelValues(rejectedMemory)); got != before+2 {
+		t.Errorf("rejected{memory} = %v, want %v (one cancelled, one refused)", got, before+2)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for collections.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if collections.Load() == 0 {
+		t.Error("no garbage collection while the heap was over its limit and nothing evaluated")
+	}
+
+	heap.Store(10 << 20)
+	for {
+		g.mu.Lock()
+		tripped := g.tripped
+		g.mu.Unlock()
+		if !tripped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still refusing 10s after the heap went back under its limit")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.Lookups = testHandlers(t).Lookups
+	if _, resp := serve(eps[ValidateDaemonSetPath], validateBody); resp == nil || !resp.Allowed || len(resp.Warnings) > 0 {
+		t.Errorf("a review after the heap went back under its limit was answered %+v", resp)
+	}
+}
