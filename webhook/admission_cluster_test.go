@@ -285,8 +285,12 @@ func TestUnmarkedNamespaceGetsValidationButNoInjection(t *testing.T) {
 	startWebhook(t)
 	ctx := context.Background()
 	tenant := cluster.NewTenantNamespace(t)
-	clustertest.Kubectl(t, cluster, "", "apply", "-n", tenant, "-f", clustertest.SeedManifest(t))
-	ds, err := cluster.Client.AppsV1().DaemonSets(tenant).Get(ctx, "nginx-ds", metav1.GetOptions{})
+	// The seed manifest tolerates the legacy control-plane taint, which only a marked namespace
+	// may grant (node_agent_grants); the tenant's DaemonSet is the seed without it.
+	if r := runKubectl("", "apply", "-n", tenant, "-f", clustertest.SeedManifest(t)); r.err == nil || !strings.Contains(r.stderr, "node_agent_grants") {
+		t.Errorf("the seed's control-plane toleration in unmarked namespace %s: err = %v, want a node_agent_grants denial\n%s", tenant, r.err, r.stderr)
+	}
+	ds, err := cluster.Client.AppsV1().DaemonSets(tenant).Create(ctx, seedDaemonSet(t), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,12 @@ kind: ConfigMap
 metadata: {name: not-a-daemonset}
 `
 
+// markedDefaultNamespace is the Namespace default, marked for node agents.
+const markedDefaultNamespace = `apiVersion: v1
+kind: Namespace
+metadata: {name: default, labels: {daemonguard.io/node-agents: "true"}}
+`
+
 func TestCheck(t *testing.T) {
 	tests := map[string]struct {
 		stdin      string
@@ -57,8 +63,11 @@ func TestCheck(t *testing.T) {
 		wantDenied bool
 		wantOut    []string
 	}{
+		// The allowed fixtures are checked as a user checks node agents: with the Namespace that
+		// marks them (the seed tolerates the legacy control-plane taint, node_agent_grants).
 		"every allowed fixture passes (warnings exit 0)": {
-			args:    []string{"check", "-f", repo("testdata", "policies", "allowed")},
+			stdin:   markedDefaultNamespace,
+			args:    []string{"check", "-f", "-", "-f", repo("testdata", "policies", "allowed")},
 			wantOut: []string{"7 DaemonSets checked: 0 denials, 1 warnings", "WARN", "[on_delete_managed]"},
 		},
 		"every denied fixture is denied": {
