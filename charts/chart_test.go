@@ -137,6 +137,12 @@ func TestValuesSchemaRejects(t *testing.T) {
 		"an empty metrics peer, which would admit everyone": {
 			args: []string{"--set-json", `networkPolicy.metricsFrom=[{}]`}, want: "minProperties",
 		},
+		"a webhook peer without a CIDR": {
+			args: []string{"--set-json", `networkPolicy.webhookFrom=[{"ipBlock":{}}]`}, want: "missing property 'cidr'",
+		},
+		"an evaluation deadline of 0": {
+			args: []string{"--set", "webhook.evaluationTimeout=0s"}, want: "evaluationTimeout",
+		},
 		"a mistyped label selector in a metrics peer": {
 			args: []string{"--set-json", `networkPolicy.metricsFrom=[{"podSelector":{"matchLabel":{"a":"b"}}}]`}, want: "additional properties 'matchLabel' not allowed",
 		},

@@ -215,8 +215,8 @@ func certificateNames(t *testing.T, objs []object, c renderCase) []string {
 }
 
 // TestNetworkPolicies: with networkPolicy.enabled, each component's pods are selected by a
-// NetworkPolicy that admits ingress to the webhook port from anywhere (webhook only) and to the
-// metrics port from networkPolicy.metricsFrom only; the health port and anything else get no
+// NetworkPolicy that admits ingress to the webhook port from networkPolicy.webhookFrom, or
+// anywhere when it is empty (webhook only), and to the metrics port from networkPolicy.metricsFrom only; the health port and anything else get no
 // rule. Without it, no NetworkPolicy.
 func TestNetworkPolicies(t *testing.T) {
 	for name, c := range renderCases {
@@ -259,7 +259,7 @@ func TestNetworkPolicies(t *testing.T) {
 				}
 				want := map[string][]networkingv1.NetworkPolicyPeer{} // port name -> peers (nil: anyone)
 				if _, ok := ports["webhook"]; ok {
-					want["webhook"] = nil
+					want["webhook"] = c.webhookFrom
 				}
 				if len(c.metricsFrom) > 0 {
 					want["https-metrics"] = c.metricsFrom

@@ -68,10 +68,12 @@ type renderCase struct {
 	// metricsReader is the ServiceAccount ("namespace/name") metrics.reader.subjects binds to the
 	// metrics reader ClusterRole; "" when it binds none.
 	metricsReader string
-	// networkPolicy says the chart renders NetworkPolicies, and metricsFrom the peers they let
-	// reach the metrics ports.
+	// networkPolicy says the chart renders NetworkPolicies, metricsFrom the peers they let
+	// reach the metrics ports, and webhookFrom those they let reach the webhook port (nil:
+	// anyone).
 	networkPolicy bool
 	metricsFrom   []networkingv1.NetworkPolicyPeer
+	webhookFrom   []networkingv1.NetworkPolicyPeer
 	// http2 says the components are told --enable-http2=true.
 	http2 bool
 }
@@ -126,6 +128,7 @@ var renderCases = map[string]renderCase{
 	"every knob away from its default": {
 		golden: "everything", values: "everything.yaml", fullname: "guard", selfManaged: true, controller: true, controllerNamespaces: []string{"agents", "logging"},
 		preflightAccount: "ci/plan", metricsReader: "monitoring/prometheus-k8s", http2: true, networkPolicy: true,
+		webhookFrom: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/24"}}},
 		metricsFrom: []networkingv1.NetworkPolicyPeer{
 			{
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}},

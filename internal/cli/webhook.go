@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -15,11 +16,12 @@ import (
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
 func newWebhookCommand() *cobra.Command {
 	opts := webhookserver.Options{}
-	var kubeconfig, failureMode, tlsMode string
+	var kubeconfig, failureMode, tlsMode, heapLimit string
 	var tlsOpts selftls.Options
 	var tlsIPs []net.IP
 	cmd := &cobra.Command{
@@ -35,6 +37,9 @@ func newWebhookCommand() *cobra.Command {
 			}
 			if opts.PolicyLoadTimeout <= 0 {
 				return fmt.Errorf("--policy-load-timeout %s must be positive: a policy set load without a deadline could hold a replica's CPU for ever", opts.PolicyLoadTimeout)
+			}
+			if err := evaluationBounds(&opts.EvaluationBounds, heapLimit); err != nil {
+				return err
 			}
 			if opts.ShutdownDelay < 0 {
 				return fmt.Errorf("--shutdown-delay %s must not be negative", opts.ShutdownDelay)
@@ -75,6 +80,9 @@ func newWebhookCommand() *cobra.Command {
 	f.BoolVar(&opts.OpenReports, "open-reports", false, "the audit also writes OpenReports Reports (openreports.io/v1alpha1) per namespace; needs the CRD and RBAC on reports.openreports.io")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to run the audit (admission is served by every replica)")
 	f.DurationVar(&opts.PolicyLoadTimeout, "policy-load-timeout", policy.DefaultLimits.Timeout, "deadline of each policy set load (compile, enforcement rules, trial evaluation); a set that exceeds it is rejected and the last good set keeps serving")
+	f.DurationVar(&opts.EvaluationBounds.Timeout, "evaluation-timeout", webhook.DefaultBounds.Timeout, "the server's deadline for each admission evaluation, whatever the review's timeout asks (a shorter one still shortens it); keep it below the webhook configurations' timeoutSeconds, so that --failure-mode answers before the API server's failurePolicy does")
+	f.IntVar(&opts.EvaluationBounds.MaxConcurrent, "max-concurrent-evaluations", webhook.DefaultBounds.MaxConcurrent, "how many DaemonSet reviews are evaluated at once; a review beyond it is answered by --failure-mode at once")
+	f.StringVar(&heapLimit, "evaluation-heap-limit", resource.NewQuantity(int64(webhook.DefaultBounds.HeapLimit), resource.BinarySI).String(), "heap size past which the DaemonSet reviews in flight are cancelled and new ones refused, each answered by --failure-mode, until the heap is back under it; about three quarters of the container's memory limit")
 	f.DurationVar(&opts.ShutdownDelay, "shutdown-delay", 0, "on SIGTERM, go on answering reviews this long, not ready and closing each connection after its answer, before stopping: the API server then sends its next reviews to another replica instead of on a connection this one closes")
 	f.StringVar(&failureMode, "failure-mode", string(admission.FailClosed), "when policies cannot be evaluated: deny (reject the request) or warn (admit with a warning); never silent")
 	f.StringVar(&tlsMode, "tls-mode", tlsModeFiles, `"files": serve tls.crt/tls.key from --cert-dir (a mounted Secret, e.g. from cert-manager); "self-managed": keep a CA and serving certificate in --tls-secret, write the CA bundle into --webhook-configuration and rotate both`)
@@ -87,6 +95,25 @@ func newWebhookCommand() *cobra.Command {
 	f.DurationVar(&tlsOpts.Config.CertValidity, "tls-cert-validity", selftls.DefaultCertValidity, "self-managed: lifetime of a new serving certificate; renewed two thirds through")
 	f.DurationVar(&tlsOpts.Config.PropagationGrace, "tls-propagation-grace", selftls.DefaultPropagationGrace, "self-managed: how long a new CA is published before certificates from it are served, and how long a new certificate is served before the old CA is dropped")
 	return cmd
+}
+
+// evaluationBounds checks the bounds the flags set and reads the heap limit into b.
+func evaluationBounds(b *webhook.Bounds, heapLimit string) error {
+	if b.Timeout <= 0 {
+		return fmt.Errorf("--evaluation-timeout %s must be positive: an evaluation without a deadline could hold a replica's CPU for ever", b.Timeout)
+	}
+	if b.MaxConcurrent <= 0 {
+		return fmt.Errorf("--max-concurrent-evaluations %d must be positive", b.MaxConcurrent)
+	}
+	q, err := resource.ParseQuantity(heapLimit)
+	if err != nil {
+		return fmt.Errorf("--evaluation-heap-limit %q: %w", heapLimit, err)
+	}
+	if q.Sign() <= 0 {
+		return fmt.Errorf("--evaluation-heap-limit %s must be positive", heapLimit)
+	}
+	b.HeapLimit = uint64(q.Value())
+	return nil
 }
 
 const (

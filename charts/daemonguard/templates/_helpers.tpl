@@ -296,6 +296,7 @@ not restricted. Call with (dict "context" $ "component" "webhook" "webhookPort" 
 */}}
 {{- define "daemonguard.networkPolicy" -}}
 {{- $from := .context.Values.networkPolicy.metricsFrom }}
+{{- $webhookFrom := .context.Values.networkPolicy.webhookFrom }}
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
@@ -311,10 +312,18 @@ spec:
   {{- if or .webhookPort $from }}
   ingress:
     {{- if .webhookPort }}
-    # The API server calls the webhook from addresses no selector can name (its host's, a
-    # load balancer's, a konnectivity agent's): the webhook port is open to all, as the API
-    # server needs, and serves nothing but admission reviews over TLS 1.3.
+    {{- with $webhookFrom }}
+    # The API server's addresses, as networkPolicy.webhookFrom names them.
+    - from:
+        {{- toYaml . | nindent 8 }}
+      ports:
+    {{- else }}
+    # The API server calls the webhook from addresses no selector can name in general (its
+    # host's, a load balancer's, a konnectivity agent's): without networkPolicy.webhookFrom the
+    # webhook port is open to all, as the API server needs, and serves nothing but admission
+    # reviews over TLS 1.3, each bounded in size, time, concurrency and memory.
     - ports:
+    {{- end }}
         - port: webhook
           protocol: TCP
     {{- end }}
