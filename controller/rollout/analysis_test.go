@@ -21,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
+	"github.com/daemonguard/daemonguard/internal/promquery"
+	"github.com/daemonguard/daemonguard/internal/promscope"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -163,14 +165,21 @@ func ptrValue(rb *Rollback) Rollback {
 	return *rb
 }
 
-// fakeAnalyzer answers every request with its measurements and records the requests.
+// fakeAnalyzer answers every request with its measurements and records the requests and their
+// scopes.
 type fakeAnalyzer struct {
 	answer   []rolloutplan.Measurement
 	requests []rolloutplan.AnalysisRequest
+	scopes   []promscope.Scope
 }
 
-func (a *fakeAnalyzer) Measure(_ context.Context, req rolloutplan.AnalysisRequest) []rolloutplan.Measurement {
+func (a *fakeAnalyzer) Scope(namespace string, marked bool) promscope.Scope {
+	return (&promquery.Client{}).Scope(namespace, marked)
+}
+
+func (a *fakeAnalyzer) Measure(_ context.Context, req rolloutplan.AnalysisRequest, scope promscope.Scope) []rolloutplan.Measurement {
 	a.requests = append(a.requests, req)
+	a.scopes = append(a.scopes, scope)
 	return a.answer
 }
 

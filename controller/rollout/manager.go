@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/kubeevents"
 	"github.com/daemonguard/daemonguard/internal/leadership"
 	"github.com/daemonguard/daemonguard/internal/nodes"
@@ -124,9 +125,14 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	marks, err := newNamespaceMarks(ctx, mgr.GetCache(), opts.Log.WithName("namespaces"))
+	if err != nil {
+		return err
+	}
 	r := &Reconciler{
 		Client: mgr.GetClient(), Store: store, Recorder: broadcaster.NewRecorder("daemonguard-rollout"),
 		Log: opts.Log.WithName("rollout"), Clock: clock.RealClock{}, Analyzer: analyzer, APIReader: mgr.GetAPIReader(),
+		Marks: marks,
 	}
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		ds, ok := o.(*appsv1.DaemonSet)
@@ -197,6 +203,38 @@ func stripRevision(obj any) (any, error) {
 		cr.Data.Object = nil
 	}
 	return obj, nil
+}
+
+// namespaceMarks reads the namespace labels of an informer of the namespaces' metadata (get, list
+// and watch namespaces, cluster-wide and read-only), so that a measurement asks the API server
+// nothing.
+type namespaceMarks struct {
+	reader client.Reader
+	log    logr.Logger
+}
+
+// newNamespaceMarks gets (creating, not starting) the informer, so that the manager starts it with
+// the others and waits for its first list before any reconcile.
+func newNamespaceMarks(ctx context.Context, c cache.Cache, log logr.Logger) (NamespaceMarks, error) {
+	if _, err := c.GetInformer(ctx, namespaceMeta()); err != nil {
+		return nil, fmt.Errorf("namespace informer: %w", err)
+	}
+	return namespaceMarks{reader: c, log: log}, nil
+}
+
+func namespaceMeta() *metav1.PartialObjectMetadata {
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	return ns
+}
+
+func (m namespaceMarks) Marked(ctx context.Context, namespace string) bool {
+	ns := namespaceMeta()
+	if err := m.reader.Get(ctx, types.NamespacedName{Name: namespace}, ns, client.UnsafeDisableDeepCopy); err != nil {
+		m.log.V(1).Info("Read the namespace as unmarked: its labels are unavailable", "namespace", namespace, "err", err)
+		return false
+	}
+	return admission.NodeAgentsNamespace(ns.Labels)
 }
 
 // controllerUIDIndex indexes pods by the UID of their controller.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/promquery"
+	"github.com/daemonguard/daemonguard/internal/promscope"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -38,6 +39,10 @@ type Reconciler struct {
 	// APIReader reads from the API server, past the cache: the cache strips ControllerRevisions'
 	// data, which a rollback puts back. Nil reads through Client.
 	APIReader client.Reader
+	// Marks tells the namespaces an administrator marked for node agents, whose gates read what
+	// their queries name; every other gate reads its own namespace's series only. Nil counts
+	// every namespace as unmarked.
+	Marks NamespaceMarks
 
 	// deleted remembers pods this process deleted until the cache shows them terminating or
 	// gone, so a lagging cache never makes the planner spend the same budget twice. After a
@@ -73,7 +78,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // Analyzer takes the measurements of analysis gates (internal/promquery against Prometheus). It
 // returns one Measurement per query, in order, with Err saying why one has no answer.
 type Analyzer interface {
-	Measure(ctx context.Context, req rolloutplan.AnalysisRequest) []rolloutplan.Measurement
+	// Scope is what the gates of a DaemonSet of namespace read (promscope): its own series, or,
+	// marked for node agents, what the queries name.
+	Scope(namespace string, marked bool) promscope.Scope
+	// Measure runs req's queries kept to scope.
+	Measure(ctx context.Context, req rolloutplan.AnalysisRequest, scope promscope.Scope) []rolloutplan.Measurement
+}
+
+// NamespaceMarks reads whether an administrator marked a namespace for node agents
+// (admission.NodeAgentsNamespace). A namespace that cannot be read is unmarked: a gate reads
+// less, never more, on a guess.
+type NamespaceMarks interface {
+	Marked(ctx context.Context, namespace string) bool
 }
 
 // Store reads the informers' own objects, without copying them: on 1,000 nodes, copying every
@@ -125,7 +141,9 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	// from the same state what Compute will judge.
 	if len(f.Settings.Gates) > 0 {
 		if req := rolloutplan.DueAnalysis(rolloutplan.StateOf(f.Observed)); req != nil {
-			f.Measurements = r.analyzer().Measure(ctx, *req)
+			marked := r.Marks != nil && r.Marks.Marked(ctx, ds.Namespace)
+			a := r.analyzer()
+			f.Measurements = a.Measure(ctx, *req, a.Scope(ds.Namespace, marked))
 		}
 	}
 	return f, nil

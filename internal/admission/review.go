@@ -255,6 +255,7 @@ func (a *Reviewer) validate(ctx context.Context, set *policy.Set, r *Outcome) {
 		a.fail(r, err)
 		return
 	}
+	r.Violations = append(r.Violations, gateViolations(r.Input)...)
 	r.Verdict = VerdictOf(r.Violations)
 }
 

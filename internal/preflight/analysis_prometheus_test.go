@@ -20,11 +20,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/exitcode"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/test/promtest"
@@ -65,8 +67,8 @@ spec:
 
 // agentCluster is four ready nodes, each running a pod of revision rev1 of the managed DaemonSet
 // agents/agent, whose annotations carry agentGates; the manifest keeps them (its annotations are
-// merged into the live ones).
-func agentCluster() kubernetes.Interface {
+// merged into the live ones). With marked, namespace agents is marked for node agents.
+func agentCluster(marked bool) kubernetes.Interface {
 	live := daemonSet(onDelete, func(ds *appsv1.DaemonSet) {
 		ds.Namespace = "agents"
 		ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}}
@@ -74,6 +76,9 @@ func agentCluster() kubernetes.Interface {
 		ds.Annotations = map[string]string{rolloutapi.AnnotationRollout: rolloutapi.RolloutManaged, rolloutapi.AnnotationAnalysis: agentGates}
 	})
 	objects := []runtime.Object{live}
+	if marked {
+		objects = append(objects, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "agents", Labels: map[string]string{admission.NodeAgentsLabel: "true"}}})
+	}
 	for _, name := range []string{"node-0", "node-1", "node-2", "node-3"} {
 		objects = append(objects, mkNode(name), mkPod("agents", "agent-"+name, name, daemonPod(live, "rev1", 5*time.Second)))
 	}
@@ -109,22 +114,26 @@ func runPlanCommand(t *testing.T, client kubernetes.Interface, args ...string) (
 // nodes' own median, and Prometheus' rejection of the broken query is that gate's line.
 func TestPlanChecksGatesAgainstPrometheus(t *testing.T) {
 	registry := prometheus.NewRegistry()
-	errorRatio := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agent_error_ratio", Help: "Share of failed records (test)."}, []string{"node", "revision"})
-	latency := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agent_latency_seconds", Help: "Handling latency (test)."}, []string{"node"})
+	// The series carry the namespace label of the pods they were scraped from, as
+	// kube-state-metrics' and the Prometheus Operator's do.
+	errorRatio := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agent_error_ratio", Help: "Share of failed records (test)."}, []string{"node", "revision", "namespace"})
+	latency := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agent_latency_seconds", Help: "Handling latency (test)."}, []string{"node", "namespace"})
 	registry.MustRegister(errorRatio, latency)
-	errorRatio.WithLabelValues("node-0", "rev1").Set(0.01)
-	errorRatio.WithLabelValues("node-1", "rev1").Set(0.2)
-	errorRatio.WithLabelValues("node-2", "rev1").Set(0.05) // at the bound: passes
-	errorRatio.WithLabelValues("node-3", "rev0").Set(0)    // another revision's series: not today's
-	for i, v := range []float64{1.0, 1.2, 1.1, 1.3} {      // shared noise, within 0.5 of the median
-		latency.WithLabelValues(fmt.Sprintf("node-%d", i)).Set(v)
+	errorRatio.WithLabelValues("node-0", "rev1", "agents").Set(0.01)
+	errorRatio.WithLabelValues("node-1", "rev1", "agents").Set(0.2)
+	errorRatio.WithLabelValues("node-2", "rev1", "agents").Set(0.05) // at the bound: passes
+	errorRatio.WithLabelValues("node-3", "rev0", "agents").Set(0)    // another revision's series: not today's
+	// Another namespace's series: read only where namespace agents is marked for node agents.
+	errorRatio.WithLabelValues("node-3", "rev1", "payments").Set(0.9)
+	for i, v := range []float64{1.0, 1.2, 1.1, 1.3} { // shared noise, within 0.5 of the median
+		latency.WithLabelValues(fmt.Sprintf("node-%d", i), "agents").Set(v)
 	}
 	exporter := httptest.NewServer(promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	defer exporter.Close()
 	prom := promtest.Start(t, promtest.Options{Targets: []promtest.Target{{Job: "agents", URL: exporter.URL + "/metrics"}}})
-	prom.WaitForSamples(t, "agent_error_ratio", 4)
+	prom.WaitForSamples(t, "agent_error_ratio", 5)
 	prom.WaitForSamples(t, "agent_latency_seconds", 4)
-	client := agentCluster()
+	client := agentCluster(false)
 
 	start := time.Now()
 	table, code := runPlanCommand(t, client, "--prometheus-address", prom.Address())
@@ -136,7 +145,7 @@ func TestPlanChecksGatesAgainstPrometheus(t *testing.T) {
 		"analysis check: each gate's query run once against revision rev1 on the 4 nodes that run it (Prometheus " + prom.Address() + "):",
 		"gate errors: WOULD FAIL: 1 of 4 nodes out of bounds already (max 0.05): node-1=0.2; no series for 1 of 4 nodes: node-3",
 		"gate latency: passes: 4 of 4 nodes within bounds (max 0.5 of the baseline median 1.15 (4 nodes), the nodes measured today as the baseline)",
-		"gate broken: NO ANSWER from Prometheus: Prometheus at " + prom.Address() + " rejected the query (bad_data):",
+		"gate broken: NO ANSWER from Prometheus: bad query: the query cannot be kept to namespace agents's series: PromQL does not parse: ",
 		"analysis after each wave", // the gates are still listed with the forecast
 	} {
 		if !strings.Contains(table, want) {
@@ -162,14 +171,26 @@ func TestPlanChecksGatesAgainstPrometheus(t *testing.T) {
 	}
 	errorsGate, latencyGate, broken := c.Gates[0], c.Gates[1], c.Gates[2]
 	if errorsGate.Result != GateFail || errorsGate.Measured != 3 || fmt.Sprint(errorsGate.OutOfBounds) != "[{node-1 0.2}]" || fmt.Sprint(errorsGate.Missing) != "[node-3]" ||
-		errorsGate.Query != `max by (node) (agent_error_ratio{node=~"node-0|node-1|node-2|node-3",revision="rev1"})` {
+		errorsGate.Query != `max by (node) (agent_error_ratio{namespace="agents",node=~"node-0|node-1|node-2|node-3",revision="rev1"})` {
 		t.Errorf("errors gate %+v", errorsGate)
 	}
 	if latencyGate.Result != GatePass || latencyGate.Baseline != BaselineToday || latencyGate.Measured != 4 {
 		t.Errorf("latency gate %+v", latencyGate)
 	}
-	if broken.Result != GateError || !strings.Contains(broken.Error, "bad_data") {
+	if broken.Result != GateError || !strings.Contains(broken.Error, "does not parse") {
 		t.Errorf("broken gate %+v", broken)
+	}
+
+	// Marked for node agents, the namespace's gates read what they name: the other namespace's
+	// series of node-3 too, and Prometheus itself rejects the broken query, by kind only.
+	table, _ = runPlanCommand(t, agentCluster(true), "--prometheus-address", prom.Address())
+	for _, want := range []string{
+		"gate errors: WOULD FAIL: 2 of 4 nodes out of bounds already (max 0.05): node-1=0.2, node-3=0.9",
+		"gate broken: NO ANSWER from Prometheus: bad query: Prometheus at " + prom.Address() + " rejected the query (bad_data)",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("in a marked namespace the table lacks %q:\n%s", want, table)
+		}
 	}
 }
 
@@ -178,11 +199,11 @@ func TestPlanChecksGatesAgainstPrometheus(t *testing.T) {
 func TestPlanSaysPrometheusDidNotAnswer(t *testing.T) {
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
-	out, code := runPlanCommand(t, agentCluster(), "--prometheus-address", closed.URL, "--prometheus-timeout", "5s")
+	out, code := runPlanCommand(t, agentCluster(false), "--prometheus-address", closed.URL, "--prometheus-timeout", "5s")
 	if code != exitPlanGates {
 		t.Errorf("exit %d, want %d", code, exitPlanGates)
 	}
-	want := "gate errors: NO ANSWER from Prometheus: cannot reach Prometheus at " + closed.URL + ": "
+	want := "gate errors: NO ANSWER from Prometheus: unreachable: cannot reach Prometheus at " + closed.URL + " "
 	if !strings.Contains(out, want) || !strings.Contains(out, "connection refused") {
 		t.Errorf("the plan lacks %q ... connection refused:\n%s", want, out)
 	}
@@ -191,7 +212,7 @@ func TestPlanSaysPrometheusDidNotAnswer(t *testing.T) {
 // TestPlanWithoutPrometheusSaysTheQueriesWereNotRun: without an address the gates are listed,
 // the check says it did not run them and how to, and that is no finding.
 func TestPlanWithoutPrometheusSaysTheQueriesWereNotRun(t *testing.T) {
-	out, code := runPlanCommand(t, agentCluster())
+	out, code := runPlanCommand(t, agentCluster(false))
 	if code != 0 {
 		t.Errorf("exit %d, want 0", code)
 	}

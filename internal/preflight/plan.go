@@ -34,6 +34,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/manifest"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/promquery"
+	"github.com/daemonguard/daemonguard/internal/promscope"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -132,6 +133,7 @@ Prometheus not answering), 1 the plan could not be made.
 	cmd.Flags().StringVar(&prometheus.CAFile, "prometheus-ca-file", "", "CA certificate file that verifies Prometheus' serving certificate (default: the system's roots)")
 	cmd.Flags().StringVar(&prometheus.BearerTokenFile, "prometheus-bearer-token-file", "", "file of the bearer token sent to Prometheus")
 	cmd.Flags().DurationVar(&prometheus.Timeout, "prometheus-timeout", promquery.DefaultTimeout, "deadline of each gate's query")
+	cmd.Flags().StringVar(&prometheus.NamespaceLabel, "prometheus-namespace-label", promscope.DefaultLabel, "series label naming the namespace: outside namespaces marked for node agents a gate's query reads only series with this label set to its DaemonSet's namespace, as in the controller")
 	return cmd
 }
 
@@ -492,26 +494,35 @@ func planDocument(ctx context.Context, client kubernetes.Interface, prom *promqu
 		in.PreemptionPolicy = *p
 	}
 	impact := Assess(in)
-	impact.Analysis = checkAnalysis(ctx, prom, &after, impact.Nodes)
+	impact.Analysis = checkAnalysis(ctx, prom, &after, impact.Nodes, prom.Scope(ns, admission.NodeAgentsNamespace(nsLabels)))
 	rep.Plan = &impact
 	return rep, nil
 }
 
 // checkAnalysis runs each analysis gate's query of the stored DaemonSet once, through the
-// controller's Prometheus client, against the revision its pods run today (analysisCheck), and
-// judges the answers (judgeGates). Without a Prometheus address nothing is run, and the check
-// says how to run it. Prometheus not answering is the gate's result, never an error of the plan.
-func checkAnalysis(ctx context.Context, prom *promquery.Client, ds *appsv1.DaemonSet, nodes []NodeImpact) *AnalysisCheck {
+// controller's Prometheus client, kept to scope as the controller keeps it (outside namespaces
+// marked for node agents, to the DaemonSet's namespace's series), against the revision its pods
+// run today (analysisCheck), and judges the answers (judgeGates). Without a Prometheus address
+// nothing is run, and the check says how to run it. Prometheus not answering is the gate's
+// result, never an error of the plan.
+func checkAnalysis(ctx context.Context, prom *promquery.Client, ds *appsv1.DaemonSet, nodes []NodeImpact, scope promscope.Scope) *AnalysisCheck {
 	c, run := analysisCheck(ds, nodes)
-	switch {
-	case run == nil:
+	if run == nil {
 		return c
-	case prom == nil || prom.Address() == "":
+	}
+	// The plan shows each query as Prometheus is asked it; one that cannot be scoped is shown as
+	// written, and its measurement says why it was not run.
+	for i, q := range run.req.Queries {
+		if scoped, err := scope.Apply(q.Wave); err == nil {
+			run.req.Queries[i].Wave, c.Gates[i].Query = scoped, scoped
+		}
+	}
+	if prom == nil || prom.Address() == "" {
 		c.NotRun = gatesNotRun
 		return c
 	}
 	c.Ran, c.Prometheus = true, prom.Address()
-	c.Gates = judgeGates(*run, prom.Measure(ctx, run.req))
+	c.Gates = judgeGates(*run, prom.Measure(ctx, run.req, scope))
 	return c
 }
 

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
+	"github.com/daemonguard/daemonguard/internal/promscope"
 )
 
 // fakePrometheus speaks the part of Prometheus' HTTP API the client uses: /api/v1/query, by POST
@@ -93,16 +95,23 @@ func caFileOf(t *testing.T, s *httptest.Server) string {
 func TestMeasure(t *testing.T) {
 	wave := `up{node=~"w1|w2"}`
 	base := `up{node=~"b1"}`
+	// Every answer that goes wrong carries another namespace's secret in a label or an error
+	// text: no Err may repeat it.
+	const secret = `db-password-hunter2`
 	answers := map[string]answer{
-		wave:             vector(sample(`{"node":"w1"}`, "0.5"), sample(`{"node":"w2"}`, "NaN")),
-		base:             vector(sample(`{"node":"b1"}`, "1")),
-		"missing_label":  vector(sample(`{"node":"w1"}`, "1"), sample(`{"instance":"10.0.0.2:9100"}`, "1")),
-		"duplicate_node": vector(sample(`{"node":"w1","pod":"a"}`, "1"), sample(`{"node":"w1","pod":"b"}`, "2")),
-		"scalar":         {body: `{"status":"success","data":{"resultType":"scalar","result":[1700000000,"1"]}}`},
-		"matrix":         {body: `{"status":"success","data":{"resultType":"matrix","result":[]}}`},
-		"bad_query":      {status: http.StatusBadRequest, body: `{"status":"error","errorType":"bad_data","error":"1:5: parse error: unexpected end of input"}`},
-		"unavailable":    {status: http.StatusServiceUnavailable, body: "upstream connect error\nmore"},
-		"by_instance":    vector(sample(`{"instance":"w1"}`, "3")),
+		wave:              vector(sample(`{"node":"w1"}`, "0.5"), sample(`{"node":"w2"}`, "NaN"), sample(`{"node":"x9","secret":"`+secret+`"}`, "7")),
+		base:              vector(sample(`{"node":"b1"}`, "1")),
+		"missing_label":   vector(sample(`{"node":"w1"}`, "1"), sample(`{"secret":"`+secret+`"}`, "1")),
+		"duplicate_node":  vector(sample(`{"node":"w1","pod":"a"}`, "1"), sample(`{"node":"w1","secret":"`+secret+`"}`, "2")),
+		"duplicate_other": vector(sample(`{"node":"`+secret+`"}`, "1"), sample(`{"node":"`+secret+`"}`, "2")),
+		"histogram":       vector(`{"metric":{"node":"w1","secret":"` + secret + `"},"histogram":[1700000000,{"count":"1","sum":"1","buckets":[]}]}`),
+		"scalar":          {body: `{"status":"success","data":{"resultType":"scalar","result":[1700000000,"1"]}}`},
+		"matrix":          {body: `{"status":"success","data":{"resultType":"matrix","result":[]}}`},
+		"bad_query":       {status: http.StatusBadRequest, body: `{"status":"error","errorType":"bad_data","error":"found duplicate series for the match group {node=\"w1\"}: [{secret=\"` + secret + `\"}]"}`},
+		"exec_error":      {status: http.StatusUnprocessableEntity, body: `{"status":"error","errorType":"execution","error":"many-to-many matching not allowed: {secret=\"` + secret + `\"}"}`},
+		"unavailable":     {status: http.StatusServiceUnavailable, body: "upstream " + secret + "\nmore"},
+		"not_json":        {body: "<html>" + secret + "</html>"},
+		"by_instance":     vector(sample(`{"instance":"w1"}`, "3")),
 	}
 	fake := &fakePrometheus{answers: answers}
 	server := httptest.NewTLSServer(fake)
@@ -120,7 +129,7 @@ func TestMeasure(t *testing.T) {
 		baseln map[string]float64
 		errHas []string // every one is in Err; nil wants no Err
 	}{
-		"a vector with one sample per node is node -> value, NaN kept for the planner to judge": {
+		"a vector with one sample per node is node -> value of the wave's nodes, NaN kept for the planner to judge": {
 			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
 			want: map[string]float64{"w1": 0.5, "w2": nan},
 		},
@@ -132,48 +141,64 @@ func TestMeasure(t *testing.T) {
 			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "instance", Wave: "by_instance"},
 			want: map[string]float64{"w1": 3},
 		},
-		"a sample without the node label: an error naming the sample and the label": {
+		"a sample without the node label: an error naming the label, not the sample": {
 			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "missing_label"},
-			errHas: []string{`{instance="10.0.0.2:9100"} has no node label`, "one sample per node"},
+			errHas: []string{KindNoNodeLabel + ": a sample has no node label", "one sample per node"},
 		},
-		"two samples for one node: an error naming both": {
+		"two samples for a node of the wave: an error naming the node, not the samples": {
 			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "duplicate_node"},
-			errHas: []string{"two samples for node w1", `pod="a"`, `pod="b"`, "one sample per node"},
+			errHas: []string{KindTwoSamplesANode + ": two samples for node w1", "one sample per node"},
+		},
+		"two samples for a 'node' outside the wave: an error that does not name it": {
+			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "duplicate_other"},
+			errHas: []string{"two samples with the same node"},
+		},
+		"a native histogram: non-numeric": {
+			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "histogram"},
+			errHas: []string{KindNonNumeric + ": a sample is a native histogram"},
 		},
 		"a failed baseline query: an error that says it was the baseline's, and no values": {
 			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave, Baseline: "duplicate_node"},
-			errHas: []string{"baseline query: two samples for node w1"},
+			errHas: []string{"baseline query: " + KindTwoSamplesANode},
 		},
 		"a scalar: an error naming the type": {
 			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "scalar"},
-			errHas: []string{"returned a scalar, not an instant vector"},
+			errHas: []string{KindNotAVector + ": the query returned a scalar, not an instant vector"},
 		},
 		"a matrix: an error naming the type": {
 			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "matrix"},
 			errHas: []string{"returned a matrix, not an instant vector"},
 		},
-		"a query Prometheus rejects: its error type and message": {
+		"a query Prometheus rejects: its error type, never its message, which quotes series": {
 			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "bad_query"},
-			errHas: []string{"rejected the query (bad_data): 1:5: parse error: unexpected end of input"},
+			errHas: []string{KindBadQuery + ": Prometheus at " + server.URL + " rejected the query (bad_data)"},
 		},
-		"an HTTP error status: the status and the first line of the body": {
+		"a query Prometheus fails to run: its error type only": {
+			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "exec_error"},
+			errHas: []string{KindQueryFailed + ": Prometheus at " + server.URL + " could not run the query (execution)"},
+		},
+		"an HTTP error status: the status, not the body": {
 			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "unavailable"},
-			errHas: []string{server.URL + " answered with server error: 503 (upstream connect error)"},
+			errHas: []string{KindHTTPError + ": Prometheus at " + server.URL + " answered with server error: 503"},
+		},
+		"an answer that is not Prometheus' JSON: a bad response, not its text": {
+			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "not_json"},
+			errHas: []string{KindBadResponse + ": "},
 		},
 		"no answer within the timeout: says so and names the flag": {
 			opts:   Options{Address: slow.URL, CAFile: caFileOf(t, slow), Timeout: 100 * time.Millisecond},
 			query:  rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
-			errHas: []string{"did not answer within 100ms (--prometheus-timeout)"},
+			errHas: []string{KindTimeout + ": Prometheus at " + slow.URL + " did not answer within 100ms (--prometheus-timeout)"},
 		},
-		"a server whose certificate the CA did not sign: cannot reach it, saying why": {
+		"a server whose certificate the CA did not sign: unreachable, saying why": {
 			opts:   Options{Address: server.URL, CAFile: otherCAFile(t)},
 			query:  rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
-			errHas: []string{"cannot reach Prometheus at " + server.URL, "certificate"},
+			errHas: []string{KindUnreachable + ": cannot reach Prometheus at " + server.URL, "certificate is not trusted"},
 		},
-		"nothing listening: cannot reach it": {
+		"nothing listening: unreachable, connection refused": {
 			opts:   Options{Address: closed.URL},
 			query:  rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
-			errHas: []string{"cannot reach Prometheus at " + closed.URL, "refused"},
+			errHas: []string{KindUnreachable + ": cannot reach Prometheus at " + closed.URL, "refused"},
 		},
 		"no Prometheus configured: every measurement says how to configure one": {
 			query:  rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
@@ -186,7 +211,8 @@ func TestMeasure(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := c.Measure(context.Background(), rolloutplan.AnalysisRequest{Queries: []rolloutplan.GateQuery{tc.query}})
+			req := rolloutplan.AnalysisRequest{Queries: []rolloutplan.GateQuery{tc.query}, Wave: []string{"w1", "w2"}, BaselineNodes: []string{"b1"}}
+			got := c.Measure(context.Background(), req, promscope.Unscoped)
 			if len(got) != 1 || got[0].Gate != tc.query.Gate {
 				t.Fatalf("measurements %+v, want one of gate %s", got, tc.query.Gate)
 			}
@@ -196,6 +222,9 @@ func TestMeasure(t *testing.T) {
 				if !strings.Contains(m.Err, s) {
 					t.Errorf("Err %q does not say %q", m.Err, s)
 				}
+			}
+			if strings.Contains(m.Err, secret) || strings.Contains(fmt.Sprint(m.Values, m.Baseline), secret) {
+				t.Errorf("the measurement %+v repeats another series' label %q", m, secret)
 			}
 			if tc.errHas == nil && m.Err != "" {
 				t.Errorf("Err %q, want none", m.Err)
@@ -252,7 +281,7 @@ func TestMeasureKeepsTheOrderOfTheRequest(t *testing.T) {
 	}
 	got := c.Measure(context.Background(), rolloutplan.AnalysisRequest{Queries: []rolloutplan.GateQuery{
 		{Gate: "first", NodeLabel: "node", Wave: "a"}, {Gate: "second", NodeLabel: "node", Wave: "b"},
-	}})
+	}, Wave: []string{"w1"}}, promscope.Unscoped)
 	if len(got) != 2 || got[0].Gate != "first" || got[0].Values["w1"] != 1 || got[1].Gate != "second" || got[1].Values["w1"] != 2 {
 		t.Errorf("measurements %+v, want first=1 then second=2", got)
 	}
@@ -268,14 +297,14 @@ func TestTheBearerTokenIsReadFromItsFileOnEveryQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := rolloutplan.AnalysisRequest{Queries: []rolloutplan.GateQuery{{Gate: "g", NodeLabel: "node", Wave: "q"}}}
-	if m := c.Measure(context.Background(), req); m[0].Err != "" {
+	if m := c.Measure(context.Background(), req, promscope.Unscoped); m[0].Err != "" {
 		t.Fatal(m[0].Err)
 	}
 	// The kubelet rotates a projected token by replacing the file.
 	if err := os.WriteFile(tokenFile, []byte("rotated-token"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if m := c.Measure(context.Background(), req); m[0].Err != "" {
+	if m := c.Measure(context.Background(), req, promscope.Unscoped); m[0].Err != "" {
 		t.Fatal(m[0].Err)
 	}
 	fake.mu.Lock()
@@ -292,11 +321,13 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		opts Options
 		want string
 	}{
-		"an address that is not an http URL": {Options{Address: "prometheus:9090"}, `Prometheus address "prometheus:9090": want an http or https URL`},
-		"a CA file that cannot be read":      {Options{Address: "https://p:9090", CAFile: missing}, "Prometheus CA file: open " + missing},
-		"a token file that cannot be read":   {Options{Address: "https://p:9090", BearerTokenFile: missing}, "Prometheus bearer token file: open " + missing},
-		"a token file without an address":    {Options{BearerTokenFile: missing}, "without a Prometheus address"},
-		"a negative timeout":                 {Options{Address: "https://p:9090", Timeout: -time.Second}, "must not be negative"},
+		"an address that is not an http URL":      {Options{Address: "prometheus:9090"}, `Prometheus address "prometheus:9090": want an http or https URL`},
+		"a CA file that cannot be read":           {Options{Address: "https://p:9090", CAFile: missing}, "Prometheus CA file: open " + missing},
+		"a token file that cannot be read":        {Options{Address: "https://p:9090", BearerTokenFile: missing}, "Prometheus bearer token file: open " + missing},
+		"a token file without an address":         {Options{BearerTokenFile: missing}, "without a Prometheus address"},
+		"a negative timeout":                      {Options{Address: "https://p:9090", Timeout: -time.Second}, "must not be negative"},
+		"a negative bound of queries in flight":   {Options{Address: "https://p:9090", MaxInFlight: -1}, "must not be negative"},
+		"a namespace label that is no label name": {Options{Address: "https://p:9090", NamespaceLabel: "kubernetes.io/ns"}, "must be a label name"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
