@@ -248,3 +248,18 @@ func TestTheHeapWatchdogCancelsAndRefusesEvaluations(t *testing.T) {
 		t.Errorf("a review after the heap went back under its limit was answered %+v", resp)
 	}
 }
+
+// Nothing a caller sends is echoed back at length: a review whose kind is 6 MiB, which every
+// endpoint refuses naming the kind, gets an answer of at most maxAnswerMessage and a little.
+func TestAnAnswerDoesNotGrowWithTheRequest(t *testing.T) {
+	body := []byte(review("apps", "v1", strings.Repeat("K", 6<<20), "CREATE", seedObject))
+	for path, ep := range testHandlers(t).Endpoints() {
+		code, resp := serve(ep, body)
+		if code != http.StatusOK || resp == nil || resp.Result == nil || !strings.Contains(resp.Result.Message, "more bytes)") {
+			t.Fatalf("%s: HTTP %d, %.300v, want a refusal whose message is cut", path, code, resp)
+		}
+		if n := len(resp.Result.Message); n > maxAnswerMessage+64 {
+			t.Errorf("%s: a %d-byte message, want at most %d and a little", path, n, maxAnswerMessage)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -277,6 +278,7 @@ func exportAnswerResults(counter *prometheus.CounterVec, histogram *prometheus.H
 func (h *Handlers) observe(webhook string, handle func() cradmission.Response) cradmission.Response {
 	start := time.Now()
 	resp := handle()
+	boundMessage(&resp)
 	result := "allowed"
 	switch {
 	case resp.Result != nil && resp.Result.Code >= 400 && resp.Result.Code != http.StatusForbidden:
@@ -291,11 +293,36 @@ func (h *Handlers) observe(webhook string, handle func() cradmission.Response) c
 	return resp
 }
 
+// maxAnswerMessage is the most of a message an answer carries. The core bounds its denials
+// (quoted values cut, a few violations per rule); this guards what an adapter echoes from the
+// request besides (an unexpected kind, an error quoting input), so that no answer grows with
+// what the caller sends.
+const maxAnswerMessage = 16 << 10
+
+// boundMessage cuts resp's message past maxAnswerMessage, on a character boundary, saying how
+// much was left out.
+func boundMessage(resp *cradmission.Response) {
+	if resp.Result == nil || len(resp.Result.Message) <= maxAnswerMessage {
+		return
+	}
+	msg := resp.Result.Message
+	cut := maxAnswerMessage
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	resp.Result.Message = fmt.Sprintf("%s… (%d more bytes)", msg[:cut], len(msg)-cut)
+}
+
 // ReviewBodyLimit is the size from which an AdmissionReview body is refused. It is
 // controller-runtime's own limit (cradmission.maxRequestSize, unexported), which cradmission.Webhook
-// enforces after this layer: a review carries at most two objects (old and new), each at most
-// 3 MiB, the API server's request body limit (twice etcd's recommended 1.5 MiB, for JSON), and
-// less than 1 MiB besides. A body this large does not come from a conforming API server.
+// enforces after this layer, and it is what a conforming API server sends at most: a review carries
+// at most two objects (old and new) and less than 1 MiB besides; the old one was stored, so it is
+// within etcd's request limit (1.5 MiB by default, as protobuf); the new one came in a request body
+// of at most 3 MiB (the API server's MaxRequestBodyBytes: twice etcd's limit, for JSON), or grew
+// from the old one by a patch whose copies the API server also caps at 3 MiB
+// (JSONPatchMaxCopyBytes), and it is stored only if it fits etcd's limit too. Both objects of any
+// write etcd can store fit in 7 MiB. A larger body does not come
+// from a conforming API server, and what a smaller one costs is bounded by Bounds.
 const ReviewBodyLimit = 7 << 20
 
 // refuseOversized answers a review body of ReviewBodyLimit bytes or more with HTTP 413 and a
