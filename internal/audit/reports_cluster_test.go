@@ -153,7 +153,7 @@ func lines(r openreports.Report) []string {
 
 func expect(ds string, overrides map[string]string) []string {
 	base := map[string]string{
-		"inject": "pass", "on_delete_managed": "pass medium", "revision_history": "pass high",
+		"inject": "pass", "node_agent_grants": "pass high", "on_delete_managed": "pass medium", "revision_history": "pass high",
 		"rolling_update_budget": "pass high", "rollout_annotations": "pass low",
 	}
 	var out []string
@@ -229,8 +229,8 @@ func TestOpenReportsFollowTheDaemonSets(t *testing.T) {
 	if r.Source != "daemonguard" || r.Labels[audit.ManagedByLabel] != audit.ManagedByValue {
 		t.Errorf("report source %q, labels %v", r.Source, r.Labels)
 	}
-	if r.Summary != (openreports.ReportSummary{Pass: 25, Fail: 3, Warn: 2}) {
-		t.Errorf("summary %+v, want 25 pass, 3 fail, 2 warn", r.Summary)
+	if r.Summary != (openreports.ReportSummary{Pass: 31, Fail: 3, Warn: 2}) {
+		t.Errorf("summary %+v, want 31 pass, 3 fail, 2 warn", r.Summary)
 	}
 	uids := map[string]string{}
 	var list appsv1.DaemonSetList
