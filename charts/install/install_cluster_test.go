@@ -121,30 +121,45 @@ func (r *release) token(name string) string {
 }
 
 // webhookMetricsTLS is how the chart's ServiceMonitor verifies the webhook's metrics server:
-// against ca.crt of the webhook's TLS Secret, under the webhook Service's name.
+// against the CA certificate it reads (webhookMetricsCA), under the webhook Service's name.
 func (r *release) webhookMetricsTLS() *tls.Config {
 	r.t.Helper()
 	caPEM, serverName := r.webhookMetricsCA()
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
-		r.t.Fatal("the webhook's TLS secret has no certificate in ca.crt")
+		r.t.Fatal("the webhook's CA has no certificate in ca.crt")
 	}
 	return &tls.Config{RootCAs: pool, ServerName: serverName}
 }
 
-// webhookMetricsCA returns what webhookMetricsTLS verifies with: ca.crt of the webhook's TLS
-// Secret, and the name the certificate must cover.
+// webhookMetricsCA returns what webhookMetricsTLS verifies with, as the ServiceMonitor reads it:
+// with self-managed TLS ca.crt of the ConfigMap <fullname>-webhook-ca, which the webhook fills
+// with the bundle alone (the TLS Secret also holds the CA's key); with cert-manager ca.crt of the
+// serving certificate's Secret. And the name the certificate must cover.
 func (r *release) webhookMetricsCA() (caPEM []byte, serverName string) {
 	r.t.Helper()
-	secret := r.object("Deployment", "webhook").GetName() + "-tls"
-	s, err := cluster.Client.CoreV1().Secrets(r.Namespace).Get(context.Background(), secret, metav1.GetOptions{})
+	ctx := context.Background()
+	webhook := r.object("Deployment", "webhook").GetName()
+	serverName = r.object("Service", "-webhook").GetName() + "." + r.Namespace + ".svc"
+	if _, err := cluster.Client.CoreV1().ConfigMaps(r.Namespace).Get(ctx, webhook+"-ca", metav1.GetOptions{}); err == nil {
+		cluster.WaitFor(r.t, time.Minute, "the webhook writes ca.crt into ConfigMap "+webhook+"-ca", func(ctx context.Context) (bool, string) {
+			cm, err := cluster.Client.CoreV1().ConfigMaps(r.Namespace).Get(ctx, webhook+"-ca", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			caPEM = []byte(cm.Data["ca.crt"])
+			return len(caPEM) > 0, fmt.Sprintf("data keys %d", len(cm.Data))
+		})
+		return caPEM, serverName
+	}
+	s, err := cluster.Client.CoreV1().Secrets(r.Namespace).Get(ctx, webhook+"-tls", metav1.GetOptions{})
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	if len(s.Data["ca.crt"]) == 0 {
-		r.t.Fatalf("secret %s has no ca.crt", secret)
+		r.t.Fatalf("secret %s-tls has no ca.crt", webhook)
 	}
-	return s.Data["ca.crt"], r.object("Service", "-webhook").GetName() + "." + r.Namespace + ".svc"
+	return s.Data["ca.crt"], serverName
 }
 
 // runWebhook runs a webhook replica serving on port with its own cert dir.
@@ -447,6 +462,26 @@ func TestSelfManagedTLS(t *testing.T) {
 			}
 		}
 		waitAdmission(t, ns)
+	})
+
+	t.Run("the ServiceMonitor's ConfigMap holds the bundle alone, rotated and kept by an upgrade", func(t *testing.T) {
+		name := r.object("Deployment", "webhook").GetName() + "-ca"
+		cluster.WaitFor(t, time.Minute, "ConfigMap "+name+" holds the Secret's bundle", func(ctx context.Context) (bool, string) {
+			s, err := cluster.Client.CoreV1().Secrets(r.Namespace).Get(ctx, secretName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			cm, err := cluster.Client.CoreV1().ConfigMaps(r.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for k, v := range cm.Data {
+				if strings.Contains(v, "PRIVATE KEY") || k == selftls.KeyCAKey {
+					t.Fatalf("ConfigMap %s holds a private key under %s", name, k)
+				}
+			}
+			return cm.Data[selftls.KeyCABundle] == string(s.Data[selftls.KeyCABundle]) && len(cm.Data) == 1, fmt.Sprintf("ConfigMap keys %d", len(cm.Data))
+		})
 	})
 
 	t.Run("controller with the chart's RBAC completes a managed rollout", func(t *testing.T) {
