@@ -125,6 +125,7 @@ func TestAnEvaluationStopsWhenItsClientHangsUp(t *testing.T) {
 		sent <- err
 	}()
 	evaluation := received(t, entered)
+	errorsBefore := testutil.ToFloat64(evaluationErrors)
 	hangUp()
 	select {
 	case <-evaluation.Done():
@@ -135,6 +136,11 @@ func TestAnEvaluationStopsWhenItsClientHangsUp(t *testing.T) {
 		t.Fatal("the evaluation still runs 10s after its client hung up")
 	}
 	<-sent
+	// The handler has answered once the server closes; a hang-up is no evaluation error.
+	srv.Close()
+	if got := testutil.ToFloat64(evaluationErrors); got != errorsBefore {
+		t.Errorf("daemonguard_policy_evaluation_errors_total grew by %v for a client that hung up, want 0", got-errorsBefore)
+	}
 }
 
 // Reviews beyond the limit of concurrent evaluations get the failure mode's answer at once,

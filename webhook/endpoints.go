@@ -149,6 +149,12 @@ func (h *Handlers) review(ctx context.Context, g *gate, req cradmission.Request,
 			r.Failed = fmt.Errorf("%w: %w", cause, r.Failed)
 			r.Verdict = h.FailureMode.Verdict(r.Failed)
 		}
+		if errors.Is(r.Failed, errClientGone) {
+			// Nobody reads this answer, and the policies did not fail: not an evaluation error,
+			// which alerts, however often a client hangs up.
+			h.Log.V(1).Info("Stopped an evaluation whose client hung up", "namespace", req.Namespace, "name", req.Name)
+			return answer(r.Verdict)
+		}
 		countBound(r.Failed)
 	}
 	if resp, ended := h.ended(req, r); ended {
