@@ -26,7 +26,9 @@ import (
 )
 
 // Metric is the series the exporter serves: one gauge per node, labelled with the node and the
-// revision of the DaemonSet's pod on it.
+// revision of the DaemonSet's pod on it, and with the DaemonSet's namespace, as a scrape
+// configuration's relabelling labels a pod's series (a gate outside namespaces marked for node
+// agents reads only the series of its own namespace).
 const Metric = "agent_error_ratio"
 
 // Exporter serves Metric for the nodes of one DaemonSet.
@@ -50,7 +52,7 @@ type Exporter struct {
 // New is an exporter for the DaemonSet namespace/name; every revision reports 0 until Set or SetOthers.
 func New(client kubernetes.Interface, namespace, name string) *Exporter {
 	return &Exporter{client: client, namespace: namespace, name: name, byRevision: map[string]float64{}, dropped: map[string]bool{},
-		desc: prometheus.NewDesc(Metric, "Share of records the node agent failed to handle (test exporter).", []string{"node", "revision"}, nil)}
+		desc: prometheus.NewDesc(Metric, "Share of records the node agent failed to handle (test exporter).", []string{"node", "revision"}, prometheus.Labels{"namespace": namespace})}
 }
 
 // Set makes the pods of revision report value.

@@ -51,9 +51,9 @@ func testSeriesFollowThePodOnEachNode(t *testing.T, watch bool) {
 	want := `
 # HELP agent_error_ratio Share of records the node agent failed to handle (test exporter).
 # TYPE agent_error_ratio gauge
-agent_error_ratio{node="w1",revision="v1"} 0.25
-agent_error_ratio{node="w3",revision="v2"} 0.75
-agent_error_ratio{node="w5",revision="v3"} 1.25
+agent_error_ratio{namespace="ns",node="w1",revision="v1"} 0.25
+agent_error_ratio{namespace="ns",node="w3",revision="v2"} 0.75
+agent_error_ratio{namespace="ns",node="w5",revision="v3"} 1.25
 `
 	if err := testutil.CollectAndCompare(e, strings.NewReader(want)); err != nil {
 		t.Error(err)

@@ -86,7 +86,8 @@ spec:
 
 // agentScrapeConfig is how a user's Prometheus scrapes node agents (docs/rollouts.md, "Prometheus"):
 // the pods of the DaemonSet, at their http port, with the pod's controller-revision-hash as
-// `revision` and its node as `node`, the labels the gate's placeholders select on. The agent
+// `revision` and its node as `node`, the labels the gate's placeholders select on, and its
+// namespace as `namespace`, the label the controller keeps the gate's query to. The agent
 // labels its series with its node too; the target's label wins and the agent's is kept as
 // exported_node.
 var agentScrapeConfig = []promtest.RelabelConfig{
@@ -95,6 +96,8 @@ var agentScrapeConfig = []promtest.RelabelConfig{
 	{SourceLabels: []string{"__meta_kubernetes_pod_label_controller_revision_hash"}, TargetLabel: "revision"},
 	{SourceLabels: []string{"__meta_kubernetes_pod_node_name"}, TargetLabel: "node"},
 	{SourceLabels: []string{"__meta_kubernetes_pod_name"}, TargetLabel: "pod"},
+	// The namespace a gate outside namespaces marked for node agents is kept to.
+	{SourceLabels: []string{"__meta_kubernetes_namespace"}, TargetLabel: "namespace"},
 }
 
 // testGatedRollout rolls the node agent out on the real node under an analysis gate measured by
