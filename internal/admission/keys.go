@@ -5,6 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // The daemonguard.io keys of admission, each defined here once. The rollout controller's keys
@@ -27,7 +28,7 @@ const (
 	// namespaceSelector read (keep those under this prefix so tenants cannot pick their class).
 	GuardedLabelPrefix = "daemonguard.io/"
 	// OptOutAnnotation opts a DaemonSet out of injection (read by the inject policy).
-	OptOutAnnotation = "daemonguard.io/inject"
+	OptOutAnnotation = rolloutapi.AnnotationInject
 	// PolicyConfigMapLabel selects the ConfigMaps (in the webhook's namespace) that carry extra or
 	// replacement Rego policies and parameters; Argo CD syncs them from git.
 	PolicyConfigMapLabel = "daemonguard.io/policy"

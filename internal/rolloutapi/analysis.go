@@ -144,7 +144,13 @@ func RenderQuery(query string, v QueryVars) string {
 // bypassed. It reads the YAML with OPA's reader, the one behind the policy's yaml.unmarshal
 // (YAML 1.2: yes is a string; a repeated key keeps its last value), field names are
 // case-sensitive, and a value's type is as written (name: 123 is a number, not the name "123").
+//
+// A value past its size limit (CheckAnnotationSize) is refused before it is read, and a list of
+// more than MaxGates gates before any gate is.
 func ParseGates(v string) ([]Gate, error) {
+	if err := CheckAnnotationSize(AnnotationAnalysis, v); err != nil {
+		return nil, err
+	}
 	if strings.TrimSpace(v) == "" {
 		return nil, nil
 	}
@@ -154,6 +160,9 @@ func ParseGates(v string) ([]Gate, error) {
 	}
 	if len(items) == 0 {
 		return nil, errors.New("want a YAML list of at least one gate")
+	}
+	if len(items) > MaxGates {
+		return nil, fmt.Errorf("%d gates: at most %d gates are allowed per DaemonSet (each is a Prometheus query at every interval)", len(items), MaxGates)
 	}
 	gates := make([]Gate, 0, len(items))
 	seen := map[string]bool{}

@@ -30,7 +30,12 @@ const DefaultProgressDeadline = 10 * time.Minute
 // ParseSettings reads the setting annotations. The admission webhook rejects malformed values,
 // so an error here means a DaemonSet admitted while the webhook was bypassed; the controller
 // reports it and does nothing.
+//
+// A value past its size limit (CheckAnnotationSize) is refused before any is read.
 func ParseSettings(annotations map[string]string) (Settings, error) {
+	if err := checkSizes(annotations, false); err != nil {
+		return Settings{MaxUnavailable: intstr.FromInt32(1), ProgressDeadline: DefaultProgressDeadline}, err
+	}
 	s := Settings{
 		MaxUnavailable:   intstr.FromInt32(1),
 		Paused:           annotations[AnnotationPaused] == "true",
@@ -122,6 +127,9 @@ func (s Step) IsPause() bool { return s.Kind == StepPause || s.Kind == StepTimed
 // decrease, bounded durations), so that a user meets the error at admission; this parser is the
 // controller's guard for DaemonSets admitted while the webhook was bypassed.
 func ParseSteps(v string) ([]Step, error) {
+	if err := CheckAnnotationSize(AnnotationSteps, v); err != nil {
+		return nil, err
+	}
 	if strings.TrimSpace(v) == "" {
 		return []Step{{Kind: StepPercent, Value: 100, Text: "100%"}}, nil
 	}

@@ -125,9 +125,17 @@ func StatusChanges(current map[string]string, s Status) map[string]*string {
 
 // DecodeStatus reads the status annotations. A malformed value is left out of the result and
 // named in the error; the rest is decoded all the same, so a reader can go on with what it has.
+//
+// A value past its size limit (CheckAnnotationSize) is refused the same way, unread.
 func DecodeStatus(a map[string]string) (Status, error) {
-	s := Status{Revision: a[StatusRevision], PauseToken: a[StatusPauseToken], FailedRevision: a[StatusFailedRevision]}
 	var errs []error
+	for _, k := range statusKeys {
+		if err := CheckAnnotationSize(k, a[k]); err != nil {
+			errs = append(errs, err)
+			a = withoutKey(a, k)
+		}
+	}
+	s := Status{Revision: a[StatusRevision], PauseToken: a[StatusPauseToken], FailedRevision: a[StatusFailedRevision]}
 	fail := func(key, why string) { errs = append(errs, fmt.Errorf("%s %q: %s", key, a[key], why)) }
 	if v, ok := a[StatusStep]; ok {
 		p, err := parseStepPosition(v)
@@ -233,4 +241,15 @@ func parseFraction(v string) (a, b int, ok bool) {
 		return 0, 0, false
 	}
 	return int(x), int(y), true
+}
+
+// withoutKey is a copy of a without k; a is not modified.
+func withoutKey(a map[string]string, k string) map[string]string {
+	out := make(map[string]string, len(a))
+	for key, v := range a {
+		if key != k {
+			out[key] = v
+		}
+	}
+	return out
 }
