@@ -3,10 +3,12 @@ package policies_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // TestRegoSuite runs every built-in *_test.rego through OPA's tester with the default parameters,
@@ -85,5 +87,25 @@ func TestNodeAgentGrantsReadsAdmissionsMark(t *testing.T) {
 				t.Errorf("%d node_agent_grants violations, want %d: %v", got, tc.want, vs)
 			}
 		})
+	}
+}
+
+// The Rego's gate limit is the controller's (rolloutapi.MaxGates): admission denies what the
+// controller would refuse to run, and nothing it would run.
+func TestMaxGatesMatchesRolloutAPI(t *testing.T) {
+	set, err := policy.CompileDirs(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := set.PrepareQuery(context.Background(), "n = data.daemonguard.policies.rollout_annotations.max_gates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := q.Eval(context.Background())
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("evaluate max_gates: %v (%d results)", err, len(rs))
+	}
+	if got := fmt.Sprint(rs[0].Bindings["n"]); got != fmt.Sprint(rolloutapi.MaxGates) {
+		t.Errorf("rollout_annotations.max_gates = %s, rolloutapi.MaxGates = %d", got, rolloutapi.MaxGates)
 	}
 }
