@@ -8,6 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/promquery"
 	"github.com/daemonguard/daemonguard/internal/promscope"
 )
@@ -117,5 +124,21 @@ func TestNothingPrometheusSaysOfOtherSeriesReachesTheDaemonSet(t *testing.T) {
 				t.Errorf("the DaemonSet does not say %q:\n%s", tc.want, all)
 			}
 		})
+	}
+}
+
+// The controller's marks are the namespaces' labels: a namespace labelled for node agents is
+// marked, one without the label, with another value or that cannot be read is not.
+func TestNamespaceMarksReadTheNodeAgentsLabel(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "infra", Labels: map[string]string{admission.NodeAgentsLabel: "true"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "almost", Labels: map[string]string{admission.NodeAgentsLabel: "yes"}}},
+	).Build()
+	m := namespaceMarks{reader: c, log: logr.Discard()}
+	for ns, want := range map[string]bool{"infra": true, "tenant": false, "almost": false, "absent": false} {
+		if got := m.Marked(context.Background(), ns); got != want {
+			t.Errorf("Marked(%s) = %v, want %v", ns, got, want)
+		}
 	}
 }
