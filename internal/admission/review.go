@@ -75,7 +75,8 @@ type Reviewer struct {
 }
 
 // Outcome is what admission decided about one review. Exactly one of Skip, Malformed and Failed
-// is set when admission ends early.
+// is set when admission ends early; an object past a size bound (AnnotationLimitsPolicy) ends it
+// early too, with its one violation and the verdict that denies it.
 type Outcome struct {
 	// Skip says why admission leaves the write alone (an exempt namespace, a status-only update).
 	Skip string
@@ -95,9 +96,13 @@ type Outcome struct {
 	Verdict    Verdict
 	// Input is what the policies were given.
 	Input *policy.Input
+	// bounded says the object is past a size bound: no policy is evaluated on it.
+	bounded bool
 }
 
-func (r Outcome) ended() bool { return r.Skip != "" || r.Malformed != nil || r.Failed != nil }
+func (r Outcome) ended() bool {
+	return r.Skip != "" || r.Malformed != nil || r.Failed != nil || r.bounded
+}
 
 // Err is the error that ended the review early, Malformed before Failed; nil when it was skipped
 // or decided by the policies.
@@ -205,6 +210,17 @@ func (a *Reviewer) decode(rv Review) Outcome {
 		if rv.Operation == policy.OpUpdate && statusOnlyUpdate(in.OldObject, obj) {
 			return Outcome{Skip: "only daemonguard status annotations changed"}
 		}
+		if oversized(in.OldObject) != nil {
+			// Stored while admission was bypassed: the policies do without it rather than parse
+			// it, and the update that fixes the object is judged on the object alone.
+			a.Log.V(1).Info("Left out an old object past an annotation size limit", "namespace", rv.Namespace)
+			in.OldObject = nil
+		}
+	}
+	if v := oversized(obj); v != nil {
+		violations := []policy.Violation{*v}
+		return Outcome{Input: in, bounded: true, Violations: violations, Verdict: VerdictOf(violations), Mutated: rv.Object,
+			Inject: policy.InjectDecision{Reason: "not evaluated: " + v.Field + " is past its size limit"}}
 	}
 	return Outcome{Input: in}
 }
@@ -474,27 +490,21 @@ func (m FailureMode) Verdict(err error) Verdict {
 	return Verdict{Allowed: m == FailOpenWithWarning, Unevaluated: err}
 }
 
-// DenialMessage joins the denials into the one message the API server shows the user.
+// DenialMessage joins the denials into the one message the API server shows the user, bounded
+// in size (MaxAnswerMessage).
 func (v Verdict) DenialMessage() string {
 	if v.Unevaluated != nil {
-		return "daemonguard could not evaluate its policies (failure mode deny): " + v.Unevaluated.Error()
+		return "daemonguard could not evaluate its policies (failure mode deny): " + cutMessage(v.Unevaluated.Error(), MaxViolationMessage)
 	}
-	msgs := make([]string, len(v.Denials))
-	for i, d := range v.Denials {
-		msgs[i] = d.String()
-	}
-	return "denied by daemonguard: " + strings.Join(msgs, "; ")
+	return joinDenials(v.Denials)
 }
 
-// WarningMessages are the admission warnings, one per violation, or the one that says a request
-// was admitted unchecked.
+// WarningMessages are the admission warnings, one per violation up to MaxListedViolations and
+// one that counts the rest, or the one that says a request was admitted unchecked; bounded in size
+// together (MaxAnswerMessage).
 func (v Verdict) WarningMessages() []string {
 	if v.Unevaluated != nil && v.Allowed {
-		return []string{"daemonguard could not evaluate its policies and admitted this object unchecked: " + v.Unevaluated.Error()}
+		return []string{"daemonguard could not evaluate its policies and admitted this object unchecked: " + cutMessage(v.Unevaluated.Error(), MaxViolationMessage)}
 	}
-	out := make([]string, len(v.Warnings))
-	for i, w := range v.Warnings {
-		out[i] = "daemonguard " + w.String()
-	}
-	return out
+	return warningMessages(v.Warnings)
 }

@@ -21,6 +21,16 @@ func Builtin() ([]Module, map[string]any, error) {
 	return modules, params, err
 }
 
+// CompileBuiltin is the built-in policy set with its default parameters, as a webhook without
+// policy ConfigMaps serves it.
+func CompileBuiltin(ctx context.Context) (*Set, error) {
+	modules, params, err := Builtin()
+	if err != nil {
+		return nil, err
+	}
+	return Compile(ctx, modules, params)
+}
+
 // BuiltinWithTests returns the embedded policies, their tests and the default parameters.
 func BuiltinWithTests() (modules, tests []Module, params map[string]any, err error) {
 	all, params, err := LoadFS(policies.Files, ".")

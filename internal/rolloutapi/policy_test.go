@@ -17,11 +17,7 @@ import (
 // webhook compiles them.
 func builtinQuery(t testing.TB, query string) rego.PreparedEvalQuery {
 	t.Helper()
-	modules, params, err := policy.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := policy.Compile(context.Background(), modules, params)
+	set, err := policy.CompileBuiltin(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
