@@ -109,7 +109,9 @@ func TestWorstCaseReviewsDoNotMoveTheHeap(t *testing.T) {
 	eps := h.Endpoints()
 	overhead := len(review("apps", "v1", "DaemonSet", "CREATE", ""))
 	daemonSets := []string{MutateDaemonSetPath, ValidateDaemonSetPath}
-	// A stored object of 1.5 MiB, its template grown.
+	// A 1.5 MiB object with a steps annotation of 256 KiB, the API server's limit for all of an
+	// object's annotations, and a stored object of 1.5 MiB, its template grown.
+	object := worstObject(t, 256<<10, 1280<<10, "")
 	stored := worstObject(t, 0, 1536<<10, "")
 	// Small annotations, the most structure per byte, to just under the body limit.
 	var small strings.Builder
@@ -124,6 +126,9 @@ func TestWorstCaseReviewsDoNotMoveTheHeap(t *testing.T) {
 		wantCode int    // the HTTP status
 		peak     uint64 // the most the heap may grow while it is answered
 	}{
+		"a 1.5 MiB object whose steps annotation is 256 KiB of commas": {
+			body: review("apps", "v1", "DaemonSet", "CREATE", object), paths: daemonSets, wantCode: http.StatusOK, peak: worstPeakHeap,
+		},
 		"an UPDATE of two 1.5 MiB objects": {
 			body:  strings.Replace(review("apps", "v1", "DaemonSet", "UPDATE", stored), `"object":`, `"oldObject":`+stored+`,"object":`, 1),
 			paths: daemonSets, wantCode: http.StatusOK, peak: worstPeakHeap,
