@@ -27,8 +27,9 @@ type trialInput struct {
 	in   *Input
 }
 
-// trialInputs are the trial's evaluations: each fixture as a CREATE with cluster facts, an UPDATE
-// to itself, and offline as the CLI checks it. They are decoded once and never modified.
+// trialInputs are the trial's evaluations, one per operation a set serves: each fixture as a
+// CREATE with cluster facts, an UPDATE to itself, offline as the CLI checks it, and as the audit
+// re-evaluates it. They are decoded once and never modified.
 var trialInputs = sync.OnceValues(func() ([]trialInput, error) {
 	paths, err := fs.Glob(trialFiles, "trial/*.yaml")
 	if err != nil {
@@ -64,6 +65,7 @@ var trialInputs = sync.OnceValues(func() ([]trialInput, error) {
 			trialInput{name + " (CREATE)", &Input{Operation: OpCreate, Object: obj, Namespace: namespace, Cluster: facts}},
 			trialInput{name + " (UPDATE)", &Input{Operation: OpUpdate, Object: obj, OldObject: obj, Namespace: namespace, Cluster: facts}},
 			trialInput{name + " (CHECK)", &Input{Operation: OpCheck, Object: obj, Namespace: namespace}},
+			trialInput{name + " (AUDIT)", &Input{Operation: OpAudit, Object: obj, Namespace: namespace, Cluster: facts}},
 		)
 	}
 	return out, nil

@@ -47,3 +47,29 @@ func TestASetThatFailsOnTheTrialDaemonSetsIsRejected(t *testing.T) {
 		t.Errorf("set %v, err %v; want no set and an error naming the trial DaemonSet and configmap/team/p.rego:4", set, err)
 	}
 }
+
+// The trial runs every operation a set serves: a rule that fails only on the audit's operation is
+// found at load, not at the first audit pass, and so is one that fails only in the inject policy.
+func TestTheTrialRunsEveryOperation(t *testing.T) {
+	tests := map[string]struct {
+		module string // a module that fails only on some evaluations
+		want   string // in the load error
+	}{
+		"a validation rule that fails only on AUDIT": {
+			module: "package daemonguard.policies.p\n\nviolation contains {\"field\": \"metadata.name\", \"msg\": \"m\"} if {\n\tinput.operation == \"AUDIT\"\n\tto_number(input.object.metadata.name) > 0\n}\n",
+			want:   "(AUDIT)",
+		},
+		"a validation rule that fails only on CHECK": {
+			module: "package daemonguard.policies.p\n\nviolation contains {\"field\": \"metadata.name\", \"msg\": \"m\"} if {\n\tinput.operation == \"CHECK\"\n\tto_number(input.object.metadata.name) > 0\n}\n",
+			want:   "(CHECK)",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			set, err := Compile(context.Background(), []Module{{Name: "configmap/team/p.rego", Source: tc.module}}, nil)
+			if set != nil || err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "configmap/team/p.rego:5") {
+				t.Errorf("set %v, err %v; want no set and an error naming %s and configmap/team/p.rego:5", set, err, tc.want)
+			}
+		})
+	}
+}
