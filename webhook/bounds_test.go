@@ -256,7 +256,7 @@ func TestTheHeapWatchdogCancelsAndRefusesEvaluations(t *testing.T) {
 }
 
 // Nothing a caller sends is echoed back at length: a review whose kind is 6 MiB, which every
-// endpoint refuses naming the kind, gets an answer of at most maxAnswerMessage and a little.
+// endpoint refuses naming the kind, gets an answer of at most admission.MaxAnswerMessage and a little.
 func TestAnAnswerDoesNotGrowWithTheRequest(t *testing.T) {
 	body := []byte(review("apps", "v1", strings.Repeat("K", 6<<20), "CREATE", seedObject))
 	for path, ep := range testHandlers(t).Endpoints() {
@@ -264,8 +264,8 @@ func TestAnAnswerDoesNotGrowWithTheRequest(t *testing.T) {
 		if code != http.StatusOK || resp == nil || resp.Result == nil || !strings.Contains(resp.Result.Message, "more bytes)") {
 			t.Fatalf("%s: HTTP %d, %.300v, want a refusal whose message is cut", path, code, resp)
 		}
-		if n := len(resp.Result.Message); n > maxAnswerMessage+64 {
-			t.Errorf("%s: a %d-byte message, want at most %d and a little", path, n, maxAnswerMessage)
+		if n := len(resp.Result.Message); n > admission.MaxAnswerMessage+64 {
+			t.Errorf("%s: a %d-byte message, want at most %d and a little", path, n, admission.MaxAnswerMessage)
 		}
 	}
 }

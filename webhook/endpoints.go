@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -299,24 +298,13 @@ func (h *Handlers) observe(webhook string, handle func() cradmission.Response) c
 	return resp
 }
 
-// maxAnswerMessage is the most of a message an answer carries. The core bounds its denials
-// (quoted values cut, a few violations per rule); this guards what an adapter echoes from the
-// request besides (an unexpected kind, an error quoting input), so that no answer grows with
-// what the caller sends.
-const maxAnswerMessage = 16 << 10
-
-// boundMessage cuts resp's message past maxAnswerMessage, on a character boundary, saying how
-// much was left out.
+// boundMessage cuts resp's message at admission.MaxAnswerMessage, the bound of a denial. The
+// core bounds its own messages; this guards what an adapter echoes from the request besides (an
+// unexpected kind, an error quoting input), so that no answer grows with what the caller sends.
 func boundMessage(resp *cradmission.Response) {
-	if resp.Result == nil || len(resp.Result.Message) <= maxAnswerMessage {
-		return
+	if resp.Result != nil {
+		resp.Result.Message = admission.CutMessage(resp.Result.Message, admission.MaxAnswerMessage)
 	}
-	msg := resp.Result.Message
-	cut := maxAnswerMessage
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	resp.Result.Message = fmt.Sprintf("%s… (%d more bytes)", msg[:cut], len(msg)-cut)
 }
 
 // ReviewBodyLimit is the size from which an AdmissionReview body is refused. It is

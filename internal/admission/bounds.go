@@ -66,7 +66,7 @@ func boundedMessages(vs []policy.Violation, render func(policy.Violation) string
 	n := min(len(vs), MaxListedViolations)
 	out := make([]string, 0, n+1)
 	for _, v := range vs[:n] {
-		out = append(out, cutMessage(render(v), MaxViolationMessage))
+		out = append(out, CutMessage(render(v), MaxViolationMessage))
 	}
 	if rest := len(vs) - n; rest > 0 {
 		out = append(out, fmt.Sprintf("and %d more %s", rest, noun))
@@ -74,9 +74,9 @@ func boundedMessages(vs []policy.Violation, render func(policy.Violation) string
 	return out
 }
 
-// cutMessage is s cut at max bytes on a character boundary, with the count of the bytes left
+// CutMessage is s cut at max bytes on a character boundary, with the count of the bytes left
 // out; s when it fits.
-func cutMessage(s string, max int) string {
+func CutMessage(s string, max int) string {
 	if len(s) <= max {
 		return s
 	}

@@ -494,7 +494,7 @@ func (m FailureMode) Verdict(err error) Verdict {
 // in size (MaxAnswerMessage).
 func (v Verdict) DenialMessage() string {
 	if v.Unevaluated != nil {
-		return "daemonguard could not evaluate its policies (failure mode deny): " + cutMessage(v.Unevaluated.Error(), MaxViolationMessage)
+		return "daemonguard could not evaluate its policies (failure mode deny): " + CutMessage(v.Unevaluated.Error(), MaxViolationMessage)
 	}
 	return joinDenials(v.Denials)
 }
@@ -504,7 +504,7 @@ func (v Verdict) DenialMessage() string {
 // together (MaxAnswerMessage).
 func (v Verdict) WarningMessages() []string {
 	if v.Unevaluated != nil && v.Allowed {
-		return []string{"daemonguard could not evaluate its policies and admitted this object unchecked: " + cutMessage(v.Unevaluated.Error(), MaxViolationMessage)}
+		return []string{"daemonguard could not evaluate its policies and admitted this object unchecked: " + CutMessage(v.Unevaluated.Error(), MaxViolationMessage)}
 	}
 	return warningMessages(v.Warnings)
 }
