@@ -47,11 +47,11 @@ type Bounds struct {
 //
 // MaxConcurrent: an evaluation is CPU-bound and takes milliseconds for the chart's objects, so
 // beyond a few per CPU, more at once only make each slower; and they raise the heap together. A
-// review the API server can send (objects of up to 1.5 MiB) grows the heap by 10 to 40 MiB while
-// it is answered (TestWorstCaseReviewsDoNotMoveTheHeap): 8 of them at once stay under HeapLimit,
-// and 8 answer thousands of reviews a second. Bodies near the 7 MiB limit that only a client on
-// the pod network sends can take over 100 MiB each; the heap watchdog, not this number, bounds
-// those. GOMAXPROCS is not the measure: with no CPU limit (the chart sets none) it is the node's
+// review the API server can send (objects of up to 1.5 MiB) grows the heap by at most 40 MiB
+// while it is answered (TestWorstCaseReviewsDoNotMoveTheHeap; about 10 MiB for one object, 23
+// for an UPDATE with two): 8 of them at once stay under HeapLimit, and 8 answer thousands of
+// reviews a second. Bodies near the 7 MiB limit that only a client on the pod network sends can
+// take up to 256 MiB each; the heap watchdog, not this number, bounds those. GOMAXPROCS is not the measure: with no CPU limit (the chart sets none) it is the node's
 // CPU count, and the heap does not grow with it.
 //
 // HeapLimit: three quarters of the chart's webhook memory limit (512Mi), the same reasoning as
