@@ -14,6 +14,8 @@ import (
 	"github.com/go-logr/logr"
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,6 +28,9 @@ import (
 type Lookups struct {
 	NamespaceLabels func(ctx context.Context, name string) (map[string]string, error)
 	Nodes           func(ctx context.Context) ([]*corev1.Node, error)
+	// PriorityClass reads the value of the named PriorityClass; an error apierrors.IsNotFound
+	// says there is none.
+	PriorityClass func(ctx context.Context, name string) (int32, error)
 }
 
 // ReaderLookups read the cluster through a controller-runtime reader, normally the manager's cache.
@@ -50,6 +55,25 @@ func ReaderLookups(reader client.Reader) Lookups {
 			}
 			return out, nil
 		},
+		PriorityClass: func(ctx context.Context, name string) (int32, error) {
+			var pc schedulingv1.PriorityClass
+			if err := reader.Get(ctx, types.NamespacedName{Name: name}, &pc, client.UnsafeDisableDeepCopy); err != nil {
+				return 0, err
+			}
+			return pc.Value, nil
+		},
+	}
+}
+
+// PriorityClassValues is a Lookups.PriorityClass over the values of PriorityClasses read
+// beforehand (name to value), for callers that list them once.
+func PriorityClassValues(values map[string]int32) func(context.Context, string) (int32, error) {
+	return func(_ context.Context, name string) (int32, error) {
+		v, ok := values[name]
+		if !ok {
+			return 0, apierrors.NewNotFound(schedulingv1.Resource("priorityclasses"), name)
+		}
+		return v, nil
 	}
 }
 
@@ -143,7 +167,7 @@ func InjectionScope(namespace string, namespaceLabels map[string]string, obj map
 func (a *Reviewer) Validate(ctx context.Context, set *policy.Set, rv Review) Outcome {
 	r, nodeList := a.begin(ctx, rv, true)
 	if !r.ended() {
-		r.Input.Cluster = templateFacts(r.Input.Object, nodeList)
+		a.clusterFacts(ctx, r.Input, nodeList)
 		a.validate(ctx, set, &r)
 	}
 	return r
@@ -172,9 +196,37 @@ func (a *Reviewer) Simulate(ctx context.Context, set *policy.Set, rv Review) Out
 		}
 		r.Mutated = patched
 	}
-	r.Input.Cluster = templateFacts(r.Input.Object, nodeList)
+	a.clusterFacts(ctx, r.Input, nodeList)
 	a.validate(ctx, set, &r)
 	return r
+}
+
+// clusterFacts gathers what the validation policies know of the cluster about the object as it
+// would be stored: the nodes its template targets, and the PriorityClass it names.
+func (a *Reviewer) clusterFacts(ctx context.Context, in *policy.Input, nodeList []*corev1.Node) {
+	in.Cluster = templateFacts(in.Object, nodeList)
+	in.PriorityClass = a.priorityClass(ctx, in.Object)
+}
+
+// priorityClass reads the PriorityClass spec.template.spec.priorityClassName names; nil without a
+// name or a lookup, and when the class does not exist or cannot be read (the policies then judge
+// the name alone).
+func (a *Reviewer) priorityClass(ctx context.Context, obj map[string]any) *policy.PriorityClass {
+	spec, _ := obj["spec"].(map[string]any)
+	template, _ := spec["template"].(map[string]any)
+	podSpec, _ := template["spec"].(map[string]any)
+	name, _ := podSpec["priorityClassName"].(string)
+	if name == "" || a.Lookups.PriorityClass == nil {
+		return nil
+	}
+	value, err := a.Lookups.PriorityClass(ctx, name)
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			a.Log.V(1).Info("PriorityClass unavailable; its value is unknown to the policies", "priorityClass", name, "err", err)
+		}
+		return nil
+	}
+	return &policy.PriorityClass{Name: name, Value: value}
 }
 
 // begin decodes the review and, unless that ends it, gathers the namespace's labels into the

@@ -32,6 +32,9 @@ func (in *Input) document() ast.Value {
 	if in.Cluster != nil {
 		doc["cluster"] = map[string]any{"nodes": in.Cluster.Nodes, "matchingNodes": in.Cluster.MatchingNodes}
 	}
+	if in.PriorityClass != nil {
+		doc["priorityClass"] = map[string]any{"name": in.PriorityClass.Name, "value": int(in.PriorityClass.Value)}
+	}
 	return ast.LazyObject(doc)
 }
 

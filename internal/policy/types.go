@@ -88,6 +88,14 @@ type ClusterFacts struct {
 	MatchingNodes int `json:"matchingNodes"`
 }
 
+// PriorityClass is the PriorityClass the pod template names (spec.template.spec.priorityClassName),
+// as the cluster has it: policies compare its value with a bound, since a name says nothing of the
+// priority it grants.
+type PriorityClass struct {
+	Name  string
+	Value int32
+}
+
 // Input is the input document of every evaluation (see policies/README.md). Object and OldObject
 // are the DaemonSet as generic JSON (numbers as json.Number), so fields unknown to this build
 // still reach the policies.
@@ -97,6 +105,9 @@ type Input struct {
 	OldObject map[string]any // nil on CREATE and offline
 	Namespace Namespace
 	Cluster   *ClusterFacts
+	// PriorityClass is nil offline, for a template without a priorityClassName, and when the
+	// class does not exist or could not be read.
+	PriorityClass *PriorityClass
 }
 
 // Module is one Rego file and where it came from (a path, or configmap/NAME/KEY), for errors.

@@ -585,6 +585,7 @@ func (v *clusterView) admit(ctx context.Context, rep *AdmissionReport, rv admiss
 	a := admission.Reviewer{Lookups: admission.Lookups{
 		NamespaceLabels: func(context.Context, string) (map[string]string, error) { return nsLabels, nil },
 		Nodes:           func(context.Context) ([]*corev1.Node, error) { return v.nodes, nil },
+		PriorityClass:   admission.PriorityClassValues(v.priorityClasses),
 	}}
 	r := a.Simulate(ctx, v.policies, rv)
 	switch {

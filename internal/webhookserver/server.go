@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -145,11 +146,11 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	reader := mgr.GetCache()
-	// Reviews read namespaces and nodes from the cache. Registering their informers now starts
-	// them with the cache, so the first policy reload, which waits for the cache to sync, waits for
-	// them too: a new replica is not Ready while its first review would still have to list every
-	// namespace and node inside the API server's webhook timeout.
-	for _, obj := range []client.Object{&corev1.Namespace{}, &corev1.Node{}} {
+	// Reviews read namespaces, nodes and priority classes from the cache. Registering their
+	// informers now starts them with the cache, so the first policy reload, which waits for the
+	// cache to sync, waits for them too: a new replica is not Ready while its first review would
+	// still have to list every namespace and node inside the API server's webhook timeout.
+	for _, obj := range []client.Object{&corev1.Namespace{}, &corev1.Node{}, &schedulingv1.PriorityClass{}} {
 		if _, err := reader.GetInformer(ctx, obj, cache.BlockUntilSynced(false)); err != nil {
 			return fmt.Errorf("watch %T: %w", obj, err)
 		}
