@@ -8,6 +8,7 @@ package audit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -37,7 +39,16 @@ type Finding struct {
 	// DaemonSet predates daemonguard, or was admitted while the webhook was bypassed.
 	MissingInjection bool   `json:"missingInjection"`
 	Error            string `json:"error,omitempty"`
+	// TimedOut says the evaluation passed the audit's deadline per DaemonSet (Error names it):
+	// the policies take too long on this object, and admission would meet the same.
+	TimedOut bool `json:"timedOut,omitempty"`
 }
+
+// DefaultObjectTimeout bounds the evaluation of one DaemonSet in an audit pass: many times what
+// the built-in policies take on any object (milliseconds), above the webhook's own evaluation
+// deadline, so that a DaemonSet admission can judge the audit can too, and a policy that takes
+// longer costs the pass this much, not the pass itself.
+const DefaultObjectTimeout = 5 * time.Second
 
 // Denied tells whether admission would reject this DaemonSet today.
 func (f Finding) Denied() bool {
@@ -52,11 +63,19 @@ func (f Finding) Denied() bool {
 	return false
 }
 
-// Run gathers DaemonSets, namespaces and nodes through reader and evaluates every DaemonSet
+// Run gathers DaemonSets, namespaces, nodes and priority classes through reader and evaluates every DaemonSet
 // outside the exempt namespaces, labelled daemonguard.io/ignore or not (the label opts out of
 // injection only, never out of the audit). Findings are sorted by namespace
 // and name. Listing errors name what could not be read (a missing RBAC rule shows up here).
+//
+// Each DaemonSet is evaluated within DefaultObjectTimeout (RunWithin).
 func Run(ctx context.Context, reader client.Reader, set *policy.Set, exempt []string) ([]Finding, error) {
+	return RunWithin(ctx, reader, set, exempt, DefaultObjectTimeout)
+}
+
+// RunWithin is Run with each DaemonSet's evaluation bounded by objectTimeout: one that takes
+// longer is a Finding with TimedOut set, and the pass goes on with the next.
+func RunWithin(ctx context.Context, reader client.Reader, set *policy.Set, exempt []string, objectTimeout time.Duration) ([]Finding, error) {
 	var daemonSets appsv1.DaemonSetList
 	if err := reader.List(ctx, &daemonSets); err != nil {
 		return nil, describe("list DaemonSets in all namespaces", err)
@@ -68,6 +87,14 @@ func Run(ctx context.Context, reader client.Reader, set *policy.Set, exempt []st
 	var nodeList corev1.NodeList
 	if err := reader.List(ctx, &nodeList); err != nil {
 		return nil, describe("list Nodes", err)
+	}
+	var classes schedulingv1.PriorityClassList
+	if err := reader.List(ctx, &classes); err != nil {
+		return nil, describe("list PriorityClasses", err)
+	}
+	priorities := make(map[string]int32, len(classes.Items))
+	for _, pc := range classes.Items {
+		priorities[pc.Name] = pc.Value
 	}
 	nsLabels := make(map[string]map[string]string, len(namespaces.Items))
 	for _, ns := range namespaces.Items {
@@ -81,10 +108,11 @@ func Run(ctx context.Context, reader client.Reader, set *policy.Set, exempt []st
 	core := &admission.Reviewer{Exempt: exempt, Lookups: admission.Lookups{
 		NamespaceLabels: func(_ context.Context, name string) (map[string]string, error) { return nsLabels[name], nil },
 		Nodes:           func(context.Context) ([]*corev1.Node, error) { return nodes, nil },
+		PriorityClass:   admission.PriorityClassValues(priorities),
 	}}
 	var findings []Finding
 	for i := range daemonSets.Items {
-		if f, ok := evaluate(ctx, core, set, &daemonSets.Items[i]); ok {
+		if f, ok := evaluate(ctx, core, set, &daemonSets.Items[i], objectTimeout); ok {
 			findings = append(findings, f)
 		}
 	}
@@ -99,14 +127,14 @@ func Run(ctx context.Context, reader client.Reader, set *policy.Set, exempt []st
 
 func describe(what string, err error) error {
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("%s: forbidden; the audit needs get/list on daemonsets, namespaces and nodes: %w", what, err)
+		return fmt.Errorf("%s: forbidden; the audit needs get/list on daemonsets, namespaces, nodes and priorityclasses: %w", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// evaluate runs the admission core over a stored DaemonSet; ok is false when admission leaves
-// it alone (an exempt namespace).
-func evaluate(ctx context.Context, core *admission.Reviewer, set *policy.Set, ds *appsv1.DaemonSet) (Finding, bool) {
+// evaluate runs the admission core over a stored DaemonSet within timeout; ok is false when
+// admission leaves it alone (an exempt namespace).
+func evaluate(ctx context.Context, core *admission.Reviewer, set *policy.Set, ds *appsv1.DaemonSet, timeout time.Duration) (Finding, bool) {
 	f := Finding{Namespace: ds.Namespace, Name: ds.Name, UID: ds.UID, Violations: []policy.Violation{}}
 	obj := ds.DeepCopy()
 	obj.APIVersion, obj.Kind = "apps/v1", "DaemonSet"
@@ -117,10 +145,16 @@ func evaluate(ctx context.Context, core *admission.Reviewer, set *policy.Set, ds
 		f.Error = err.Error()
 		return f, true
 	}
-	r := core.Simulate(ctx, set, admission.Review{Operation: policy.OpAudit, Namespace: ds.Namespace, Object: raw})
+	evalCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r := core.Simulate(evalCtx, set, admission.Review{Operation: policy.OpAudit, Namespace: ds.Namespace, Object: raw})
 	switch {
 	case r.Skip != "":
 		return f, false
+	case r.Err() != nil && ctx.Err() == nil && errors.Is(evalCtx.Err(), context.DeadlineExceeded):
+		f.TimedOut = true
+		f.Error = fmt.Sprintf("the policies took longer than the audit's deadline of %s per DaemonSet", timeout)
+		return f, true
 	case r.Err() != nil:
 		f.Error = r.Err().Error()
 		return f, true
@@ -134,7 +168,7 @@ func evaluate(ctx context.Context, core *admission.Reviewer, set *policy.Set, ds
 
 var (
 	auditViolations = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_audit_violations", Help: "Policy violations found by the last audit, by policy and enforcement action."}, []string{"policy", "action"})
-	auditDaemonSets = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_audit_daemonsets", Help: "DaemonSets seen by the last audit, by state (compliant, violating, missing_injection, error)."}, []string{"state"})
+	auditDaemonSets = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "daemonguard_audit_daemonsets", Help: "DaemonSets seen by the last audit, by state (compliant, violating, missing_injection, error, timeout)."}, []string{"state"})
 	auditLastRun    = prometheus.NewGauge(prometheus.GaugeOpts{Name: "daemonguard_audit_last_run_timestamp_seconds", Help: "When the last audit finished (Unix seconds)."})
 	auditDuration   = prometheus.NewGauge(prometheus.GaugeOpts{Name: "daemonguard_audit_duration_seconds", Help: "How long the last audit took: reading the DaemonSets, evaluating them, recording its Events (written in the background) and writing its Reports."})
 )
@@ -162,7 +196,9 @@ type Auditor struct {
 	Exempt   []string
 	// Reports, when set, writes the findings as OpenReports Reports after each pass.
 	Reports *ReportWriter
-	Log     logr.Logger
+	// ObjectTimeout bounds the evaluation of each DaemonSet (DefaultObjectTimeout when 0).
+	ObjectTimeout time.Duration
+	Log           logr.Logger
 }
 
 // Start audits now, then every Interval until ctx ends.
@@ -183,13 +219,17 @@ func (a *Auditor) Start(ctx context.Context) error {
 func (a *Auditor) once(ctx context.Context) {
 	start := time.Now()
 	set := a.Engine.Set()
-	findings, err := Run(ctx, a.Reader, set, a.Exempt)
+	timeout := a.ObjectTimeout
+	if timeout <= 0 {
+		timeout = DefaultObjectTimeout
+	}
+	findings, err := RunWithin(ctx, a.Reader, set, a.Exempt, timeout)
 	if err != nil {
 		a.Log.Error(err, "Audit failed")
 		return
 	}
 	auditViolations.Reset()
-	counts := map[string]float64{"compliant": 0, "violating": 0, "missing_injection": 0, "error": 0}
+	counts := map[string]float64{"compliant": 0, "violating": 0, "missing_injection": 0, "error": 0, "timeout": 0}
 	for _, f := range findings {
 		ref := &appsv1.DaemonSet{}
 		ref.Namespace, ref.Name = f.Namespace, f.Name
@@ -197,6 +237,10 @@ func (a *Auditor) once(ctx context.Context) {
 			continue // deleted since the list
 		}
 		switch {
+		case f.TimedOut:
+			counts["timeout"]++
+			a.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, "AuditTimedOut", "Audit", "%s", f.Error)
+			continue
 		case f.Error != "":
 			counts["error"]++
 			a.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, "AuditFailed", "Audit", "policies could not be evaluated: %s", f.Error)
