@@ -8,8 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/daemonguard/daemonguard/internal/kubetext"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
@@ -74,17 +74,14 @@ func boundedMessages(vs []policy.Violation, render func(policy.Violation) string
 	return out
 }
 
-// CutMessage is s cut at max bytes on a character boundary, with the count of the bytes left
-// out; s when it fits.
+// CutMessage is s cut at max bytes on a character boundary (kubetext.Truncate), with the count
+// of the bytes left out; s when it fits.
 func CutMessage(s string, max int) string {
 	if len(s) <= max {
 		return s
 	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d more bytes)", s[:cut], len(s)-cut)
+	kept := kubetext.Truncate(s, max)
+	return fmt.Sprintf("%s (%d more bytes)", kept, len(s)-len(strings.TrimSuffix(kept, "…")))
 }
 
 // joinDenials is the one denial message of a verdict's denials.
