@@ -242,3 +242,22 @@ func TestExitCodePassesTheReportedCodeThrough(t *testing.T) {
 		t.Error("ExitCode does not pass exitcode.Error's code through")
 	}
 }
+
+// daemonguard check meets an oversized annotation as the webhook does: one denial naming the
+// annotation and its limit, and no policy evaluated (no other policy's violation).
+func TestCheckDeniesAnOversizedAnnotationUnevaluated(t *testing.T) {
+	manifest := strings.Replace(zeroBudget, "metadata: {name: frozen, namespace: ci}",
+		`metadata: {name: frozen, namespace: ci, annotations: {daemonguard.io/steps: "`+strings.Repeat(",", 256<<10)+`"}}`, 1)
+	out, err := run(t, manifest, "check", "-f", "-")
+	if !IsReported(err) {
+		t.Fatalf("err = %v\n%s", err, out)
+	}
+	for _, w := range []string{`[annotation_limits] metadata.annotations["daemonguard.io/steps"]: value is 262144 bytes, over the limit of 1024 bytes`, "1 DaemonSets checked: 1 denials"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%.2000s", w, out)
+		}
+	}
+	if strings.Contains(out, "[rolling_update_budget]") || len(out) > 4<<10 {
+		t.Errorf("output of %d bytes names other policies or quotes the value; want the one denial:\n%.2000s", len(out), out)
+	}
+}
