@@ -9,6 +9,9 @@
 //     rollout controller's status-only update that admission skips (StatusOnlyUpdateCEL), and
 //     the Verdict, including what a review whose policies could not be evaluated comes to under
 //     each FailureMode.
+//   - bounds.go: the bounds on what a tenant writes and what admission answers: a daemonguard
+//     annotation past its size limit is denied before any policy runs (AnnotationLimitsPolicy),
+//     and a verdict's messages are bounded whatever its violations (MaxAnswerMessage).
 //   - mutate.go: the template patch that applies the inject policy's decision to the raw
 //     DaemonSet (DaemonSetPatch), and the toleration rule it and the in-process policy share
 //     (Covers).
