@@ -1,33 +1,45 @@
 package install
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/daemonguard/daemonguard/internal/admission"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
+	"github.com/daemonguard/daemonguard/test/promtest"
+	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // tenant is a ServiceAccount bound to the built-in admin ClusterRole in its own namespace only,
@@ -167,6 +179,63 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 		}
 	})
 
+	t.Run("it cannot grant itself a critical priority or control-plane tolerations", func(t *testing.T) {
+		for name, grant := range map[string]func(*corev1.PodSpec){
+			"system-node-critical": func(s *corev1.PodSpec) { s.PriorityClassName = "system-node-critical" },
+			"tolerate every taint": func(s *corev1.PodSpec) { s.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} },
+			"tolerate the control plane": func(s *corev1.PodSpec) {
+				s.Tolerations = []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+			},
+		} {
+			ds := agentDaemonSet("self-granted")
+			grant(&ds.Spec.Template.Spec)
+			_, err := tn.client.AppsV1().DaemonSets(tn.namespace).Create(ctx, ds, metav1.CreateOptions{})
+			if err == nil || !strings.Contains(err.Error(), "node_agent_grants") || !strings.Contains(err.Error(), admission.NodeAgentsLabel+"=true") {
+				t.Errorf("%s by hand in an unmarked namespace: err = %v, want a node_agent_grants denial naming the mark", name, err)
+			}
+		}
+		if _, err := tn.client.AppsV1().DaemonSets(tn.namespace).Get(ctx, "self-granted", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a self-granted DaemonSet was stored: get err = %v", err)
+		}
+		// The administrator's marked namespace keeps what the inject policy grants.
+		admin := agentDaemonSet("granted")
+		admin.Spec.Template.Spec.PriorityClassName = "system-node-critical"
+		if _, err := cluster.Client.AppsV1().DaemonSets(agents).Create(ctx, admin, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("system-node-critical in the marked namespace: %v", err)
+		}
+	})
+
+	t.Run("an oversized annotation costs the webhook nothing, through the API server or at its port", func(t *testing.T) {
+		pid := web.Proc.PID()
+		rss := clustertest.MemoryKiB(pid, "VmRSS")
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+			t.Fatal(err) // the peak from now on, not of the process's life
+		}
+		ds := agentDaemonSet("commas")
+		ds.Annotations = map[string]string{rolloutapi.AnnotationSteps: strings.Repeat(",", 20000)}
+		_, err := tn.client.AppsV1().DaemonSets(tn.namespace).Create(ctx, ds, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), rolloutapi.AnnotationSteps) || len(err.Error()) > maxAnswerBytes {
+			t.Errorf("20,000 commas through the API server: err = %.500v (%d bytes), want one denial naming the annotation", err, len(fmt.Sprint(err)))
+		}
+		// Straight to the port, as anyone on the pod network can: the largest annotation the
+		// API server would let through, and the 61 KB review that once took 21 GB.
+		for _, commas := range []int{60000, 255 << 10} {
+			code, body := postReview(t, r.webhookPort, tn.namespace, strings.Repeat(",", commas))
+			var review admissionv1.AdmissionReview
+			if err := json.Unmarshal(body, &review); code != http.StatusOK || err != nil || review.Response == nil {
+				t.Fatalf("%d commas at the port: HTTP %d (%v): %.300s", commas, code, err, body)
+			}
+			if review.Response.Allowed || len(body) > maxAnswerBytes || !strings.Contains(review.Response.Result.Message, rolloutapi.AnnotationSteps) {
+				t.Errorf("%d commas at the port: allowed %v, %d bytes, want a denial naming the annotation under %d bytes: %.300s",
+					commas, review.Response.Allowed, len(body), maxAnswerBytes, review.Response.Result.Message)
+			}
+		}
+		if peak := clustertest.MemoryKiB(pid, "VmHWM"); peak-rss > maxReviewGrowthKiB {
+			t.Errorf("the webhook's resident set peaked at %d MiB, %d MiB over its %d MiB before the reviews: want at most %d MiB more",
+				peak>>10, (peak-rss)>>10, rss>>10, maxReviewGrowthKiB>>10)
+		}
+	})
+
 	t.Run("the ignore label does not switch validation off", func(t *testing.T) {
 		_, err := tn.client.AppsV1().DaemonSets(tn.namespace).Create(ctx, wideAgent("wide"), metav1.CreateOptions{})
 		if err == nil || !strings.Contains(err.Error(), "rolling_update_budget") {
@@ -275,6 +344,183 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 			t.Errorf("the listener received %d requests from the policy", n)
 		}
 	})
+
+	t.Run("a gate reads its own namespace's series and nothing of another's", func(t *testing.T) {
+		nodes, err := cluster.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// On every node, the payments team's secret without the label the gate names nodes by
+		// (as in the issue: the error about it once quoted the series), and the tenant's own
+		// series with it, out of the gate's bounds.
+		var exposition strings.Builder
+		for _, n := range nodes.Items {
+			fmt.Fprintf(&exposition, "payments_secret_info{namespace=%q,node=%q,secret=%q} 1\n", "payments", n.Name, gateSecret)
+			fmt.Fprintf(&exposition, "payments_secret_info{namespace=%q,zz=%q} 1\n", tn.namespace, n.Name)
+		}
+		exporter := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			_, _ = io.WriteString(w, exposition.String())
+		}))
+		defer exporter.Close()
+		prom := promtest.Start(t, promtest.Options{
+			Targets:  []promtest.Target{{Job: "tenants", URL: exporter.URL + "/metrics", HonorLabels: true}},
+			QueryLog: true,
+		})
+		// Waited for without naming the series, so that every query of them in the query log is
+		// the controller's.
+		prom.WaitForSamples(t, fmt.Sprintf(`scrape_samples_scraped{job="tenants"} >= %d`, 2*len(nodes.Items)), 1)
+		r.runComponent("controller", "--prometheus-address="+prom.Address())
+
+		gated := agentDaemonSet("gated")
+		gated.Annotations = map[string]string{
+			rolloutapi.AnnotationRollout:  rolloutapi.RolloutManaged,
+			rolloutapi.AnnotationAnalysis: "- {name: secrets, query: 'payments_secret_info # {{ nodes }}', nodeLabel: zz, max: 0, interval: 1s, count: 1}",
+		}
+		gated.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
+		if _, err := tn.client.AppsV1().DaemonSets(tn.namespace).Create(ctx, gated, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		clustertest.WaitDaemonSet(t, cluster, tn.namespace, "gated", 2*time.Minute, "gated's pods available", func(ds *appsv1.DaemonSet) (bool, string) {
+			st := ds.Status
+			return st.ObservedGeneration == ds.Generation && st.DesiredNumberScheduled > 0 && st.NumberAvailable == st.DesiredNumberScheduled, fmt.Sprintf("%+v", st)
+		})
+		patch := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"agent","image":"agent:2"}]}}}}`)
+		if _, err := tn.client.AppsV1().DaemonSets(tn.namespace).Patch(ctx, "gated", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+
+		// Every look, from the template's change until the halt's Event, reads the DaemonSet's
+		// annotations and conditions and the namespace's Events for the secret.
+		var leak string
+		look := func(ctx context.Context) (*appsv1.DaemonSet, []eventsv1.Event, error) {
+			ds, err := cluster.Client.AppsV1().DaemonSets(tn.namespace).Get(ctx, "gated", metav1.GetOptions{})
+			if err != nil {
+				return nil, nil, err
+			}
+			events, err := cluster.Client.EventsV1().Events(tn.namespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, nil, err
+			}
+			seen, err := json.Marshal(struct {
+				Annotations map[string]string
+				Conditions  []appsv1.DaemonSetCondition
+				Events      []eventsv1.Event
+			}{ds.Annotations, ds.Status.Conditions, events.Items})
+			if err != nil {
+				return nil, nil, err
+			}
+			if i := strings.Index(string(seen), gateSecret); i >= 0 && leak == "" {
+				leak = string(seen[max(0, i-300):min(len(seen), i+100)])
+			}
+			return ds, events.Items, nil
+		}
+		var measured *rolloutapi.GateMeasurement
+		cluster.WaitFor(t, 2*time.Minute, "the gate measured", func(ctx context.Context) (bool, string) {
+			ds, _, err := look(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			measured = clustertest.LastMeasurement(t, ds, "secrets")
+			return measured != nil || leak != "", fmt.Sprintf("not measured yet: annotations %v, conditions %+v", ds.Annotations, ds.Status.Conditions)
+		})
+		// Only the tenant's own series, each 1 > max 0, come back: the gate fails naming its nodes.
+		// (The payments series, without the zz label, would make it inconclusive.)
+		if measured != nil && (measured.Result != rolloutapi.MeasurementFailed || !strings.Contains(measured.Message, "=1")) {
+			t.Errorf("the gate's measurement %+v, want Failed on the tenant's own series' values", measured)
+		} else if measured != nil {
+			t.Logf("measured: %s: %s", measured.Result, measured.Message)
+			cluster.WaitFor(t, time.Minute, "the halt's Event", func(ctx context.Context) (bool, string) {
+				_, events, err := look(ctx)
+				if err != nil {
+					return false, err.Error()
+				}
+				for _, e := range events {
+					if e.Regarding.Name == "gated" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, "secrets") {
+						return true, ""
+					}
+				}
+				return leak != "", fmt.Sprintf("%d Events, no Warning of gated naming the gate", len(events))
+			})
+		}
+		if leak != "" {
+			t.Errorf("the secret %q reached what the tenant reads: ...%s...", gateSecret, leak)
+		}
+
+		logged, err := prom.QueryLog()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var asked, unscoped []string
+		for _, q := range logged {
+			if q.Path != "/api/v1/query" || !strings.Contains(q.Query, "payments_secret_info") {
+				continue
+			}
+			asked = append(asked, q.Query)
+			if !strings.Contains(q.Query, `namespace="`+tn.namespace+`"`) || strings.Contains(q.Query, `"payments"`) {
+				unscoped = append(unscoped, q.Query)
+			}
+		}
+		switch {
+		case len(asked) == 0:
+			t.Errorf("Prometheus' query log holds no query of the gate: %+v", logged)
+		case len(unscoped) > 0:
+			t.Errorf("Prometheus received %d of the gate's %d queries not kept to namespace=%q, e.g. %q", len(unscoped), len(asked), tn.namespace, unscoped[0])
+		default:
+			t.Logf("Prometheus received the gate's query %d times as %q", len(asked), asked[0])
+		}
+	})
+}
+
+// gateSecret is the secret label of another namespace's series that a tenant's gate tries to read.
+const gateSecret = "db-password-x7f3"
+
+// maxAnswerBytes bounds an answer to any review (admission.Verdict's messages are capped), and
+// maxReviewGrowthKiB what oversized reviews may add to the webhook's resident set: the review's
+// body and its decoding, not an evaluation (docs/performance.md, "Review size").
+const (
+	maxAnswerBytes     = 64 << 10
+	maxReviewGrowthKiB = 64 << 10
+)
+
+// postReview sends a validating AdmissionReview of a DaemonSet in namespace with the steps
+// annotation steps straight to the webhook's port, as a client on the pod network can, and returns
+// the HTTP status and body.
+func postReview(t *testing.T, port int, namespace, steps string) (int, []byte) {
+	t.Helper()
+	ds := agentDaemonSet("at-the-port")
+	ds.Namespace = namespace
+	ds.Annotations = map[string]string{rolloutapi.AnnotationSteps: steps}
+	ds.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"}
+	object, err := json.Marshal(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID: "0d5e4f6a-0000-4000-8000-000000000001", Operation: admissionv1.Create, Namespace: namespace, Name: ds.Name,
+			Kind:     metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"},
+			Resource: metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"},
+			Object:   runtime.RawExtension{Raw: object},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a client of the pod network, not the API server
+	}}
+	resp, err := client.Post("https://127.0.0.1:"+strconv.Itoa(port)+webhook.ValidateDaemonSetPath, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, answer
 }
 
 // warned tells whether a server-side dry run of a DaemonSet in the tenant's namespace comes back
