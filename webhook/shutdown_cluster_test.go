@@ -18,6 +18,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/webhookserver"
 	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 	"github.com/daemonguard/daemonguard/webhook"
 )
 
@@ -25,6 +26,7 @@ import (
 // each answer closing its connection, so the API server sends its next review on a new
 // connection (to a replica still in the Service) rather than on one this replica closes under it.
 func TestStoppingReplicaAnswersAndClosesEachConnection(t *testing.T) {
+	localcluster.NeedCluster(t)
 	const delay = 3 * time.Second
 	certDir, caBundle, port, err := harness.ServingEndpoint(cluster, "stopping-replica-tls")
 	if err != nil {

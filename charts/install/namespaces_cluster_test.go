@@ -12,6 +12,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/harness"
+	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
 // TestControllerLimitedToItsNamespaces installs the chart with controller.namespaces naming one
@@ -19,6 +20,7 @@ import (
 // managed DaemonSet there, and its ServiceAccount may neither read nor write DaemonSets and pods
 // of another namespace (kubectl auth can-i as the ServiceAccount).
 func TestControllerLimitedToItsNamespaces(t *testing.T) {
+	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	listed := cluster.NewTestNamespace(t)
 	other := listed + "-other"
