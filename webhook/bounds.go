@@ -51,8 +51,9 @@ type Bounds struct {
 // while it is answered (TestWorstCaseReviewsDoNotMoveTheHeap; about 10 MiB for one object, 23
 // for an UPDATE with two): 8 of them at once stay under HeapLimit, and 8 answer thousands of
 // reviews a second. Bodies near the 7 MiB limit that only a client on the pod network sends can
-// take up to 256 MiB each; the heap watchdog, not this number, bounds those. GOMAXPROCS is not the measure: with no CPU limit (the chart sets none) it is the node's
-// CPU count, and the heap does not grow with it.
+// take up to 256 MiB each; the heap watchdog, not this number, bounds those. GOMAXPROCS is not
+// the measure: with no CPU limit (the chart sets none) it is the node's CPU count, and the heap
+// does not grow with it.
 //
 // HeapLimit: three quarters of the chart's webhook memory limit (512Mi), the same reasoning as
 // policy.DefaultLimits' heap budget: the last quarter is the Go runtime's own (stacks, metadata,

@@ -14,11 +14,6 @@ import (
 // admits is a query the controller can scope.
 const GateScopePolicy = "analysis_gate_scope"
 
-// NodeAgentsNamespace tells a namespace an administrator marked for node agents
-// (NodeAgentsLabel=true): there, injection applies, and analysis gates read what they name.
-// Labels that cannot be read count as unmarked.
-func NodeAgentsNamespace(labels map[string]string) bool { return labels[NodeAgentsLabel] == "true" }
-
 // gateSample is what a gate's placeholders expand to at admission, where no wave is known:
 // values of the same shape as the controller's, so that a query that parses here parses there.
 func gateSample(name, namespace string) rolloutapi.QueryVars {

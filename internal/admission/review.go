@@ -154,7 +154,7 @@ func (a *Reviewer) Mutate(ctx context.Context, set *policy.Set, rv Review) Outco
 // labels itself.
 // Namespace labels that cannot be read count as unmarked: nothing is injected on a guess.
 func InjectionScope(namespace string, namespaceLabels map[string]string, obj map[string]any) string {
-	if namespaceLabels[NodeAgentsLabel] != "true" {
+	if !NodeAgentsNamespace(namespaceLabels) {
 		return fmt.Sprintf("namespace %s is not marked for node agents (an administrator labels it %s=true)", namespace, NodeAgentsLabel)
 	}
 	if ignored(obj) {
@@ -162,6 +162,12 @@ func InjectionScope(namespace string, namespaceLabels map[string]string, obj map
 	}
 	return ""
 }
+
+// NodeAgentsNamespace tells a namespace an administrator marked for node agents
+// (NodeAgentsLabel=true): there, injection applies (InjectionScope), and analysis gates read what
+// they name. Labels that cannot be read count as unmarked. The node_agent_grants policy reads the
+// same mark in Rego (held together by policies_test.go).
+func NodeAgentsNamespace(labels map[string]string) bool { return labels[NodeAgentsLabel] == "true" }
 
 // Validate judges the DaemonSet by the validation policies (the validating webhook).
 func (a *Reviewer) Validate(ctx context.Context, set *policy.Set, rv Review) Outcome {
