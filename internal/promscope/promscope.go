@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 )
@@ -54,7 +55,7 @@ func (s Scope) Apply(query string) (string, error) {
 		return "", err
 	}
 	label := s.label()
-	if !legacyLabelName(label) {
+	if !ValidLabel(label) {
 		return "", fmt.Errorf("namespace label %q is not a Prometheus label name", label)
 	}
 	matcher, err := labels.NewMatcher(labels.MatchEqual, label, s.Namespace)
@@ -100,20 +101,6 @@ func Parse(query string) (parser.Expr, error) {
 	return expr, nil
 }
 
-// ValidLabel tells a Prometheus label name (the namespace label setting).
-func ValidLabel(name string) bool { return legacyLabelName(name) }
-
-// legacyLabelName is Prometheus' legacy label-name rule, [a-zA-Z_][a-zA-Z0-9_]*: a name every
-// Prometheus accepts in a selector without quoting.
-func legacyLabelName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i, r := range name {
-		ok := r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (i > 0 && r >= '0' && r <= '9')
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
+// ValidLabel tells a Prometheus label name (the namespace label setting): the legacy rule,
+// [a-zA-Z_][a-zA-Z0-9_]*, a name every Prometheus accepts in a selector without quoting.
+func ValidLabel(name string) bool { return model.LegacyValidation.IsValidLabelName(name) }
