@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/serving"
@@ -469,7 +470,93 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 		default:
 			t.Logf("Prometheus received the gate's query %d times as %q", len(asked), asked[0])
 		}
+
+		t.Run("a gate without data pauses its rollout where the tenant sees it, with one Event", func(t *testing.T) {
+			watchMissingSeries(t, tn, nodes.Items)
+		})
 	})
+}
+
+// watchMissingSeries has the tenant roll out a managed DaemonSet whose gate has no series at all,
+// and looks at it once a second, as a user polling `kubectl get` would: from the first
+// measurement on, every look shows Paused/AnalysisInconclusive naming a node of the wave, never
+// Progressing, while the controller measures again (doubling its wait from the gate's 1 s); the
+// pause has one RolloutPaused Event and no RolloutProgressing one.
+func watchMissingSeries(t *testing.T, tn *tenant, nodes []corev1.Node) {
+	ctx := t.Context()
+	const name = "unmeasured"
+	ds := agentDaemonSet(name)
+	ds.Annotations = map[string]string{
+		rolloutapi.AnnotationRollout:  rolloutapi.RolloutManaged,
+		rolloutapi.AnnotationAnalysis: `- {name: missing, query: 'tenant_missing_total{zz=~"{{ nodes }}"}', nodeLabel: zz, max: 0, interval: 1s, count: 1}`,
+	}
+	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
+	if _, err := tn.client.AppsV1().DaemonSets(tn.namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.WaitDaemonSet(t, cluster, tn.namespace, name, 2*time.Minute, name+"'s pods available", func(ds *appsv1.DaemonSet) (bool, string) {
+		st := ds.Status
+		return st.ObservedGeneration == ds.Generation && st.DesiredNumberScheduled > 0 && st.NumberAvailable == st.DesiredNumberScheduled, fmt.Sprintf("%+v", st)
+	})
+	patch := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"agent","image":"agent:2"}]}}}}`)
+	if _, err := tn.client.AppsV1().DaemonSets(tn.namespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pausedFor := func(ds *appsv1.DaemonSet) (string, bool) {
+		c := rolloutplan.ActiveCondition(ds.Status.Conditions)
+		if c == nil || c.Type != rolloutapi.ConditionPaused || c.Reason != rolloutapi.ReasonAnalysisInconclusive {
+			return fmt.Sprintf("%+v", c), false
+		}
+		for _, n := range nodes {
+			if strings.Contains(c.Message, n.Name) {
+				return c.Message, true
+			}
+		}
+		return c.Message + " (names no node)", false
+	}
+	ds = clustertest.WaitDaemonSet(t, cluster, tn.namespace, name, 2*time.Minute, "paused for the missing series", func(ds *appsv1.DaemonSet) (bool, string) {
+		msg, ok := pausedFor(ds)
+		return ok, msg
+	})
+	pausedAt := clustertest.RolloutCondition(ds, rolloutapi.PhasePaused).LastTransitionTime.Time
+	var measured []time.Time
+	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+		ds, err := cluster.Client.AppsV1().DaemonSets(tn.namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg, ok := pausedFor(ds); !ok {
+			t.Fatalf("a look during the pause showed %s, want Paused/AnalysisInconclusive naming a node", msg)
+		}
+		if m := clustertest.LastMeasurement(t, ds, "missing"); m != nil && m.Result == rolloutapi.MeasurementInconclusive &&
+			(len(measured) == 0 || m.At.After(measured[len(measured)-1])) {
+			measured = append(measured, m.At)
+		}
+	}
+	if len(measured) < 2 {
+		t.Errorf("%d inconclusive measurements seen in 8 s of the pause (%v), want the controller to measure again", len(measured), measured)
+	}
+	events, err := cluster.Client.EventsV1().Events(tn.namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The condition's time is whole seconds: the pause's own Event is at most a second before it,
+	// and the Progressing Event of the rollout's start may be within that second too.
+	since := map[string]time.Time{rolloutapi.EventPaused: pausedAt.Add(-time.Second), rolloutapi.EventProgressing: pausedAt.Add(time.Second)}
+	count := map[string]int{}
+	for _, e := range events.Items {
+		from, ok := since[e.Reason]
+		switch {
+		case e.Regarding.Name != name || !ok:
+		case e.Series != nil && e.Series.LastObservedTime.After(from):
+			count[e.Reason] += int(e.Series.Count)
+		case e.EventTime.After(from):
+			count[e.Reason]++
+		}
+	}
+	if count[rolloutapi.EventPaused] != 1 || count[rolloutapi.EventProgressing] != 0 {
+		t.Errorf("rollout Events of %s since the pause: %v, want one %s and no %s", name, count, rolloutapi.EventPaused, rolloutapi.EventProgressing)
+	}
 }
 
 // gateSecret is the secret label of another namespace's series that a tenant's gate tries to read.
