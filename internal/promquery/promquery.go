@@ -10,6 +10,7 @@
 package promquery
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -110,11 +111,8 @@ func New(opts Options) (*Client, error) {
 	case opts.NamespaceLabel != "" && !promscope.ValidLabel(opts.NamespaceLabel):
 		return nil, fmt.Errorf("Prometheus namespace label %q: must be a label name such as %s", opts.NamespaceLabel, promscope.DefaultLabel)
 	}
-	c := &Client{timeout: cmp(opts.Timeout, DefaultTimeout), label: opts.NamespaceLabel,
-		slots: make(chan struct{}, cmp(opts.MaxInFlight, DefaultMaxInFlight)), maxBytes: cmp(opts.MaxResponseBytes, DefaultMaxResponseBytes)}
-	if c.label == "" {
-		c.label = promscope.DefaultLabel
-	}
+	c := &Client{timeout: cmp.Or(opts.Timeout, DefaultTimeout), label: cmp.Or(opts.NamespaceLabel, promscope.DefaultLabel),
+		slots: make(chan struct{}, cmp.Or(opts.MaxInFlight, DefaultMaxInFlight)), maxBytes: cmp.Or(opts.MaxResponseBytes, DefaultMaxResponseBytes)}
 	if opts.Address == "" {
 		if opts.CAFile != "" || opts.BearerTokenFile != "" {
 			return nil, errors.New("a Prometheus CA file or bearer token file is set without a Prometheus address")
@@ -151,14 +149,6 @@ func New(opts Options) (*Client, error) {
 	}
 	c.api, c.address = promv1.NewAPI(client), u.Redacted()
 	return c, nil
-}
-
-// cmp is v, or def when v is zero.
-func cmp[T int | int64 | time.Duration](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // Address is Prometheus' address without any password in it, for logs; "" when none is
