@@ -63,19 +63,23 @@ func (f Finding) Denied() bool {
 	return false
 }
 
-// Run gathers DaemonSets, namespaces, nodes and priority classes through reader and evaluates every DaemonSet
-// outside the exempt namespaces, labelled daemonguard.io/ignore or not (the label opts out of
-// injection only, never out of the audit). Findings are sorted by namespace
-// and name. Listing errors name what could not be read (a missing RBAC rule shows up here).
+// Run gathers DaemonSets, namespaces, nodes and priority classes through reader and evaluates
+// every DaemonSet outside the exempt namespaces, labelled daemonguard.io/ignore or not (the label
+// opts out of injection only, never out of the audit). Findings are sorted by namespace and name.
+// Listing errors name what could not be read (a missing RBAC rule shows up here).
 //
 // Each DaemonSet is evaluated within DefaultObjectTimeout (RunWithin).
 func Run(ctx context.Context, reader client.Reader, set *policy.Set, exempt []string) ([]Finding, error) {
 	return RunWithin(ctx, reader, set, exempt, DefaultObjectTimeout)
 }
 
-// RunWithin is Run with each DaemonSet's evaluation bounded by objectTimeout: one that takes
-// longer is a Finding with TimedOut set, and the pass goes on with the next.
+// RunWithin is Run with each DaemonSet's evaluation bounded by objectTimeout (DefaultObjectTimeout
+// when not positive): one that takes longer is a Finding with TimedOut set, and the pass goes on
+// with the next.
 func RunWithin(ctx context.Context, reader client.Reader, set *policy.Set, exempt []string, objectTimeout time.Duration) ([]Finding, error) {
+	if objectTimeout <= 0 {
+		objectTimeout = DefaultObjectTimeout
+	}
 	var daemonSets appsv1.DaemonSetList
 	if err := reader.List(ctx, &daemonSets); err != nil {
 		return nil, describe("list DaemonSets in all namespaces", err)
@@ -219,11 +223,7 @@ func (a *Auditor) Start(ctx context.Context) error {
 func (a *Auditor) once(ctx context.Context) {
 	start := time.Now()
 	set := a.Engine.Set()
-	timeout := a.ObjectTimeout
-	if timeout <= 0 {
-		timeout = DefaultObjectTimeout
-	}
-	findings, err := RunWithin(ctx, a.Reader, set, a.Exempt, timeout)
+	findings, err := RunWithin(ctx, a.Reader, set, a.Exempt, a.ObjectTimeout)
 	if err != nil {
 		a.Log.Error(err, "Audit failed")
 		return
