@@ -27,9 +27,65 @@ import (
 	"golang.org/x/mod/modfile"
 )
 
-// KubernetesVersion is the version of the control plane built from tools/kube. The Go module proxy
-// refuses k8s.io/kubernetes v1.37.x, so the test control plane stays one minor behind the client.
-const KubernetesVersion = "v1.36.3"
+// KubernetesVersion is the version of the control plane built from tools/kube: the newest
+// Kubernetes release, which every test runs against unless asked for another (KubernetesVersions).
+const KubernetesVersion = "v1.37.2"
+
+// OldestKubernetesVersion is the version of the control plane built from tools/kube-1.33: the
+// oldest minor daemonguard supports, which the version suites run against.
+const OldestKubernetesVersion = "v1.33.13"
+
+// KubernetesVersions are the control planes the tools modules build, newest first.
+var KubernetesVersions = []string{KubernetesVersion, OldestKubernetesVersion}
+
+// ControlPlaneBinary names the binary of a control-plane component (kube-apiserver,
+// kube-controller-manager, kube-scheduler) of one of KubernetesVersions: the newest release's under
+// the component's own name, an older one's with its minor appended (kube-apiserver-1.33), so both
+// can be asked for at once.
+func ControlPlaneBinary(component, version string) string {
+	if version == KubernetesVersion {
+		return component
+	}
+	return component + "-" + minorOf(version)
+}
+
+// KubernetesRelease returns the one of KubernetesVersions that version names, by its version or
+// its minor (v1.33.13, 1.33, v1.33).
+func KubernetesRelease(version string) (string, error) {
+	for _, v := range KubernetesVersions {
+		if version == v || strings.TrimPrefix(version, "v") == minorOf(v) {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("no control plane of Kubernetes %q is built here (want one of %s)", version, strings.Join(KubernetesVersions, ", "))
+}
+
+// minorOf returns "1.33" for "v1.33.13".
+func minorOf(version string) string {
+	v := strings.TrimPrefix(version, "v")
+	if i := strings.LastIndexByte(v, '.'); strings.Count(v, ".") == 2 {
+		return v[:i]
+	}
+	return v
+}
+
+// kubernetesLDFlags stamp a control plane's version: without it the API server reports
+// v0.0.0-master, which kubectl and helm refuse to parse.
+func kubernetesLDFlags(version string) string {
+	major, minor, _ := strings.Cut(minorOf(version), ".")
+	return "-s -w -X k8s.io/component-base/version.gitVersion=" + version +
+		" -X k8s.io/component-base/version.gitMajor=" + major + " -X k8s.io/component-base/version.gitMinor=" + minor +
+		" -X k8s.io/component-base/version.gitTreeState=clean"
+}
+
+// controlPlaneSet is the control plane of version, named by ControlPlaneBinary.
+func controlPlaneSet(version string) map[string]string {
+	set := map[string]string{}
+	for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		set[ControlPlaneBinary(c, version)] = "k8s.io/kubernetes/cmd/" + c
+	}
+	return set
+}
 
 // toolModule is one module under tools/ and the binaries built from it.
 type toolModule struct {
@@ -69,19 +125,11 @@ type moduleFolder struct {
 
 var toolModules = []toolModule{
 	{
-		dir: "kube",
-		// Without a stamped version the apiserver reports v0.0.0-master, which kubectl and helm
-		// refuse to parse.
-		ldflags: "-s -w -X k8s.io/component-base/version.gitVersion=" + KubernetesVersion +
-			" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36" +
-			" -X k8s.io/component-base/version.gitTreeState=clean",
+		dir:     "kube",
+		ldflags: kubernetesLDFlags(KubernetesVersion),
 		sets: []outputSet{
-			{name: "control plane", outputs: map[string]string{
-				"kube-apiserver":          "k8s.io/kubernetes/cmd/kube-apiserver",
-				"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
-				"kube-scheduler":          "k8s.io/kubernetes/cmd/kube-scheduler",
-				"etcd":                    "go.etcd.io/etcd/server/v3",
-			}},
+			// etcd comes with the newest control plane and serves every supported one.
+			{name: "control plane", outputs: withEtcd(controlPlaneSet(KubernetesVersion))},
 			// kwok fakes the nodes. Its client-go, apimachinery and api are the control plane's:
 			// built with it, they are compiled once (2,688 packages for both, not 3,502).
 			{name: "kwok", outputs: map[string]string{"kwok": "sigs.k8s.io/kwok/cmd/kwok"}},
@@ -91,6 +139,12 @@ var toolModules = []toolModule{
 				"kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
 			}},
 		},
+	},
+	{
+		// The oldest supported control plane, for the version suites; etcd and kwok are tools/kube's.
+		dir:     "kube-1.33",
+		ldflags: kubernetesLDFlags(OldestKubernetesVersion),
+		sets:    []outputSet{{name: "control plane " + minorOf(OldestKubernetesVersion), outputs: controlPlaneSet(OldestKubernetesVersion)}},
 	},
 	{
 		dir:                 "helm",
@@ -133,6 +187,11 @@ var toolModules = []toolModule{
 		ownCode: true,
 		files:   map[string]moduleFolder{ArgoCDCRDs: {module: "github.com/argoproj/argo-cd/v3", dir: "manifests/crds"}},
 	},
+}
+
+func withEtcd(set map[string]string) map[string]string {
+	set["etcd"] = "go.etcd.io/etcd/server/v3"
+	return set
 }
 
 // ArgoCDBinary names the binary of Argo CD's application controller and repo server.

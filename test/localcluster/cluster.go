@@ -6,6 +6,7 @@
 package localcluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -67,6 +69,11 @@ type Config struct {
 	// renewal before it marks a node NotReady. Zero means 40 s. Thousands of fake nodes renew
 	// hundreds of leases per second at 40 s: a longer lease keeps a large cluster's idle load low.
 	NodeLeaseDuration time.Duration
+	// KubernetesVersion is the control plane to run, one of toolbin.KubernetesVersions, by its
+	// version or minor (v1.33.13, 1.33). Empty means the environment's
+	// DAEMONGUARD_KUBERNETES_VERSION (how `make test-kubernetes` runs a package's tests on another
+	// version), else the newest, toolbin.KubernetesVersion.
+	KubernetesVersion string
 	// RealNode runs the first control-plane node of Nodes as a real node — kubelet, containerd, runc,
 	// the CNI bridge and kube-proxy, with the test images of test/nodeimages imported — instead of
 	// a kwok node; the others stay kwok nodes. It needs root and Debian's packages
@@ -86,6 +93,8 @@ type Cluster struct {
 	Client kubernetes.Interface
 	// Binaries gives access to the built test binaries (helm, kwok, ...).
 	Binaries *toolbin.Binaries
+	// KubernetesVersion is the control plane's version, one of toolbin.KubernetesVersions.
+	KubernetesVersion string
 
 	log      io.Writer
 	pki      *pkiFiles
@@ -104,7 +113,18 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if log == nil {
 		log = io.Discard
 	}
-	binaries := []string{"kube-apiserver", "kwok"}
+	version, err := toolbin.KubernetesRelease(cmp.Or(cfg.KubernetesVersion, os.Getenv(KubernetesVersionEnv), toolbin.KubernetesVersion))
+	if err != nil {
+		return nil, err
+	}
+	binaries := []string{"etcd", "kwok"}
+	if cfg.RealNode && version != toolbin.KubernetesVersion {
+		// Kubernetes' skew policy: a kubelet is never newer than its API server.
+		return nil, fmt.Errorf("a real node runs the kubelet of Kubernetes %s, newer than the control plane %s: run it on %s", toolbin.KubernetesVersion, version, toolbin.KubernetesVersion)
+	}
+	for _, component := range controlPlane {
+		binaries = append(binaries, toolbin.ControlPlaneBinary(component, version))
+	}
 	if cfg.RealNode {
 		if missing := MissingRealNodeDeps(); missing != "" {
 			return nil, fmt.Errorf("a real node needs %s", missing)
@@ -131,7 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err != nil {
 			return nil, fmt.Errorf("create cluster dir: %w", err)
 		}
-		c := &Cluster{Dir: dir, Binaries: bins, log: log}
+		c := &Cluster{Dir: dir, Binaries: bins, KubernetesVersion: version, log: log}
 		startCtx, cancel := context.WithTimeout(ctx, timeout)
 		err = c.start(startCtx, cfg)
 		cancel()
@@ -186,7 +206,7 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 	etcdPort, etcdPeerPort, apiPort, kcmPort, schedPort, kwokPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
 	c.kcmURL = "https://127.0.0.1:" + strconv.Itoa(kcmPort)
 
-	fmt.Fprintf(c.log, "Starting etcd, kube-apiserver %s, kube-controller-manager, kube-scheduler and kwok in %s\n", toolbin.KubernetesVersion, c.Dir)
+	fmt.Fprintf(c.log, "Starting etcd, kube-apiserver %s, kube-controller-manager, kube-scheduler and kwok in %s\n", c.KubernetesVersion, c.Dir)
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
 	c.etcdURL = etcdURL
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeerPort)
@@ -323,8 +343,20 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// KubernetesVersionEnv names the environment variable that picks the control plane when
+// Config.KubernetesVersion is empty.
+const KubernetesVersionEnv = "DAEMONGUARD_KUBERNETES_VERSION"
+
+// controlPlane are the components built per Kubernetes version (toolbin.ControlPlaneBinary).
+var controlPlane = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+// run starts a component; a control-plane component at the cluster's version.
 func (c *Cluster) run(name string, args []string, logDir string) error {
-	return c.runBinary(name, c.Binaries.Path(name), args, logDir)
+	bin := name
+	if slices.Contains(controlPlane, name) {
+		bin = toolbin.ControlPlaneBinary(name, c.KubernetesVersion)
+	}
+	return c.runBinary(name, c.Binaries.Path(bin), args, logDir)
 }
 
 // runBinary starts a component from bin and adds it to the cluster's processes.
