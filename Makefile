@@ -153,10 +153,26 @@ chart: image ## Package the chart pinned to that image by digest into bin/releas
 # names what failed.
 TEST_FORMAT = $(if $(filter -v,$(TEST_FLAGS)),standard-verbose,standard-quiet)
 
+# The version suites: the packages whose tests talk to the API server (admission through
+# kube-apiserver, the chart installed by helm, rollouts with gates, pre-flight, in-process
+# injection), run again on another Kubernetes. make test runs every package on the newest
+# supported Kubernetes, then the version suites on the oldest; docs/install.md lists the versions.
+VERSION_SUITES := ./webhook/ ./charts/install/ ./controller/rollout/ ./internal/preflight/ ./internal/inprocess/
+# KUBERNETES picks the control plane of make test-kubernetes: oldest, newest, or a minor (1.33).
+KUBERNETES     ?= oldest
+
 .PHONY: test
-test: testbin lint ## Run every test, including the integration tests on the local control plane.
+test: testbin lint ## Run every test on the newest Kubernetes, then the version suites on the oldest.
 	gotestsum=$$($(TESTBIN) --print gotestsum); \
 	  "$$gotestsum" --format $(TEST_FORMAT) --hide-summary=skipped -- $(TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory test-kubernetes KUBERNETES=oldest
+
+.PHONY: test-kubernetes
+test-kubernetes: testbin ## Run the version suites on one Kubernetes (KUBERNETES=oldest, the default; newest; or 1.33), timed.
+	@echo "Version suites on Kubernetes $(KUBERNETES): $(VERSION_SUITES)"
+	@start=$$(date +%s); gotestsum=$$($(TESTBIN) --print gotestsum); \
+	  rc=0; DAEMONGUARD_KUBERNETES_VERSION=$(KUBERNETES) "$$gotestsum" --format $(TEST_FORMAT) --hide-summary=skipped -- $(TEST_FLAGS) $(VERSION_SUITES) || rc=$$?; \
+	  echo "Version suites on Kubernetes $(KUBERNETES) took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no cluster.

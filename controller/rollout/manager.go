@@ -32,6 +32,7 @@ import (
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/kubeevents"
+	"github.com/daemonguard/daemonguard/internal/kubesupport"
 	"github.com/daemonguard/daemonguard/internal/leadership"
 	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/promquery"
@@ -90,6 +91,10 @@ func Run(ctx context.Context, opts Options) error {
 			}
 			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 		}
+	}
+	// Said once at start: nothing the controller does depends on the version in the supported range.
+	if _, err := kubesupport.Announce(ctx, opts.RESTConfig, opts.Log); err != nil {
+		opts.Log.Error(err, "Cannot tell the Kubernetes version")
 	}
 	cfg := rest.CopyConfig(opts.RESTConfig)
 	if cfg.QPS == 0 {

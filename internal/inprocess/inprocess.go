@@ -1,8 +1,8 @@
-// Package inprocess generates the MutatingAdmissionPolicy (admissionregistration.k8s.io/v1,
-// Kubernetes 1.36+) and its binding that make the API server itself inject what daemonguard's
-// mutating webhook injects into DaemonSet pod templates: the control-plane tolerations and the
-// priority class, appended only where missing, nothing removed or reordered, an already-injected
-// object left unchanged.
+// Package inprocess generates the MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, served
+// from Kubernetes 1.36: kubesupport decides where it can be used) and its binding that make the
+// API server itself inject what daemonguard's mutating webhook injects into DaemonSet pod
+// templates: the control-plane tolerations and the priority class, appended only where missing,
+// nothing removed or reordered, an already-injected object left unchanged.
 //
 // The Rego inject policy stays the one definition of what is injected. The generator evaluates
 // the real policy (policy.Set.Inject, and the policy's own settings rules through OPA) once per
@@ -32,13 +32,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/daemonguard/daemonguard/internal/admission"
+	"github.com/daemonguard/daemonguard/internal/kubesupport"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/webhook"
 )
-
-// APIVersion is the API version of the generated objects; the chart's auto mode checks that the
-// cluster serves it.
-const APIVersion = "admissionregistration.k8s.io/v1"
 
 // Options say where the generated objects apply. They mirror webhook.ConfigurationOptions, whose
 // selectors the binding takes over unchanged.
@@ -374,7 +371,9 @@ func build(c *classes, o Options) *Objects {
 		Name: o.Name, URL: "https://unused", Namespace: o.Namespace, ExemptNamespaces: o.ExemptNamespaces,
 	})
 	dsWebhook := mutating.Webhooks[0]
-	typeMeta := func(kind string) metav1.TypeMeta { return metav1.TypeMeta{APIVersion: APIVersion, Kind: kind} }
+	typeMeta := func(kind string) metav1.TypeMeta {
+		return metav1.TypeMeta{APIVersion: kubesupport.MutatingAdmissionPolicyAPI, Kind: kind}
+	}
 	pol := &admissionregistrationv1.MutatingAdmissionPolicy{
 		TypeMeta:   typeMeta("MutatingAdmissionPolicy"),
 		ObjectMeta: metav1.ObjectMeta{Name: o.Name},

@@ -86,7 +86,7 @@ const policyName = "daemonguard-inject-test"
 // a no-op (same generation), that a status-only update of a template without the injection
 // leaves it alone, and that an ordinary update injects.
 func TestDifferentialWebhookVersusPolicy(t *testing.T) {
-	localcluster.NeedCluster(t)
+	needInProcessInjection(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	for ns, labels := range testNamespaces {
@@ -171,7 +171,7 @@ func TestDifferentialWebhookVersusPolicy(t *testing.T) {
 // generated from the built-in parameters registered and no daemonguard webhook at all: it still
 // runs on all five nodes, the tainted control-plane node included.
 func TestSeedLandsOnControlPlaneWithoutWebhook(t *testing.T) {
-	localcluster.NeedCluster(t)
+	needInProcessInjection(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	register(t, ctx, generate(t))

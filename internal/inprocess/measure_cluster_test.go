@@ -38,6 +38,7 @@ func TestMeasureAdmission(t *testing.T) {
 	if !*measure {
 		t.Skip("a measurement, not a test: run with -measure")
 	}
+	needInProcessInjection(t)
 	ctx := context.Background()
 	createNamespace(t, ctx, "dg-bench", nil)
 	objs := generate(t)

@@ -16,10 +16,12 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 )
 
 // The supported range: from the oldest minor in the big providers' standard support to the newest
@@ -56,8 +58,9 @@ type Server struct {
 var ErrUnsupported = errors.New("unsupported Kubernetes version")
 
 // Read asks the API server for its version and for the APIs the features above need.
-func Read(ctx context.Context, d discovery.DiscoveryInterface) (Server, error) {
-	info, err := d.ServerVersion()
+func Read(ctx context.Context, client discovery.DiscoveryInterface) (Server, error) {
+	d := discovery.ToDiscoveryInterfaceWithContext(client)
+	info, err := d.ServerVersionWithContext(ctx)
 	if err != nil {
 		return Server{}, fmt.Errorf("read the Kubernetes server's version: %w", err)
 	}
@@ -84,11 +87,8 @@ func FromVersion(info *version.Info) Server {
 
 // serves reports whether the server serves resource in group version gv; a group version the
 // server does not know is not an error.
-func serves(ctx context.Context, d discovery.DiscoveryInterface, gv, resource string) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	list, err := d.ServerResourcesForGroupVersion(gv)
+func serves(ctx context.Context, d discovery.DiscoveryInterfaceWithContext, gv, resource string) (bool, error) {
+	list, err := d.ServerResourcesForGroupVersionWithContext(ctx, gv)
 	switch {
 	case apierrors.IsNotFound(err):
 		return false, nil
@@ -130,4 +130,23 @@ func (s Server) InProcessInjection() error {
 		msg += " (it serves v1beta1, which daemonguard does not generate)"
 	}
 	return errors.New(msg + ": let the DaemonSet mutating webhook inject (the chart's webhook.inProcessInjection: auto or false)")
+}
+
+// Announce reads the server a daemonguard process talks to and logs its version, and an error
+// when it is outside the supported range: the process runs on, since a version it was not
+// tested with is a risk for the administrator to weigh, not a reason to stop admission.
+func Announce(ctx context.Context, cfg *rest.Config, log logr.Logger) (Server, error) {
+	client, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return Server{}, fmt.Errorf("create discovery client: %w", err)
+	}
+	s, err := Read(ctx, client)
+	if err != nil {
+		return Server{}, err
+	}
+	log.Info("Kubernetes API server", "version", s.Version, "supported", Range)
+	if err := s.Check(); err != nil {
+		log.Error(err, "Kubernetes version outside the supported range", "version", s.Version)
+	}
+	return s, nil
 }

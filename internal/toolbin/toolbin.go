@@ -49,9 +49,15 @@ func ControlPlaneBinary(component, version string) string {
 	return component + "-" + minorOf(version)
 }
 
-// KubernetesRelease returns the one of KubernetesVersions that version names, by its version or
-// its minor (v1.33.13, 1.33, v1.33).
+// KubernetesRelease returns the one of KubernetesVersions that version names: by its version or
+// its minor (v1.33.13, 1.33, v1.33), or as "newest" or "oldest".
 func KubernetesRelease(version string) (string, error) {
+	switch version {
+	case "newest":
+		return KubernetesVersion, nil
+	case "oldest":
+		return OldestKubernetesVersion, nil
+	}
 	for _, v := range KubernetesVersions {
 		if version == v || strings.TrimPrefix(version, "v") == minorOf(v) {
 			return v, nil

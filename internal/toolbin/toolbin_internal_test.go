@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/mod/modfile"
 )
 
 func TestKubernetesVersionOfClientGo(t *testing.T) {
@@ -94,6 +96,68 @@ func TestInWords(t *testing.T) {
 	for want, names := range tests {
 		if got := inWords(names); got != want {
 			t.Errorf("inWords(%q) = %q, want %q", names, got, want)
+		}
+	}
+}
+
+func TestKubernetesRelease(t *testing.T) {
+	for in, want := range map[string]string{
+		"v1.37.2": KubernetesVersion, "1.37": KubernetesVersion, "newest": KubernetesVersion,
+		"v1.33.13": OldestKubernetesVersion, "1.33": OldestKubernetesVersion, "v1.33": OldestKubernetesVersion, "oldest": OldestKubernetesVersion,
+	} {
+		if got, err := KubernetesRelease(in); err != nil || got != want {
+			t.Errorf("KubernetesRelease(%q) = %q, %v, want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"1.35", "v1.33.1", "1", "", "latest"} {
+		if got, err := KubernetesRelease(in); err == nil {
+			t.Errorf("KubernetesRelease(%q) = %q, want an error naming what is built", in, got)
+		}
+	}
+	// The newest control plane keeps the components' own names; another carries its minor, so
+	// both can sit in one binary cache.
+	if got := ControlPlaneBinary("kube-apiserver", KubernetesVersion); got != "kube-apiserver" {
+		t.Errorf("newest kube-apiserver is %q", got)
+	}
+	if got := ControlPlaneBinary("kube-apiserver", OldestKubernetesVersion); got != "kube-apiserver-1.33" {
+		t.Errorf("oldest kube-apiserver is %q", got)
+	}
+	if got := kubernetesLDFlags("v1.33.13"); !strings.Contains(got, "gitVersion=v1.33.13") || !strings.Contains(got, "gitMajor=1 ") || !strings.Contains(got, "gitMinor=33 ") {
+		t.Errorf("ldflags %q do not stamp v1.33.13", got)
+	}
+}
+
+// TestToolsModulesPinTheVersions: each control plane's tools module requires the k8s.io/kubernetes
+// its binaries are stamped with, and its staging modules at the same release.
+func TestToolsModulesPinTheVersions(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, version := range map[string]string{"kube": KubernetesVersion, "kube-1.33": OldestKubernetesVersion} {
+		path := filepath.Join(root, "tools", dir, "go.mod")
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := modfile.Parse(path, data, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		staging := "v0." + strings.TrimPrefix(version, "v1.")
+		found := false
+		for _, r := range f.Require {
+			if r.Mod.Path == "k8s.io/kubernetes" {
+				found = r.Mod.Version == version
+			}
+		}
+		if !found {
+			t.Errorf("tools/%s does not require k8s.io/kubernetes %s", dir, version)
+		}
+		for _, r := range f.Replace {
+			if strings.HasPrefix(r.Old.Path, "k8s.io/") && r.New.Version != staging {
+				t.Errorf("tools/%s replaces %s with %s, want %s", dir, r.Old.Path, r.New.Version, staging)
+			}
 		}
 	}
 }

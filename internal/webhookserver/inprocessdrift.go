@@ -29,7 +29,9 @@ type InProcessInjectionStatus struct {
 type inProcessCheck struct {
 	policy string
 	reader client.Reader // uncached: one GET per check, no cluster-wide watch
-	last   InProcessInjectionStatus
+	// unavailable says why the server cannot inject in-process (kubesupport); nil when it can.
+	unavailable error
+	last        InProcessInjectionStatus
 	// The policy set in force and the ConfigMaps it came from, for the periodic check.
 	modules    []policy.Module
 	params     map[string]any
@@ -68,6 +70,8 @@ func (r *policyReloader) checkInProcess(ctx context.Context, modules []policy.Mo
 	want, genErr := inprocess.Generate(ctx, modules, params, inprocess.Options{Name: c.policy})
 	getErr := c.reader.Get(ctx, types.NamespacedName{Name: c.policy}, &live)
 	switch {
+	case c.unavailable != nil:
+		st.InSync, st.Reason = false, c.unavailable.Error()+": DaemonSets get no injection"
 	case genErr != nil:
 		st.InSync, st.Reason = false, genErr.Error()
 	case apierrors.IsNotFound(getErr):

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/daemonguard/daemonguard/internal/inprocess"
+	"github.com/daemonguard/daemonguard/internal/kubesupport"
 	"github.com/daemonguard/daemonguard/internal/policy"
 )
 
@@ -34,6 +35,7 @@ func TestInProcessStatus(t *testing.T) {
 	cases := map[string]struct {
 		files      map[string]string
 		noPolicy   bool
+		server     kubesupport.Server // the API server; one that serves v1 when zero
 		inSync     bool
 		reasonPart string
 	}{
@@ -48,6 +50,8 @@ func TestInProcessStatus(t *testing.T) {
 			"inject.rego": "package daemonguard.inject\ndecision := {\"inject\": false, \"reason\": \"mine\"}\n",
 		}},
 		"no policy in the cluster": {noPolicy: true, reasonPart: "does not exist"},
+		"a server without MutatingAdmissionPolicy v1": {noPolicy: true, server: kubesupport.Server{Version: "v1.34.4", Minor: 34},
+			reasonPart: "this server (v1.34.4) does not: let the DaemonSet mutating webhook inject"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -59,10 +63,14 @@ func TestInProcessStatus(t *testing.T) {
 			if !c.noPolicy {
 				objs = append(objs, liveObjs.Policy.DeepCopy())
 			}
+			if c.server == (kubesupport.Server{}) {
+				c.server = kubesupport.Server{Version: "v1.37.2", Minor: 37, MutatingAdmissionPolicyV1: true}
+			}
 			recorder := events.NewFakeRecorder(10)
 			r := &policyReloader{
 				recorder: recorder, log: logr.Discard(),
-				inProcess: &inProcessCheck{policy: "dg-inject", reader: fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).Build()},
+				inProcess: &inProcessCheck{policy: "dg-inject", reader: fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).Build(),
+					unavailable: c.server.InProcessInjection()},
 			}
 			r.checkInProcess(ctx, modules, merged, []corev1.ConfigMap{configMap})
 			got := r.status.Load().InProcessInjection

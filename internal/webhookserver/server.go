@@ -31,6 +31,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/audit"
 	"github.com/daemonguard/daemonguard/internal/kubeevents"
+	"github.com/daemonguard/daemonguard/internal/kubesupport"
 	"github.com/daemonguard/daemonguard/internal/leadership"
 	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/policy"
@@ -145,6 +146,15 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
+	// Admission does not depend on the server's version; in-process injection does. A server that
+	// cannot say is logged here and found out by the manager, which needs it too.
+	apiServer, err := kubesupport.Announce(ctx, opts.RESTConfig, log)
+	inProcessUnavailable := apiServer.InProcessInjection()
+	if err != nil {
+		log.Error(err, "Cannot tell the Kubernetes version")
+		inProcessUnavailable = fmt.Errorf("cannot tell whether the API server serves %s MutatingAdmissionPolicy: %w", kubesupport.MutatingAdmissionPolicyAPI, err)
+	}
+
 	reader := mgr.GetCache()
 	// Reviews read namespaces, nodes and priority classes from the cache. Registering their
 	// informers now starts them with the cache, so the first policy reload, which waits for the
@@ -186,7 +196,7 @@ func Run(ctx context.Context, opts Options) error {
 	reloader.status.Store(PolicyStatus{Healthy: true, Modules: initial.Modules(), LoadedAt: time.Now()})
 	if opts.InProcessInjectionPolicy != "" {
 		reloader.inProcess = &inProcessCheck{policy: opts.InProcessInjectionPolicy, reader: mgr.GetAPIReader(),
-			modules: builtin, params: builtinParams}
+			modules: builtin, params: builtinParams, unavailable: inProcessUnavailable}
 		// Checked after every reload, and every inProcessRecheck besides: the policy itself can
 		// change or go away without a ConfigMap changing.
 		if err := mgr.Add(everyReplica(reloader.recheckInProcess)); err != nil {
