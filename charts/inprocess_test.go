@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/daemonguard/daemonguard/internal/inprocess"
@@ -105,29 +104,5 @@ func TestInProcessInjectionTrueRefusesChangedInjection(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "inject-params/parameters.yaml changes injection") {
 		t.Fatalf("error %q does not name the ConfigMap that changes injection", err)
-	}
-}
-
-// TestInProcessInjectionAutoNeedsTheAPI: auto on a cluster that does not serve
-// MutatingAdmissionPolicy v1 keeps the DaemonSet mutating webhook and renders no policy.
-func TestInProcessInjectionAutoNeedsTheAPI(t *testing.T) {
-	out, err := runHelm(t, "template", "--namespace", namespace, releaseName, chartDir, "--kube-version", "1.35.0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs := objects(t, out)
-	if n := len(typedObjects[*admissionregistrationv1.MutatingAdmissionPolicy](objs)); n != 0 {
-		t.Errorf("rendered %d MutatingAdmissionPolicies without the API", n)
-	}
-	mutating := only[*admissionregistrationv1.MutatingWebhookConfiguration](t, objs)
-	if len(mutating.Webhooks) != 2 || mutating.Webhooks[0].Name != "daemonsets.mutate.daemonguard.io" {
-		t.Errorf("mutating webhooks %d, want the DaemonSet and the Pod webhook", len(mutating.Webhooks))
-	}
-	for _, d := range typedObjects[*appsv1.Deployment](objs) {
-		for _, a := range d.Spec.Template.Spec.Containers[0].Args {
-			if strings.HasPrefix(a, "--in-process-injection-policy") {
-				t.Errorf("%s has %s without in-process injection", d.Name, a)
-			}
-		}
 	}
 }

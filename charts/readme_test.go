@@ -78,8 +78,9 @@ func TestREADMEHelmTemplatePipeline(t *testing.T) {
 	}
 }
 
-// TestChartRendersWithoutKubeVersion: the daemonguard chart requires Kubernetes 1.30+, and
-// `helm template` without --kube-version renders it.
+// TestChartRendersWithoutKubeVersion: `helm template` without --kube-version renders the
+// daemonguard chart, whose kubeVersion range holds the version helm then reports (that of the
+// client-go it is built with).
 func TestChartRendersWithoutKubeVersion(t *testing.T) {
 	out, err := runHelm(t, "template", "--namespace", namespace, releaseName, chartDir)
 	if err != nil {

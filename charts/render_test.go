@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
+	"github.com/daemonguard/daemonguard/internal/kubesupport"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/webhook"
 )
@@ -32,11 +33,11 @@ const (
 	chartDir    = "daemonguard"
 	releaseName = "rel"
 	namespace   = "daemonguard-system"
-	kubeVersion = "1.36.3"
-	// mutatingAdmissionPolicyV1 is what a 1.36 API server's discovery lists and `helm template`
-	// does not know by itself (it knows group versions only): webhook.inProcessInjection auto
-	// looks for it.
-	mutatingAdmissionPolicyV1 = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+	kubeVersion = "1.37.2"
+	// mutatingAdmissionPolicyV1 is what the discovery of an API server 1.36 or later lists and
+	// `helm template` does not know by itself (it knows group versions only):
+	// webhook.inProcessInjection looks for it.
+	mutatingAdmissionPolicyV1 = kubesupport.MutatingAdmissionPolicyAPI + "/MutatingAdmissionPolicy"
 )
 
 // renderCase is one way to install the chart: a values file and what it must produce.

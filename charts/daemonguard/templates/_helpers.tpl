@@ -415,17 +415,29 @@ namespaceSelector:
 
 {{/*
 "true" when the API server injects with the MutatingAdmissionPolicy <fullname>-inject instead of
-the DaemonSet mutating webhook (webhook.inProcessInjection), else "".
+the DaemonSet mutating webhook (webhook.inProcessInjection), else "". The cluster serves the
+policy's API when helm's capabilities (the API server's discovery, or --api-versions) list it:
+Kubernetes 1.36 and later. true on a cluster without it fails the install before anything is
+applied, with internal/kubesupport's Server.InProcessInjection message word for word (a test
+holds them together), instead of a half-applied release whose DaemonSets get no injection.
 */}}
 {{- define "daemonguard.webhook.inProcessInjection" -}}
 {{- $mode := toString .Values.webhook.inProcessInjection -}}
 {{- $touched := include "daemonguard.policies.changeInjection" . -}}
+{{- $served := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
 {{- if eq $mode "true" -}}
+{{- if not $served -}}
+{{- $beta := "" -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy" -}}
+{{- $beta = " (it serves v1beta1, which daemonguard does not generate)" -}}
+{{- end -}}
+{{- fail (printf "webhook.inProcessInjection is true, but in-process injection needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy, which Kubernetes 1.36 and later serve; this server (%s) does not%s: let the DaemonSet mutating webhook inject (the chart's webhook.inProcessInjection: auto or false)" .Capabilities.KubeVersion.Version $beta) -}}
+{{- end -}}
 {{- if $touched -}}
 {{- fail (printf "webhook.inProcessInjection is true, but policies.configMaps %s changes injection: the generated MutatingAdmissionPolicy cannot follow it; set webhook.inProcessInjection to false (or auto)" $touched) -}}
 {{- end -}}
 true
-{{- else if and (eq $mode "auto") (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") (not $touched) -}}
+{{- else if and (eq $mode "auto") $served (not $touched) -}}
 true
 {{- end -}}
 {{- end }}
