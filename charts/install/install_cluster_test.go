@@ -52,6 +52,17 @@ const scraper = "scraper"
 // the webhook configurations point at a daemonguard binary on the host.
 func installChart(t *testing.T, name string, sets ...string) *release {
 	t.Helper()
+	r, out, err := tryInstallChart(t, name, sets...)
+	if err != nil {
+		t.Fatalf("helm install %s: %v\n%s", name, err, out)
+	}
+	return r
+}
+
+// tryInstallChart is installChart that returns helm's output and error, for an install that
+// must fail.
+func tryInstallChart(t *testing.T, name string, sets ...string) (*release, string, error) {
+	t.Helper()
 	localcluster.NeedCluster(t)
 	ctx := context.Background()
 	ns := name + "-system"
@@ -74,13 +85,13 @@ func installChart(t *testing.T, name string, sets ...string) *release {
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
-	r.helm(args...)
+	out, err := r.Helm(args...)
 	t.Cleanup(func() {
 		// Uninstalling first takes the webhook configurations away, so a failed test leaves
 		// nothing behind that rejects the next test's DaemonSets.
 		_, _ = r.Helm("uninstall", name, "--namespace", ns, "--wait")
 	})
-	return r
+	return r, out, err
 }
 
 func (r *release) helm(args ...string) string {
