@@ -2,14 +2,19 @@ package kubesupport_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/version"
 	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/daemonguard/daemonguard/internal/kubesupport"
@@ -114,5 +119,45 @@ func TestRangeIsTested(t *testing.T) {
 		if got := kubesupport.FromVersion(&version.Info{GitVersion: v}).Minor; got != minor {
 			t.Errorf("the test control plane %s is minor %d, the supported range ends at %d", v, got, minor)
 		}
+	}
+}
+
+// TestAnnounce: a process started against a server outside the range says so in its log, with the
+// version; one inside logs the version only.
+func TestAnnounce(t *testing.T) {
+	for _, c := range []struct {
+		gitVersion string
+		wantError  string
+	}{
+		{"v1.32.4", "older than daemonguard supports"},
+		{"v1.35.0", ""},
+	} {
+		t.Run(c.gitVersion, func(t *testing.T) {
+			api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				if r.URL.Path == "/version" {
+					_ = json.NewEncoder(w).Encode(version.Info{GitVersion: c.gitVersion})
+					return
+				}
+				http.NotFound(w, r)
+			}))
+			defer api.Close()
+			var logged []string
+			log := funcr.New(func(prefix, args string) { logged = append(logged, args) }, funcr.Options{})
+			s, err := kubesupport.Announce(context.Background(), &rest.Config{Host: api.URL}, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Version != c.gitVersion || s.MutatingAdmissionPolicyV1 {
+				t.Errorf("read %+v", s)
+			}
+			all := strings.Join(logged, "\n")
+			if !strings.Contains(all, c.gitVersion) {
+				t.Errorf("the log does not name the version: %s", all)
+			}
+			if got := strings.Contains(all, "outside the supported range"); got != (c.wantError != "") || !strings.Contains(all, c.wantError) {
+				t.Errorf("log %s, want an error saying %q", all, c.wantError)
+			}
+		})
 	}
 }
