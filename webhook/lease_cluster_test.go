@@ -59,6 +59,9 @@ func (l *logLines) count(msg string, from int) (n, end int) {
 func TestReplicaThatLosesTheAuditLeaseKeepsAdmitting(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ctx := context.Background()
+	// controller-runtime's timing, an eighth of leadership's: what is tested is what happens past
+	// the renew deadline, whatever its length.
+	timing := leadership.Timing{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
 	// A namespace of its own: its own audit Lease, apart from the package's shared webhook.
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "lease-loss"}}
 	if _, err := cluster.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
@@ -79,7 +82,7 @@ func TestReplicaThatLosesTheAuditLeaseKeepsAdmitting(t *testing.T) {
 		done <- webhookserver.Run(runCtx, webhookserver.Options{
 			RESTConfig: cluster.RESTConfig, Namespace: ns.Name,
 			Host: "127.0.0.1", Port: port, CertDir: certDir, MetricsAddr: "0", HealthAddr: "127.0.0.1:" + strconv.Itoa(healthPort),
-			FailureMode: admission.FailClosed, LeaderElection: true, AuditInterval: 2 * time.Second,
+			FailureMode: admission.FailClosed, LeaderElection: true, AuditInterval: 2 * time.Second, AuditLeaseTiming: timing,
 			Log: funcr.New(logs.add, funcr.Options{}),
 		})
 	}()
@@ -154,7 +157,7 @@ func TestReplicaThatLosesTheAuditLeaseKeepsAdmitting(t *testing.T) {
 	var lostLine int
 	ticker := time.NewTicker(2 * time.Second)
 	defer ticker.Stop()
-	for deadline := taken.Add(2*leadership.RenewDeadline + 2*leadership.RetryPeriod); time.Now().Before(deadline); {
+	for deadline := taken.Add(2*timing.RenewDeadline + 2*timing.RetryPeriod); time.Now().Before(deadline); {
 		select {
 		case err := <-done:
 			stopped = true
@@ -174,12 +177,12 @@ func TestReplicaThatLosesTheAuditLeaseKeepsAdmitting(t *testing.T) {
 		if n, _ := logs.count("Audit finished", lostLine); n > 0 {
 			t.Fatalf("the replica audited %d times without the lease", n)
 		}
-		if time.Since(lostAt) > leadership.RenewDeadline {
+		if time.Since(lostAt) > timing.RenewDeadline {
 			break
 		}
 	}
 	if lostAt.IsZero() {
-		t.Fatalf("the replica did not give the lease up within %s", 2*leadership.RenewDeadline+2*leadership.RetryPeriod)
+		t.Fatalf("the replica did not give the lease up within %s", 2*timing.RenewDeadline+2*timing.RetryPeriod)
 	}
 	t.Logf("the replica answered %d reviews in the %s after its lease was taken", reviews, time.Since(taken).Round(time.Second))
 
@@ -188,7 +191,7 @@ func TestReplicaThatLosesTheAuditLeaseKeepsAdmitting(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, from := logs.count("", 0)
-	cluster.WaitFor(t, 2*leadership.RetryPeriod+30*time.Second, "the replica takes the lease again and audits", func(ctx context.Context) (bool, string) {
+	cluster.WaitFor(t, 2*timing.RetryPeriod+30*time.Second, "the replica takes the lease again and audits", func(ctx context.Context) (bool, string) {
 		l, err := leases.Get(ctx, "daemonguard-webhook", metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "intruder" {
 			return false, fmt.Sprintf("lease %v, %v", l.Spec.HolderIdentity, err)

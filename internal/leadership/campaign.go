@@ -14,14 +14,15 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
-// Campaign runs work while this process holds the Lease namespace/name, with the timing above,
-// and campaigns again each time it loses the lease, until ctx ends. Losing the lease (it could
+// Campaign runs work while this process holds the Lease namespace/name, with timing (the zero
+// Timing: the constants above), and campaigns again each time it loses the lease, until ctx ends. Losing the lease (it could
 // not be renewed within RenewDeadline, or another holder took it) cancels only work's context:
 // unlike the leader election of controller-runtime's manager, which ends the whole process, it
 // leaves everything else the process serves running. A new term starts only once the work of the
 // last one has returned, so two terms never overlap in one process; the lease is released when
 // ctx ends.
-func Campaign(ctx context.Context, cfg *rest.Config, namespace, name string, log logr.Logger, work func(ctx context.Context)) error {
+func Campaign(ctx context.Context, cfg *rest.Config, namespace, name string, timing Timing, log logr.Logger, work func(ctx context.Context)) error {
+	timing = timing.orDefault()
 	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("create leader election client: %w", err)
@@ -43,9 +44,9 @@ func Campaign(ctx context.Context, cfg *rest.Config, namespace, name string, log
 		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock:            lock,
 			Name:            name,
-			LeaseDuration:   LeaseDuration,
-			RenewDeadline:   RenewDeadline,
-			RetryPeriod:     RetryPeriod,
+			LeaseDuration:   timing.LeaseDuration,
+			RenewDeadline:   timing.RenewDeadline,
+			RetryPeriod:     timing.RetryPeriod,
 			ReleaseOnCancel: true,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(ctx context.Context) { term <- ctx },

@@ -20,3 +20,17 @@ const (
 	// RetryPeriod is the time between attempts to acquire or renew.
 	RetryPeriod = 26 * time.Second
 )
+
+// Timing is a leader election's timing; the zero value means the constants above.
+type Timing struct {
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// orDefault returns t, or the constants above when t is zero. Tests of what happens when a lease
+// is lost shorten it; processes run with the constants.
+func (t Timing) orDefault() Timing {
+	if t == (Timing{}) {
+		return Timing{LeaseDuration: LeaseDuration, RenewDeadline: RenewDeadline, RetryPeriod: RetryPeriod}
+	}
+	return t
+}

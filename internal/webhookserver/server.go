@@ -72,6 +72,8 @@ type Options struct {
 	OpenReports bool
 	// LeaderElection makes replicas elect one leader for the audit (admission runs on all).
 	LeaderElection bool
+	// AuditLeaseTiming is the audit lease's timing; zero means leadership's constants.
+	AuditLeaseTiming leadership.Timing
 	// SelfManagedTLS, when set, makes the webhook keep its own CA and serving certificate in a
 	// Secret and write them to CertDir; when nil, CertDir is a mounted Secret (cert-manager).
 	SelfManagedTLS *selftls.Options
@@ -249,7 +251,7 @@ func Run(ctx context.Context, opts Options) error {
 		// a replica that loses the lease stops auditing and campaigns again, and keeps serving
 		// admission all along.
 		if err := mgr.Add(everyReplica(func(ctx context.Context) error {
-			return leadership.Campaign(ctx, opts.RESTConfig, opts.Namespace, auditLease, log.WithName("audit"), runAudit)
+			return leadership.Campaign(ctx, opts.RESTConfig, opts.Namespace, auditLease, opts.AuditLeaseTiming, log.WithName("audit"), runAudit)
 		})); err != nil {
 			return err
 		}
