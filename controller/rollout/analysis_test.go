@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/promquery"
 	"github.com/daemonguard/daemonguard/internal/promscope"
@@ -63,8 +64,8 @@ func analysing(settings rolloutapi.Settings) rolloutplan.RolloutState {
 }
 
 // errorsOf is the gate "errors" measuring value on w00.
-func errorsOf(value float64) []rolloutplan.Measurement {
-	return []rolloutplan.Measurement{{Gate: "errors", Values: map[string]float64{"w00": value}}}
+func errorsOf(value float64) []rolloutanalysis.Measurement {
+	return []rolloutanalysis.Measurement{{Gate: "errors", Values: map[string]float64{"w00": value}}}
 }
 
 // revision is a ControllerRevision of the DaemonSet of uid: revision n with hash, recording
@@ -103,7 +104,7 @@ func TestDecideAnalysis(t *testing.T) {
 		f.Revisions = revs
 		return f
 	}
-	measured := func(in rolloutplan.RolloutState, ms []rolloutplan.Measurement) rolloutplan.RolloutState {
+	measured := func(in rolloutplan.RolloutState, ms []rolloutanalysis.Measurement) rolloutplan.RolloutState {
 		in.Measurements = ms
 		return in
 	}
@@ -128,7 +129,7 @@ func TestDecideAnalysis(t *testing.T) {
 			wantMeasured: []GateResult{{"errors", rolloutapi.MeasurementFailed}}, wantReason: rolloutapi.ReasonAnalysisFailed,
 		},
 		"no answer from Prometheus: inconclusive, nothing put back": {
-			facts:        withRevisions(factsOf(measured(analysing(gatedSettings(t, "1", true)), []rolloutplan.Measurement{{Gate: "errors", Err: "no Prometheus"}}), nil, nil), old),
+			facts:        withRevisions(factsOf(measured(analysing(gatedSettings(t, "1", true)), []rolloutanalysis.Measurement{{Gate: "errors", Err: "no Prometheus"}}), nil, nil), old),
 			wantMeasured: []GateResult{{"errors", rolloutapi.MeasurementInconclusive}}, wantReason: rolloutapi.ReasonAnalysisInconclusive,
 		},
 		"a passing measurement right after a report: the report is written at once": {
@@ -168,8 +169,8 @@ func ptrValue(rb *Rollback) Rollback {
 // fakeAnalyzer answers every request with its measurements and records the requests and their
 // scopes.
 type fakeAnalyzer struct {
-	answer   []rolloutplan.Measurement
-	requests []rolloutplan.AnalysisRequest
+	answer   []rolloutanalysis.Measurement
+	requests []rolloutanalysis.Request
 	scopes   []promscope.Scope
 }
 
@@ -177,7 +178,7 @@ func (a *fakeAnalyzer) Scope(namespace string, marked bool) promscope.Scope {
 	return (&promquery.Client{}).Scope(namespace, marked)
 }
 
-func (a *fakeAnalyzer) Measure(_ context.Context, req rolloutplan.AnalysisRequest, scope promscope.Scope) []rolloutplan.Measurement {
+func (a *fakeAnalyzer) Measure(_ context.Context, req rolloutanalysis.Request, scope promscope.Scope) []rolloutanalysis.Measurement {
 	a.requests = append(a.requests, req)
 	a.scopes = append(a.scopes, scope)
 	return a.answer
@@ -197,7 +198,7 @@ func (s fixedStore) Nodes(context.Context) ([]*corev1.Node, error) { return s.no
 // gatedReconciler is a Reconciler of a fake cluster that holds in as the managed DaemonSet
 // mon/agent (settings gatedAnnotations("1", true)), revision "old" running agent:1 and "new"
 // agent:2, and whose Analyzer answers answer.
-func gatedReconciler(t *testing.T, in rolloutplan.RolloutState, answer []rolloutplan.Measurement) (*Reconciler, client.Client, *fakeAnalyzer, *events.FakeRecorder) {
+func gatedReconciler(t *testing.T, in rolloutplan.RolloutState, answer []rolloutanalysis.Measurement) (*Reconciler, client.Client, *fakeAnalyzer, *events.FakeRecorder) {
 	t.Helper()
 	const uid = "ds-uid"
 	ds := managedAgent(uid, "agent:2")
@@ -307,12 +308,12 @@ func TestDecideReportsAnAnalysisStartAtOnce(t *testing.T) {
 func TestDecideRecordsAnEventPerInconclusiveCause(t *testing.T) {
 	noData := errorsOf(0)
 	noData[0].Values = map[string]float64{"w01": 0}
-	down := []rolloutplan.Measurement{{Gate: "errors", Err: "Prometheus unreachable"}}
+	down := []rolloutanalysis.Measurement{{Gate: "errors", Err: "Prometheus unreachable"}}
 	in := analysing(gatedSettings(t, "3", false))
 	annotations := map[string]string{}
 	var conds []appsv1.DaemonSetCondition
 	for i, step := range []struct {
-		measured  []rolloutplan.Measurement
+		measured  []rolloutanalysis.Measurement
 		wantEvent bool
 	}{{noData, true}, {noData, false}, {noData, false}, {down, true}, {down, false}, {noData, true}} {
 		in.Measurements = step.measured

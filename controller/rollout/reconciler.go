@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/promquery"
 	"github.com/daemonguard/daemonguard/internal/promscope"
@@ -82,7 +83,7 @@ type Analyzer interface {
 	// marked for node agents, what the queries name.
 	Scope(namespace string, marked bool) promscope.Scope
 	// Measure runs req's queries kept to scope.
-	Measure(ctx context.Context, req rolloutplan.AnalysisRequest, scope promscope.Scope) []rolloutplan.Measurement
+	Measure(ctx context.Context, req rolloutanalysis.Request, scope promscope.Scope) []rolloutanalysis.Measurement
 }
 
 // NamespaceMarks reads whether an administrator marked a namespace for node agents

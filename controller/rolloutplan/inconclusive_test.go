@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -12,8 +13,8 @@ import (
 // back (the gate is due and measured with measured) or a moment after the last one, as a pod
 // event would bring it (between measurements, nothing measured).
 type reconcileStep struct {
-	between  bool         // a reconcile one second after the last, before the gate is due
-	measured *Measurement // the answer when due; nil: the controller did not measure
+	between  bool                         // a reconcile one second after the last, before the gate is due
+	measured *rolloutanalysis.Measurement // the answer when due; nil: the controller did not measure
 	// What the reconcile must report.
 	wantPhase rolloutapi.Phase
 	wantEvent bool          // an Event is recorded: the condition's phase or reason changed, or CauseChanged
@@ -29,11 +30,11 @@ type reconcileStep struct {
 func TestAnInconclusiveGateStaysPaused(t *testing.T) {
 	// The wave is nodes a and b: their new pods have been Ready for an hour; c runs the old one.
 	wave := []NodeState{node("a", pod(newRev, "ready")), node("b", pod(newRev, "ready")), node("c", pod(oldRev, "ready"))}
-	noA := &Measurement{Gate: "errors", Values: values("b", 0.0)}
-	noB := &Measurement{Gate: "errors", Values: values("a", 0.0)}
-	down := &Measurement{Gate: "errors", Err: "Prometheus unreachable"}
-	pass := &Measurement{Gate: "errors", Values: values("a", 0.0, "b", 0.0)}
-	fail := &Measurement{Gate: "errors", Values: values("a", 0.5, "b", 0.0)}
+	noA := &rolloutanalysis.Measurement{Gate: "errors", Values: values("b", 0.0)}
+	noB := &rolloutanalysis.Measurement{Gate: "errors", Values: values("a", 0.0)}
+	down := &rolloutanalysis.Measurement{Gate: "errors", Err: "Prometheus unreachable"}
+	pass := &rolloutanalysis.Measurement{Gate: "errors", Values: values("a", 0.0, "b", 0.0)}
+	fail := &rolloutanalysis.Measurement{Gate: "errors", Values: values("a", 0.5, "b", 0.0)}
 	paused, progressing := rolloutapi.PhasePaused, rolloutapi.PhaseProgressing
 	tests := map[string][]reconcileStep{
 		"no data for ever: Paused throughout, one Event, the wait doubling up to five minutes": {
@@ -85,7 +86,7 @@ func TestAnInconclusiveGateStaysPaused(t *testing.T) {
 						t.Fatalf("reconcile %d at %s: no measurement due", i, now)
 					}
 					if step.measured != nil {
-						in.Measurements = []Measurement{*step.measured}
+						in.Measurements = []rolloutanalysis.Measurement{*step.measured}
 					}
 				} else if req := DueAnalysis(in); req != nil {
 					t.Fatalf("reconcile %d at %s between measurements: a measurement is due", i, now)

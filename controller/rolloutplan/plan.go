@@ -2,10 +2,8 @@ package rolloutplan
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
@@ -61,7 +60,7 @@ type RolloutState struct {
 	PreviousFailure string
 	// Measurements are the answers to DueAnalysis's request, taken by this reconcile; nil when
 	// none was due.
-	Measurements []Measurement
+	Measurements []rolloutanalysis.Measurement
 	// KeptRevisions are the revision hashes whose ControllerRevision still exists: the templates
 	// a rollback can put back (spec.revisionHistoryLimit prunes the rest).
 	KeptRevisions []string
@@ -133,7 +132,7 @@ type Observed struct {
 	// terminating or gone: they count as terminating even while the cache lags.
 	Deleted map[types.UID]time.Time
 	// Measurements are the analysis gates' measurements this reconcile took (DueAnalysis).
-	Measurements []Measurement
+	Measurements []rolloutanalysis.Measurement
 	// Revisions are the ControllerRevisions the DaemonSet controls, shared with the cache and
 	// without their data (read only): a rollback can only put back a template one of them keeps.
 	Revisions []*appsv1.ControllerRevision
@@ -840,34 +839,6 @@ func skippedNote(skipped []string) string {
 
 // --- analysis gates: measuring each wave before the rollout goes on ---
 
-// AnalysisRequest is what a reconcile must measure before it plans: the queries of every gate
-// whose measurement is due, rendered for the wave and, for a baseline gate, for its baseline.
-// DueAnalysis makes it; the controller runs the queries and hands the answers to Compute as
-// RolloutState.Measurements.
-type AnalysisRequest struct {
-	Queries []GateQuery
-	// Wave and BaselineNodes are the nodes the queries select, in rollout order.
-	Wave, BaselineNodes []string
-}
-
-// GateQuery is one gate's measurement to take.
-type GateQuery struct {
-	Gate      string
-	NodeLabel string // the result label that names the node
-	// Wave is the query over the wave's nodes; Baseline over the baseline nodes, "" without one.
-	Wave, Baseline string
-}
-
-// Measurement is what Prometheus answered to a GateQuery: one value per node that has a sample.
-type Measurement struct {
-	Gate     string
-	Values   map[string]float64 // node -> value of the wave query
-	Baseline map[string]float64 // node -> value of the baseline query
-	// Err says why there is no answer (Prometheus unreachable or not configured, a query it
-	// rejects); the measurement is then inconclusive.
-	Err string
-}
-
 // maxBaselineNodes bounds the nodes a baseline query names: enough for a median that one odd
 // node does not move, and a query that stays short on a large cluster.
 const maxBaselineNodes = 20
@@ -875,7 +846,7 @@ const maxBaselineNodes = 20
 // DueAnalysis is the measurement a reconcile must take before Compute, or nil when none is due.
 // It decides from the same state, with the same planner, as Compute: the wave, the baseline and
 // which gates are due are Compute's.
-func DueAnalysis(in RolloutState) *AnalysisRequest {
+func DueAnalysis(in RolloutState) *rolloutanalysis.Request {
 	p := newPlanner(in)
 	if p.status.FailedRevision == in.TargetRevision {
 		return nil
@@ -887,12 +858,12 @@ func DueAnalysis(in RolloutState) *AnalysisRequest {
 	a := p.analysisOf(wave)
 	vars := p.queryVars()
 	baseline := p.baseline(wave)
-	req := AnalysisRequest{Wave: wave}
+	req := rolloutanalysis.Request{Wave: wave}
 	for i, g := range in.Settings.Gates {
 		if in.Now.Before(a.Gates[i].Next) {
 			continue
 		}
-		q := GateQuery{Gate: g.Name, NodeLabel: g.NodeLabel, Wave: rolloutapi.RenderQuery(g.Query, vars(wave))}
+		q := rolloutanalysis.GateQuery{Gate: g.Name, NodeLabel: g.NodeLabel, Wave: rolloutapi.RenderQuery(g.Query, vars(wave))}
 		if g.Baseline && len(baseline) > 0 {
 			q.Baseline = rolloutapi.RenderQuery(g.Query, vars(baseline))
 			req.BaselineNodes = baseline
@@ -1205,7 +1176,7 @@ func clearProgress(gates []rolloutapi.GateStatus) []rolloutapi.GateStatus {
 	return out
 }
 
-func measurementOf(ms []Measurement, gate string) *Measurement {
+func measurementOf(ms []rolloutanalysis.Measurement, gate string) *rolloutanalysis.Measurement {
 	for i := range ms {
 		if ms[i].Gate == gate {
 			return &ms[i]
@@ -1216,16 +1187,16 @@ func measurementOf(ms []Measurement, gate string) *Measurement {
 
 // judge is one gate's result on the wave: Failed naming the nodes out of bounds and their
 // values (the first few, a count of the rest), Inconclusive saying what data is missing, or
-// Passed. The judging itself is Judge's; judge words it and decides what wins: missing data
-// over values out of bounds, since a measurement must cover every node it judges.
-func judge(g rolloutapi.Gate, m *Measurement, wave, baseline []string) (result, message string) {
+// Passed. The judging itself is rolloutanalysis.Judge's; judge words it and decides what wins:
+// missing data over values out of bounds, since a measurement must cover every node it judges.
+func judge(g rolloutapi.Gate, m *rolloutanalysis.Measurement, wave, baseline []string) (result, message string) {
 	switch {
 	case m == nil:
 		return rolloutapi.MeasurementInconclusive, "not measured"
 	case m.Err != "":
 		return rolloutapi.MeasurementInconclusive, "no answer from Prometheus: " + m.Err
 	}
-	j := Judge(g, *m, wave, baseline)
+	j := rolloutanalysis.Judge(g, *m, wave, baseline)
 	switch {
 	case len(j.Missing) > 0:
 		return rolloutapi.MeasurementInconclusive, fmt.Sprintf("no sample labelled %s for %d of %d nodes: %s", g.NodeLabel, len(j.Missing), len(wave), ListNodes(j.Missing))
@@ -1234,99 +1205,11 @@ func judge(g rolloutapi.Gate, m *Measurement, wave, baseline []string) (result, 
 	case len(j.OutOfBounds) > 0:
 		out := make([]string, len(j.OutOfBounds))
 		for i, nv := range j.OutOfBounds {
-			out[i] = nv.Node + "=" + FormatValue(nv.Value)
+			out[i] = nv.Node + "=" + rolloutanalysis.FormatValue(nv.Value)
 		}
 		return rolloutapi.MeasurementFailed, fmt.Sprintf("%d of %d nodes out of bounds (%s): %s", len(out), len(wave), j.Bound, ListNodes(out))
 	}
 	return rolloutapi.MeasurementPassed, fmt.Sprintf("%d nodes within bounds (%s)", len(wave), j.Bound)
-}
-
-// NodeValue is one node's value in a measurement.
-type NodeValue struct {
-	Node  string
-	Value float64
-}
-
-// Judgement is one gate's measurement judged node by node, before anything is worded or
-// decided: the rollout judges each wave with it (judge), and `rollout plan` the nodes it measures
-// today, so that both apply the bounds the same way.
-type Judgement struct {
-	// Measured counts the nodes with a value; Missing are the nodes without a sample, or with
-	// NaN, in the order given.
-	Measured int
-	Missing  []string
-	// Baseline is the median of the baseline nodes' values and BaselineNodes how many have one
-	// (baseline gates only). Without any, nothing is judged out of bounds: there is nothing to
-	// compare with.
-	Baseline      float64
-	BaselineNodes int
-	// OutOfBounds are the nodes whose value breaks the gate's bounds (for a baseline gate, its
-	// difference from Baseline), in the order given.
-	OutOfBounds []NodeValue
-	// Bound says the bounds as messages show them: "max 0.05", with a baseline "max 0.5 of the
-	// baseline median 0.1 (3 nodes)".
-	Bound string
-}
-
-// Judge judges m's values for nodes against g's bounds, which are inclusive; for a baseline
-// gate, each value minus the median of m's Baseline values of the baseline nodes. A node
-// without a value is Missing, never in bounds nor out of them.
-func Judge(g rolloutapi.Gate, m Measurement, nodes, baseline []string) Judgement {
-	j := Judgement{Bound: boundText(g)}
-	for _, n := range nodes {
-		if v, ok := m.Values[n]; !ok || math.IsNaN(v) {
-			j.Missing = append(j.Missing, n)
-		} else {
-			j.Measured++
-		}
-	}
-	if g.Baseline {
-		var values []float64
-		for _, n := range baseline {
-			if v, ok := m.Baseline[n]; ok && !math.IsNaN(v) {
-				values = append(values, v)
-			}
-		}
-		if len(values) == 0 {
-			return j
-		}
-		j.Baseline, j.BaselineNodes = median(values), len(values)
-		j.Bound = fmt.Sprintf("%s of the baseline median %s (%d nodes)", j.Bound, FormatValue(j.Baseline), len(values))
-	}
-	for _, n := range nodes {
-		v, ok := m.Values[n]
-		if !ok || math.IsNaN(v) {
-			continue
-		}
-		if d := v - j.Baseline; (g.Max != nil && d > *g.Max) || (g.Min != nil && d < *g.Min) {
-			j.OutOfBounds = append(j.OutOfBounds, NodeValue{Node: n, Value: v})
-		}
-	}
-	return j
-}
-
-// boundText says a gate's bounds: "max 0.05", "min 1", "min 1, max 5".
-func boundText(g rolloutapi.Gate) string {
-	var parts []string
-	if g.Min != nil {
-		parts = append(parts, "min "+FormatValue(*g.Min))
-	}
-	if g.Max != nil {
-		parts = append(parts, "max "+FormatValue(*g.Max))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// FormatValue is a measured value as the rollout's messages show it: four significant digits.
-func FormatValue(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
-
-func median(values []float64) float64 {
-	s := slices.Clone(values)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func nodeCount(nodes []string) string {
@@ -1366,8 +1249,8 @@ func failedGates(a *rolloutapi.AnalysisStatus) []string {
 
 // passingMeasurements are measurements of req that every gate passes on every node: the value at
 // the gate's bound (bounds are inclusive), over a baseline of zeros. A forecast assumes them.
-func passingMeasurements(gates []rolloutapi.Gate, req *AnalysisRequest) []Measurement {
-	var out []Measurement
+func passingMeasurements(gates []rolloutapi.Gate, req *rolloutanalysis.Request) []rolloutanalysis.Measurement {
+	var out []rolloutanalysis.Measurement
 	for _, q := range req.Queries {
 		i := slices.IndexFunc(gates, func(g rolloutapi.Gate) bool { return g.Name == q.Gate })
 		if i < 0 {
@@ -1379,7 +1262,7 @@ func passingMeasurements(gates []rolloutapi.Gate, req *AnalysisRequest) []Measur
 		} else if g.Min != nil {
 			v = *g.Min
 		}
-		m := Measurement{Gate: q.Gate, Values: map[string]float64{}, Baseline: map[string]float64{}}
+		m := rolloutanalysis.Measurement{Gate: q.Gate, Values: map[string]float64{}, Baseline: map[string]float64{}}
 		for _, n := range req.Wave {
 			m.Values[n] = v
 		}

@@ -1,13 +1,12 @@
 package rolloutplan
 
 import (
-	"math"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -62,7 +61,7 @@ func TestAnalysis(t *testing.T) {
 		settings         rolloutapi.Settings
 		status           rolloutapi.Status
 		previousFailure  string
-		measurements     []Measurement
+		measurements     []rolloutanalysis.Measurement
 		kept             []string // revision hashes whose ControllerRevision exists
 		wantDelete       []string
 		wantPhase        rolloutapi.Phase
@@ -84,49 +83,49 @@ func TestAnalysis(t *testing.T) {
 		},
 		"a passing measurement counts and the next one waits": {
 			nodes: wave, settings: gated("1", errorsGate, false), status: analysing(1, 0),
-			measurements: []Measurement{{Gate: "errors", Values: values("a", 0.01)}},
+			measurements: []rolloutanalysis.Measurement{{Gate: "errors", Values: values("a", 0.01)}},
 			wantPhase:    rolloutapi.PhaseProgressing, wantReason: rolloutapi.ReasonAnalysisRunning, wantPassed: 1,
 			wantInMsg: []string{"errors 1/2 passed"}, wantRequeueAfter: 30 * time.Second,
 		},
 		"the last passing measurement lets the rollout delete the next wave": {
 			nodes: wave, settings: gated("1", errorsGate, false), status: analysing(1, 1),
-			measurements: []Measurement{{Gate: "errors", Values: values("a", 0.01)}},
+			measurements: []rolloutanalysis.Measurement{{Gate: "errors", Values: values("a", 0.01)}},
 			wantDelete:   []string{"b"}, wantPhase: rolloutapi.PhaseProgressing, wantReason: rolloutapi.ReasonProgressing, wantPassed: -1,
 		},
 		"a node above max halts the rollout naming the gate, the node and its value": {
 			nodes: wave, settings: gated("1", errorsGate, false), status: analysing(1, 1),
-			measurements: []Measurement{{Gate: "errors", Values: values("a", 0.25)}},
+			measurements: []rolloutanalysis.Measurement{{Gate: "errors", Values: values("a", 0.25)}},
 			wantPhase:    rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed, wantPassed: 1,
 			wantInMsg: []string{"gate errors: 1 of 1 nodes out of bounds (max 0.1): a=0.25", "daemonguard rollout undo"},
 		},
 		"with rollback opted in a failed gate rolls back to the old revision": {
 			nodes: wave, settings: gated("1", errorsGate, true), status: analysing(1, 1), kept: []string{oldRev, newRev},
-			measurements: []Measurement{{Gate: "errors", Values: values("a", 0.25)}},
+			measurements: []rolloutanalysis.Measurement{{Gate: "errors", Values: values("a", 0.25)}},
 			wantPhase:    rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed, wantPassed: 1, wantRollbackTo: oldRev,
 			wantInMsg: []string{"rolling back: the template of revision old is put back"},
 		},
 		"with rollback opted in but the old revision pruned, a failed gate halts and says so": {
 			nodes: wave, settings: gated("1", errorsGate, true), status: analysing(1, 1), kept: []string{newRev},
-			measurements: []Measurement{{Gate: "errors", Values: values("a", 0.25)}},
+			measurements: []rolloutanalysis.Measurement{{Gate: "errors", Values: values("a", 0.25)}},
 			wantPhase:    rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed, wantPassed: 1,
 			wantInMsg: []string{"no ControllerRevision of revision old is left to roll back to", "daemonguard rollout undo"},
 		},
 		"a rollback that fails its gates halts rather than going back to the failed revision": {
 			nodes: wave, settings: gated("1", errorsGate, true),
 			status:       func() rolloutapi.Status { s := analysing(1, 1); s.FailedRevision = oldRev; return s }(),
-			measurements: []Measurement{{Gate: "errors", Values: values("a", 0.25)}},
+			measurements: []rolloutanalysis.Measurement{{Gate: "errors", Values: values("a", 0.25)}},
 			wantPhase:    rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed, wantPassed: 1,
 			wantInMsg: []string{"daemonguard rollout undo"},
 		},
 		"a node without a sample is inconclusive: the rollout pauses and measures again": {
 			nodes: wave, settings: gated("1", errorsGate, false), status: analysing(1, 1),
-			measurements: []Measurement{{Gate: "errors", Values: values("z", 0.0)}},
+			measurements: []rolloutanalysis.Measurement{{Gate: "errors", Values: values("z", 0.0)}},
 			wantPhase:    rolloutapi.PhasePaused, wantReason: rolloutapi.ReasonAnalysisInconclusive, wantPassed: 1,
 			wantInMsg: []string{"no sample labelled node for 1 of 1 nodes: a", "nothing is replaced until it has data", "measuring again at 2026-11-23T10:00:30Z"}, wantRequeueAfter: 30 * time.Second,
 		},
 		"Prometheus not answering is inconclusive, never a pass": {
 			nodes: wave, settings: gated("1", errorsGate, false), status: analysing(1, 1),
-			measurements: []Measurement{{Gate: "errors", Err: "connection refused"}},
+			measurements: []rolloutanalysis.Measurement{{Gate: "errors", Err: "connection refused"}},
 			wantPhase:    rolloutapi.PhasePaused, wantReason: rolloutapi.ReasonAnalysisInconclusive, wantPassed: 1,
 			wantInMsg: []string{"no answer from Prometheus: connection refused"},
 		},
@@ -137,18 +136,18 @@ func TestAnalysis(t *testing.T) {
 		},
 		"a baseline gate passes noise that every node shares": {
 			nodes: wave, settings: gated("1", noiseGate, false), status: analysing(1, 0),
-			measurements: []Measurement{{Gate: "errors", Values: values("a", 5.0), Baseline: values("b", 4.95, "c", 5.0, "d", 40.0)}},
+			measurements: []rolloutanalysis.Measurement{{Gate: "errors", Values: values("a", 5.0), Baseline: values("b", 4.95, "c", 5.0, "d", 40.0)}},
 			wantDelete:   []string{"b"}, wantPhase: rolloutapi.PhaseProgressing, wantReason: rolloutapi.ReasonProgressing, wantPassed: -1,
 		},
 		"a baseline gate fails a node above the baseline median": {
 			nodes: wave, settings: gated("1", noiseGate, false), status: analysing(1, 0),
-			measurements: []Measurement{{Gate: "errors", Values: values("a", 5.5), Baseline: values("b", 4.95, "c", 5.0, "d", 5.1)}},
+			measurements: []rolloutanalysis.Measurement{{Gate: "errors", Values: values("a", 5.5), Baseline: values("b", 4.95, "c", 5.0, "d", 5.1)}},
 			wantPhase:    rolloutapi.PhaseFailed, wantReason: rolloutapi.ReasonAnalysisFailed,
 			wantInMsg: []string{"a=5.5", "max 0.1 of the baseline median 5 (3 nodes)"},
 		},
 		"a baseline gate without baseline samples is inconclusive": {
 			nodes: wave, settings: gated("1", noiseGate, false), status: analysing(1, 0),
-			measurements: []Measurement{{Gate: "errors", Values: values("a", 5.5)}},
+			measurements: []rolloutanalysis.Measurement{{Gate: "errors", Values: values("a", 5.5)}},
 			wantPhase:    rolloutapi.PhasePaused, wantReason: rolloutapi.ReasonAnalysisInconclusive,
 			wantInMsg: []string{"no baseline: no sample labelled node for any of 3 baseline nodes (b, c, d)"},
 		},
@@ -166,7 +165,7 @@ func TestAnalysis(t *testing.T) {
 		},
 		"the last wave is analysed before the rollout completes": {
 			nodes: []NodeState{node("a", pod(newRev, "ready"))}, settings: gated("1", errorsGate, false), status: analysing(1, 1),
-			measurements: []Measurement{{Gate: "errors", Values: values("a", 0.0)}},
+			measurements: []rolloutanalysis.Measurement{{Gate: "errors", Values: values("a", 0.0)}},
 			wantPhase:    rolloutapi.PhaseComplete, wantReason: rolloutapi.ReasonComplete, wantPassed: -1,
 		},
 		"a revision halted by its analysis stays halted, naming the failed gate": {
@@ -256,50 +255,5 @@ func TestDueAnalysisRendersTheWaveAndItsBaseline(t *testing.T) {
 		if req := DueAnalysis(c); req != nil {
 			t.Errorf("%s: DueAnalysis = %+v, want nothing due", name, req)
 		}
-	}
-}
-
-// TestJudge holds the node-by-node judgement that both the rollout and `rollout plan` use:
-// bounds are inclusive, NaN is no value, a node without a value is neither in nor out of
-// bounds, and a baseline gate bounds the difference from the baseline median.
-func TestJudge(t *testing.T) {
-	bound := func(v float64) *float64 { return &v }
-	plain := rolloutapi.Gate{Name: "errors", Max: bound(0.1), NodeLabel: "node"}
-	both := rolloutapi.Gate{Name: "rate", Min: bound(1), Max: bound(5), NodeLabel: "node"}
-	noise := rolloutapi.Gate{Name: "drops", Max: bound(0.5), NodeLabel: "node", Baseline: true}
-	tests := map[string]struct {
-		gate            rolloutapi.Gate
-		m               Measurement
-		nodes, baseline []string
-		want            Judgement
-	}{
-		"a value at the bound is in bounds": {
-			gate: plain, m: Measurement{Values: values("a", 0.1, "b", 0.2)}, nodes: []string{"a", "b"},
-			want: Judgement{Measured: 2, OutOfBounds: []NodeValue{{"b", 0.2}}, Bound: "max 0.1"},
-		},
-		"missing and NaN nodes are missing, and the others still judged": {
-			gate: plain, m: Measurement{Values: values("a", math.NaN(), "c", 3.0)}, nodes: []string{"a", "b", "c"},
-			want: Judgement{Measured: 1, Missing: []string{"a", "b"}, OutOfBounds: []NodeValue{{"c", 3}}, Bound: "max 0.1"},
-		},
-		"min and max": {
-			gate: both, m: Measurement{Values: values("a", 0.5, "b", 1.0, "c", 6.0)}, nodes: []string{"a", "b", "c"},
-			want: Judgement{Measured: 3, OutOfBounds: []NodeValue{{"a", 0.5}, {"c", 6}}, Bound: "min 1, max 5"},
-		},
-		"a baseline gate bounds the difference from the baseline median": {
-			gate: noise, m: Measurement{Values: values("a", 1.4, "b", 1.6), Baseline: values("x", 1.0, "y", 0.8, "z", 5.0)},
-			nodes: []string{"a", "b"}, baseline: []string{"x", "y", "z"},
-			want: Judgement{Measured: 2, Baseline: 1, BaselineNodes: 3, OutOfBounds: []NodeValue{{"b", 1.6}}, Bound: "max 0.5 of the baseline median 1 (3 nodes)"},
-		},
-		"without a baseline value nothing is out of bounds": {
-			gate: noise, m: Measurement{Values: values("a", 9.0)}, nodes: []string{"a"}, baseline: []string{"x"},
-			want: Judgement{Measured: 1, Bound: "max 0.5"},
-		},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			if got := Judge(tc.gate, tc.m, tc.nodes, tc.baseline); !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("Judge =\n%+v\nwant\n%+v", got, tc.want)
-			}
-		})
 	}
 }

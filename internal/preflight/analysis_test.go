@@ -8,7 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutplan"
+	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -32,31 +32,31 @@ func TestJudgeGates(t *testing.T) {
 	tests := map[string]struct {
 		gate  rolloutapi.Gate
 		nodes []string
-		m     []rolloutplan.Measurement
+		m     []rolloutanalysis.Measurement
 		want  GateCheck
 	}{
 		"every node within bounds passes, the bound included": {
-			gate: errors, nodes: nodes, m: []rolloutplan.Measurement{{Gate: "errors", Values: vals("a", 0.0, "b", 0.05, "c", 0.01, "d", 0.02)}},
+			gate: errors, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "errors", Values: vals("a", 0.0, "b", 0.05, "c", 0.01, "d", 0.02)}},
 			want: GateCheck{Result: GatePass, Measured: 4, Bound: "max 0.05"},
 		},
 		"a node out of bounds fails, with its value": {
-			gate: errors, nodes: nodes, m: []rolloutplan.Measurement{{Gate: "errors", Values: vals("a", 0.0, "b", 0.25, "c", 0.01, "d", math.Inf(1))}},
+			gate: errors, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "errors", Values: vals("a", 0.0, "b", 0.25, "c", 0.01, "d", math.Inf(1))}},
 			want: GateCheck{Result: GateFail, Measured: 4, Bound: "max 0.05", OutOfBounds: []NodeValue{{"b", "0.25"}, {"d", "+Inf"}}},
 		},
 		"a node without a series, or with NaN, is missing": {
-			gate: errors, nodes: nodes, m: []rolloutplan.Measurement{{Gate: "errors", Values: vals("a", 0.0, "b", math.NaN())}},
+			gate: errors, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "errors", Values: vals("a", 0.0, "b", math.NaN())}},
 			want: GateCheck{Result: GateMissing, Measured: 1, Missing: []string{"b", "c", "d"}, Bound: "max 0.05"},
 		},
 		"failing and missing nodes are both reported; the gate fails": {
-			gate: errors, nodes: nodes, m: []rolloutplan.Measurement{{Gate: "errors", Values: vals("a", 1.0, "b", 0.0, "c", 0.0)}},
+			gate: errors, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "errors", Values: vals("a", 1.0, "b", 0.0, "c", 0.0)}},
 			want: GateCheck{Result: GateFail, Measured: 3, Missing: []string{"d"}, Bound: "max 0.05", OutOfBounds: []NodeValue{{"a", "1"}}},
 		},
 		"series of nodes not measured are ignored": {
-			gate: errors, nodes: []string{"a"}, m: []rolloutplan.Measurement{{Gate: "errors", Values: vals("a", 0.0, "z", 9.0)}},
+			gate: errors, nodes: []string{"a"}, m: []rolloutanalysis.Measurement{{Gate: "errors", Values: vals("a", 0.0, "z", 9.0)}},
 			want: GateCheck{Result: GatePass, Measured: 1, Bound: "max 0.05"},
 		},
 		"Prometheus not answering is an error, not a pass": {
-			gate: errors, nodes: nodes, m: []rolloutplan.Measurement{{Gate: "errors", Err: "cannot reach Prometheus at http://127.0.0.1:1: connection refused"}},
+			gate: errors, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "errors", Err: "cannot reach Prometheus at http://127.0.0.1:1: connection refused"}},
 			want: GateCheck{Result: GateError, Error: "cannot reach Prometheus at http://127.0.0.1:1: connection refused"},
 		},
 		"a gate without a measurement is an error": {
@@ -64,21 +64,21 @@ func TestJudgeGates(t *testing.T) {
 			want: GateCheck{Result: GateError, Error: "not measured"},
 		},
 		"a baseline gate is judged against the median of the nodes measured": {
-			gate: drops, nodes: nodes, m: []rolloutplan.Measurement{{Gate: "drops", Values: vals("a", 1.0, "b", 1.2, "c", 0.9, "d", 2.0)}},
+			gate: drops, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "drops", Values: vals("a", 1.0, "b", 1.2, "c", 0.9, "d", 2.0)}},
 			want: GateCheck{Result: GateFail, Measured: 4, Baseline: BaselineToday, Bound: "max 0.5 of the baseline median 1.1 (4 nodes)", OutOfBounds: []NodeValue{{"d", "2"}}},
 		},
 		"noise every node shares passes a baseline gate": {
-			gate: drops, nodes: nodes, m: []rolloutplan.Measurement{{Gate: "drops", Values: vals("a", 10.0, "b", 10.2, "c", 9.9, "d", 10.1)}},
+			gate: drops, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "drops", Values: vals("a", 10.0, "b", 10.2, "c", 9.9, "d", 10.1)}},
 			want: GateCheck{Result: GatePass, Measured: 4, Baseline: BaselineToday, Bound: "max 0.5 of the baseline median 10.05 (4 nodes)"},
 		},
 		"with too few values a baseline gate is checked for missing series only": {
-			gate: drops, nodes: nodes, m: []rolloutplan.Measurement{{Gate: "drops", Values: vals("a", 0.0, "b", 100.0)}},
+			gate: drops, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "drops", Values: vals("a", 0.0, "b", 100.0)}},
 			want: GateCheck{Result: GateMissing, Measured: 2, Missing: []string{"c", "d"}, Baseline: BaselineRollout, Bound: "max 0.5"},
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			run := gateRun{gates: []rolloutapi.Gate{tc.gate}, req: rolloutplan.AnalysisRequest{Wave: tc.nodes, Queries: []rolloutplan.GateQuery{{Gate: tc.gate.Name, Wave: "q"}}}}
+			run := gateRun{gates: []rolloutapi.Gate{tc.gate}, req: rolloutanalysis.Request{Wave: tc.nodes, Queries: []rolloutanalysis.GateQuery{{Gate: tc.gate.Name, Wave: "q"}}}}
 			got := judgeGates(run, tc.m)
 			tc.want.Name, tc.want.Query = tc.gate.Name, "q"
 			if len(got) != 1 || !reflect.DeepEqual(got[0], tc.want) {

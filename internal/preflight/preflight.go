@@ -9,7 +9,7 @@
 // why, and which template fields change (Assess, an Impact); fit.go whether the new pod fits or
 // preempts (Fit); rollout.go how the rollout proceeds, for managed DaemonSets with the
 // controller's own planner (rolloutplan.Forecast), and what the gates' queries found today,
-// judged with the planner's own judgement (rolloutplan.Judge).
+// judged with the rollout's own judgement (rolloutanalysis.Judge).
 package preflight
 
 import (

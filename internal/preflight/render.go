@@ -15,6 +15,7 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 	"sigs.k8s.io/yaml"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/kubetext"
 )
@@ -318,7 +319,7 @@ func gateVerdict(g GateCheck, nodes int) string {
 		for i, nv := range g.OutOfBounds {
 			value, err := strconv.ParseFloat(nv.Value, 64)
 			if err == nil {
-				nv.Value = rolloutplan.FormatValue(value)
+				nv.Value = rolloutanalysis.FormatValue(value)
 			}
 			values[i] = nv.Node + "=" + nv.Value
 		}

@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
@@ -227,7 +228,7 @@ const minSelfBaseline = 3
 // gateRun is what the check measures: the gates and their queries, in the same order.
 type gateRun struct {
 	gates []rolloutapi.Gate
-	req   rolloutplan.AnalysisRequest
+	req   rolloutanalysis.Request
 }
 
 // analysisCheck is the check of ds, stored after the apply, before anything is measured: nil when
@@ -274,10 +275,10 @@ func analysisCheck(ds *appsv1.DaemonSet, nodes []NodeImpact) (*AnalysisCheck, *g
 		return c, nil
 	}
 	vars := rolloutapi.QueryVars{Nodes: c.Nodes, Revision: c.Revision, OldRevision: c.Revision, Name: ds.Name, Namespace: ds.Namespace}
-	run := &gateRun{gates: gates, req: rolloutplan.AnalysisRequest{Wave: c.Nodes}}
+	run := &gateRun{gates: gates, req: rolloutanalysis.Request{Wave: c.Nodes}}
 	for _, g := range gates {
 		// One query per gate: a baseline gate's own values are its baseline today.
-		q := rolloutplan.GateQuery{Gate: g.Name, NodeLabel: g.NodeLabel, Wave: rolloutapi.RenderQuery(g.Query, vars)}
+		q := rolloutanalysis.GateQuery{Gate: g.Name, NodeLabel: g.NodeLabel, Wave: rolloutapi.RenderQuery(g.Query, vars)}
 		run.req.Queries = append(run.req.Queries, q)
 		c.Gates = append(c.Gates, GateCheck{Name: g.Name, Query: q.Wave, Result: GateNotRun})
 	}
@@ -285,14 +286,14 @@ func analysisCheck(ds *appsv1.DaemonSet, nodes []NodeImpact) (*AnalysisCheck, *g
 }
 
 // judgeGates is the verdict on each gate of run from Prometheus' answers, ms (one per query, any
-// order), over the nodes measured: the rollout's own judgement (rolloutplan.Judge), with the
+// order), over the nodes measured: the rollout's own judgement (rolloutanalysis.Judge), with the
 // measured nodes as the baseline of a baseline gate when enough of them have a value.
-func judgeGates(run gateRun, ms []rolloutplan.Measurement) []GateCheck {
+func judgeGates(run gateRun, ms []rolloutanalysis.Measurement) []GateCheck {
 	nodes := run.req.Wave
 	out := make([]GateCheck, len(run.gates))
 	for i, g := range run.gates {
 		gc := GateCheck{Name: g.Name, Query: run.req.Queries[i].Wave}
-		var m *rolloutplan.Measurement
+		var m *rolloutanalysis.Measurement
 		for j := range ms {
 			if ms[j].Gate == g.Name {
 				m = &ms[j]
@@ -309,11 +310,11 @@ func judgeGates(run gateRun, ms []rolloutplan.Measurement) []GateCheck {
 			if g.Baseline {
 				gc.Baseline = BaselineRollout
 				// Judge counts the nodes with a value as the rollout does: NaN is none.
-				if rolloutplan.Judge(g, judged, nodes, nil).Measured >= minSelfBaseline {
+				if rolloutanalysis.Judge(g, judged, nodes, nil).Measured >= minSelfBaseline {
 					gc.Baseline, judged.Baseline, baseline = BaselineToday, judged.Values, nodes
 				}
 			}
-			j := rolloutplan.Judge(g, judged, nodes, baseline)
+			j := rolloutanalysis.Judge(g, judged, nodes, baseline)
 			gc.Measured, gc.Missing, gc.Bound = j.Measured, j.Missing, j.Bound
 			for _, nv := range j.OutOfBounds {
 				gc.OutOfBounds = append(gc.OutOfBounds, NodeValue{Node: nv.Node, Value: strconv.FormatFloat(nv.Value, 'g', -1, 64)})

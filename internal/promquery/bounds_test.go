@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutplan"
+	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/promscope"
 )
 
@@ -60,7 +60,7 @@ func TestMeasureBoundsEveryAnswer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req := rolloutplan.AnalysisRequest{Queries: []rolloutplan.GateQuery{{Gate: "g", NodeLabel: "node", Wave: tc.query}}, Wave: []string{"w1", "w2"}}
+			req := rolloutanalysis.Request{Queries: []rolloutanalysis.GateQuery{{Gate: "g", NodeLabel: "node", Wave: tc.query}}, Wave: []string{"w1", "w2"}}
 			m := c.Measure(context.Background(), req, promscope.Unscoped)[0]
 			switch {
 			case tc.want == "" && m.Err != "":
@@ -112,11 +112,11 @@ func TestMeasureBoundsTheQueriesInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var queries []rolloutplan.GateQuery
+	var queries []rolloutanalysis.GateQuery
 	for i := range 10 {
-		queries = append(queries, rolloutplan.GateQuery{Gate: fmt.Sprint("g", i), NodeLabel: "node", Wave: "up", Baseline: "up"})
+		queries = append(queries, rolloutanalysis.GateQuery{Gate: fmt.Sprint("g", i), NodeLabel: "node", Wave: "up", Baseline: "up"})
 	}
-	req := rolloutplan.AnalysisRequest{Queries: queries, Wave: []string{"w1"}, BaselineNodes: []string{"w1"}}
+	req := rolloutanalysis.Request{Queries: queries, Wave: []string{"w1"}, BaselineNodes: []string{"w1"}}
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
@@ -142,7 +142,7 @@ func TestAQueryWaitingForASlotEndsWithItsContext(t *testing.T) {
 	c.slots <- struct{}{} // every slot taken
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	req := rolloutplan.AnalysisRequest{Queries: []rolloutplan.GateQuery{{Gate: "g", NodeLabel: "node", Wave: "up"}}, Wave: []string{"w1"}}
+	req := rolloutanalysis.Request{Queries: []rolloutanalysis.GateQuery{{Gate: "g", NodeLabel: "node", Wave: "up"}}, Wave: []string{"w1"}}
 	if m := c.Measure(ctx, req, promscope.Unscoped)[0]; !strings.HasPrefix(m.Err, KindCancelled+": ") {
 		t.Errorf("Err %q, want a cancelled measurement", m.Err)
 	}
@@ -160,7 +160,7 @@ func TestMeasureScopesTheQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	scope := c.Scope("tenant", false)
-	req := rolloutplan.AnalysisRequest{Wave: []string{"w1"}, Queries: []rolloutplan.GateQuery{
+	req := rolloutanalysis.Request{Wave: []string{"w1"}, Queries: []rolloutanalysis.GateQuery{
 		{Gate: "reads-another-namespace", NodeLabel: "node", Wave: `payments_secret_info{namespace="payments",node=~"w1"}`},
 		{Gate: "does-not-parse", NodeLabel: "node", Wave: `sum(up{node=~"w1"}`},
 	}}

@@ -32,7 +32,7 @@ import (
 	"github.com/prometheus/common/model"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutplan"
+	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/promscope"
 )
 
@@ -174,8 +174,8 @@ func (c *Client) Scope(namespace string, marked bool) promscope.Scope {
 // used leaves Values empty and says why in Err, which makes the gate's measurement inconclusive.
 // Values hold the nodes of req.Wave only, and Baseline those of req.BaselineNodes: nothing else
 // Prometheus answered leaves this function.
-func (c *Client) Measure(ctx context.Context, req rolloutplan.AnalysisRequest, scope promscope.Scope) []rolloutplan.Measurement {
-	out := make([]rolloutplan.Measurement, len(req.Queries))
+func (c *Client) Measure(ctx context.Context, req rolloutanalysis.Request, scope promscope.Scope) []rolloutanalysis.Measurement {
+	out := make([]rolloutanalysis.Measurement, len(req.Queries))
 	var wg sync.WaitGroup
 	for i, q := range req.Queries {
 		out[i].Gate = q.Gate

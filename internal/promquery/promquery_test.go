@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutplan"
+	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/promscope"
 )
 
@@ -124,84 +124,84 @@ func TestMeasure(t *testing.T) {
 	ok := Options{Address: server.URL, CAFile: caFileOf(t, server)}
 	tests := map[string]struct {
 		opts   Options
-		query  rolloutplan.GateQuery
+		query  rolloutanalysis.GateQuery
 		want   map[string]float64 // Values; NaN is compared as NaN
 		baseln map[string]float64
 		errHas []string // every one is in Err; nil wants no Err
 	}{
 		"a vector with one sample per node is node -> value of the wave's nodes, NaN kept for the planner to judge": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
 			want: map[string]float64{"w1": 0.5, "w2": nan},
 		},
 		"a baseline query is measured too": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave, Baseline: base},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave, Baseline: base},
 			want: map[string]float64{"w1": 0.5, "w2": nan}, baseln: map[string]float64{"b1": 1},
 		},
 		"the node label is the gate's": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "instance", Wave: "by_instance"},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "instance", Wave: "by_instance"},
 			want: map[string]float64{"w1": 3},
 		},
 		"a sample without the node label: an error naming the label, not the sample": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "missing_label"},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: "missing_label"},
 			errHas: []string{KindNoNodeLabel + ": a sample has no node label", "one sample per node"},
 		},
 		"two samples for a node of the wave: an error naming the node, not the samples": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "duplicate_node"},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: "duplicate_node"},
 			errHas: []string{KindTwoSamplesANode + ": two samples for node w1", "one sample per node"},
 		},
 		"two samples for a 'node' outside the wave: an error that does not name it": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "duplicate_other"},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: "duplicate_other"},
 			errHas: []string{"two samples with the same node"},
 		},
 		"a native histogram: non-numeric": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "histogram"},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: "histogram"},
 			errHas: []string{KindNonNumeric + ": a sample is a native histogram"},
 		},
 		"a failed baseline query: an error that says it was the baseline's, and no values": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave, Baseline: "duplicate_node"},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave, Baseline: "duplicate_node"},
 			errHas: []string{"baseline query: " + KindTwoSamplesANode},
 		},
 		"a scalar: an error naming the type": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "scalar"},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: "scalar"},
 			errHas: []string{KindNotAVector + ": the query returned a scalar, not an instant vector"},
 		},
 		"a matrix: an error naming the type": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "matrix"},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: "matrix"},
 			errHas: []string{"returned a matrix, not an instant vector"},
 		},
 		"a query Prometheus rejects: its error type, never its message, which quotes series": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "bad_query"},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: "bad_query"},
 			errHas: []string{KindBadQuery + ": Prometheus at " + server.URL + " rejected the query (bad_data)"},
 		},
 		"a query Prometheus fails to run: its error type only": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "exec_error"},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: "exec_error"},
 			errHas: []string{KindQueryFailed + ": Prometheus at " + server.URL + " could not run the query (execution)"},
 		},
 		"an HTTP error status: the status, not the body": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "unavailable"},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: "unavailable"},
 			errHas: []string{KindHTTPError + ": Prometheus at " + server.URL + " answered with server error: 503"},
 		},
 		"an answer that is not Prometheus' JSON: a bad response, not its text": {
-			opts: ok, query: rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: "not_json"},
+			opts: ok, query: rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: "not_json"},
 			errHas: []string{KindBadResponse + ": "},
 		},
 		"no answer within the timeout: says so and names the flag": {
 			opts:   Options{Address: slow.URL, CAFile: caFileOf(t, slow), Timeout: 100 * time.Millisecond},
-			query:  rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
+			query:  rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
 			errHas: []string{KindTimeout + ": Prometheus at " + slow.URL + " did not answer within 100ms (--prometheus-timeout)"},
 		},
 		"a server whose certificate the CA did not sign: unreachable, saying why": {
 			opts:   Options{Address: server.URL, CAFile: otherCAFile(t)},
-			query:  rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
+			query:  rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
 			errHas: []string{KindUnreachable + ": cannot reach Prometheus at " + server.URL, "certificate is not trusted"},
 		},
 		"nothing listening: unreachable, connection refused": {
 			opts:   Options{Address: closed.URL},
-			query:  rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
+			query:  rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
 			errHas: []string{KindUnreachable + ": cannot reach Prometheus at " + closed.URL, "refused"},
 		},
 		"no Prometheus configured: every measurement says how to configure one": {
-			query:  rolloutplan.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
+			query:  rolloutanalysis.GateQuery{Gate: "g", NodeLabel: "node", Wave: wave},
 			errHas: []string{NotConfigured},
 		},
 	}
@@ -211,7 +211,7 @@ func TestMeasure(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req := rolloutplan.AnalysisRequest{Queries: []rolloutplan.GateQuery{tc.query}, Wave: []string{"w1", "w2"}, BaselineNodes: []string{"b1"}}
+			req := rolloutanalysis.Request{Queries: []rolloutanalysis.GateQuery{tc.query}, Wave: []string{"w1", "w2"}, BaselineNodes: []string{"b1"}}
 			got := c.Measure(context.Background(), req, promscope.Unscoped)
 			if len(got) != 1 || got[0].Gate != tc.query.Gate {
 				t.Fatalf("measurements %+v, want one of gate %s", got, tc.query.Gate)
@@ -279,7 +279,7 @@ func TestMeasureKeepsTheOrderOfTheRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := c.Measure(context.Background(), rolloutplan.AnalysisRequest{Queries: []rolloutplan.GateQuery{
+	got := c.Measure(context.Background(), rolloutanalysis.Request{Queries: []rolloutanalysis.GateQuery{
 		{Gate: "first", NodeLabel: "node", Wave: "a"}, {Gate: "second", NodeLabel: "node", Wave: "b"},
 	}, Wave: []string{"w1"}}, promscope.Unscoped)
 	if len(got) != 2 || got[0].Gate != "first" || got[0].Values["w1"] != 1 || got[1].Gate != "second" || got[1].Values["w1"] != 2 {
@@ -296,7 +296,7 @@ func TestTheBearerTokenIsReadFromItsFileOnEveryQuery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := rolloutplan.AnalysisRequest{Queries: []rolloutplan.GateQuery{{Gate: "g", NodeLabel: "node", Wave: "q"}}}
+	req := rolloutanalysis.Request{Queries: []rolloutanalysis.GateQuery{{Gate: "g", NodeLabel: "node", Wave: "q"}}}
 	if m := c.Measure(context.Background(), req, promscope.Unscoped); m[0].Err != "" {
 		t.Fatal(m[0].Err)
 	}
