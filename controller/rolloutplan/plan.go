@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
+	"github.com/daemonguard/daemonguard/internal/kubetext"
 	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
@@ -758,18 +759,6 @@ func nodesOf(refs []PodRef) string {
 	return strings.Join(names, ", ")
 }
 
-// listedNodes is how many nodes a message names before it counts the rest.
-const listedNodes = 3
-
-// ListNodes names the first listedNodes items and counts the rest: "a, b, c and 4 more", as
-// the rollout's messages name nodes.
-func ListNodes(items []string) string {
-	if len(items) <= listedNodes {
-		return strings.Join(items, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(items[:listedNodes], ", "), len(items)-listedNodes)
-}
-
 // deadlineCause says that the progress deadline passed, and how long it is.
 func deadlineCause(d time.Duration) string {
 	return fmt.Sprintf("new pods not Ready within the progress deadline of %s", d)
@@ -786,7 +775,7 @@ func haltMessage(step, cause string, views []nodeView, desired int, ds string) s
 	}
 	nodes := "no new pod is unavailable now"
 	if len(issues) > 0 {
-		nodes = fmt.Sprintf("new pods not available on %d of %d nodes: %s", len(issues), desired, ListNodes(issues))
+		nodes = fmt.Sprintf("new pods not available on %d of %d nodes: %s", len(issues), desired, kubetext.List(issues))
 	}
 	return fmt.Sprintf("step %s: %s; %s; no further pods are replaced; fix the template and apply it to roll forward, or roll back with: daemonguard rollout undo %s",
 		step, cause, nodes, ds)
@@ -1115,7 +1104,7 @@ func (p *planner) analyse() (Plan, bool) {
 		return plan, true
 	}
 	return p.finish(rolloutapi.PhaseProgressing, rolloutapi.ReasonAnalysisRunning, fmt.Sprintf("step %s: %d of %d nodes updated; analysing %s (%s): %s; next measurement at %s",
-		step, p.plan.Updated, p.plan.Desired, nodeCount(wave), ListNodes(wave), strings.Join(waiting, ", "), p.at(p.plan.RequeueAfter))), true
+		step, p.plan.Updated, p.plan.Desired, nodeCount(wave), kubetext.List(wave), strings.Join(waiting, ", "), p.at(p.plan.RequeueAfter))), true
 }
 
 // maxInconclusiveDelay caps the wait before an inconclusive gate is measured again. Doubling
@@ -1199,15 +1188,15 @@ func judge(g rolloutapi.Gate, m *rolloutanalysis.Measurement, wave, baseline []s
 	j := rolloutanalysis.Judge(g, *m, wave, baseline)
 	switch {
 	case len(j.Missing) > 0:
-		return rolloutapi.MeasurementInconclusive, fmt.Sprintf("no sample labelled %s for %d of %d nodes: %s", g.NodeLabel, len(j.Missing), len(wave), ListNodes(j.Missing))
+		return rolloutapi.MeasurementInconclusive, fmt.Sprintf("no sample labelled %s for %d of %d nodes: %s", g.NodeLabel, len(j.Missing), len(wave), kubetext.List(j.Missing))
 	case g.Baseline && j.BaselineNodes == 0:
-		return rolloutapi.MeasurementInconclusive, fmt.Sprintf("no baseline: no sample labelled %s for any of %d baseline nodes (%s)", g.NodeLabel, len(baseline), ListNodes(baseline))
+		return rolloutapi.MeasurementInconclusive, fmt.Sprintf("no baseline: no sample labelled %s for any of %d baseline nodes (%s)", g.NodeLabel, len(baseline), kubetext.List(baseline))
 	case len(j.OutOfBounds) > 0:
 		out := make([]string, len(j.OutOfBounds))
 		for i, nv := range j.OutOfBounds {
 			out[i] = nv.Node + "=" + rolloutanalysis.FormatValue(nv.Value)
 		}
-		return rolloutapi.MeasurementFailed, fmt.Sprintf("%d of %d nodes out of bounds (%s): %s", len(out), len(wave), j.Bound, ListNodes(out))
+		return rolloutapi.MeasurementFailed, fmt.Sprintf("%d of %d nodes out of bounds (%s): %s", len(out), len(wave), j.Bound, kubetext.List(out))
 	}
 	return rolloutapi.MeasurementPassed, fmt.Sprintf("%d nodes within bounds (%s)", len(wave), j.Bound)
 }

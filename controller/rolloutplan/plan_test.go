@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/daemonguard/daemonguard/internal/kubetext"
 	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
@@ -384,12 +385,12 @@ func TestComputePropertiesHoldForRandomStates(t *testing.T) {
 			}
 		}
 		if p.Phase == rolloutapi.PhaseFailed {
-			// Every halt names its cause, the nodes (at most listedNodes of them by name) and the
+			// Every halt names its cause, the nodes (at most kubetext.ListedItems of them by name) and the
 			// way out; the Event says what the condition says.
 			if !strings.Contains(p.Message, "; no further pods are replaced; fix the template") || !strings.Contains(p.Message, "daemonguard rollout undo ds/") {
 				t.Fatalf("case %d: failure message %q lacks what to do", i, p.Message)
 			}
-			if named := strings.Count(p.Message, " since ") + strings.Count(p.Message, ": no pod yet"); named > listedNodes {
+			if named := strings.Count(p.Message, " since ") + strings.Count(p.Message, ": no pod yet"); named > kubetext.ListedItems {
 				t.Fatalf("case %d: failure message names %d nodes: %q", i, named, p.Message)
 			}
 		}

@@ -1,6 +1,7 @@
 // Package kubetext shapes the free text daemonguard writes: Truncate bounds what goes into
 // Kubernetes objects (annotation values, report descriptions), whose size the API server and etcd
-// limit; Indent lays out multi-line text (a pod template, a diff) inside the CLI's reports.
+// limit; Indent lays out multi-line text (a pod template, a diff) inside the CLI's reports; List
+// names the first few of many items (nodes) in a message.
 package kubetext
 
 import "unicode/utf8"

@@ -323,15 +323,15 @@ func gateVerdict(g GateCheck, nodes int) string {
 			}
 			values[i] = nv.Node + "=" + nv.Value
 		}
-		parts = append(parts, fmt.Sprintf("WOULD FAIL: %d of %d nodes out of bounds already (%s): %s", len(values), nodes, bound, rolloutplan.ListNodes(values)))
+		parts = append(parts, fmt.Sprintf("WOULD FAIL: %d of %d nodes out of bounds already (%s): %s", len(values), nodes, bound, kubetext.List(values)))
 	case GateMissing:
-		parts = append(parts, fmt.Sprintf("NO SERIES for %d of %d nodes: %s; the rollout would pause (inconclusive) until they have one", len(g.Missing), nodes, rolloutplan.ListNodes(g.Missing)))
+		parts = append(parts, fmt.Sprintf("NO SERIES for %d of %d nodes: %s; the rollout would pause (inconclusive) until they have one", len(g.Missing), nodes, kubetext.List(g.Missing)))
 		if g.Measured > 0 && g.Baseline != BaselineRollout {
 			parts = append(parts, fmt.Sprintf("the other %d within bounds (%s)", g.Measured, bound))
 		}
 	}
 	if g.Result == GateFail && len(g.Missing) > 0 {
-		parts = append(parts, fmt.Sprintf("no series for %d of %d nodes: %s", len(g.Missing), nodes, rolloutplan.ListNodes(g.Missing)))
+		parts = append(parts, fmt.Sprintf("no series for %d of %d nodes: %s", len(g.Missing), nodes, kubetext.List(g.Missing)))
 	}
 	if g.Baseline == BaselineRollout {
 		parts = append(parts, fmt.Sprintf("a baseline gate: with %d of %d nodes measured there is no median to judge them by; the rollout judges it against old-revision nodes, and only missing series are checked here", g.Measured, nodes))
