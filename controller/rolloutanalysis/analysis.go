@@ -52,8 +52,8 @@ type NodeValue struct {
 }
 
 // Judgement is one gate's measurement judged node by node, before anything is worded or
-// decided: the rollout judges each wave with it (rolloutplan's judge), and `rollout plan` the nodes it measures
-// today, so that both apply the bounds the same way.
+// decided: the rollout judges each wave with it (rolloutplan's judge), and `rollout plan` the
+// nodes it measures today, so that both apply the bounds the same way.
 type Judgement struct {
 	// Measured counts the nodes with a value; Missing are the nodes without a sample, or with
 	// NaN, in the order given.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/nodes"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
@@ -346,6 +347,33 @@ func uniqueSorted(in []string) []string {
 		if i == 0 || s != in[i-1] {
 			out = append(out, s)
 		}
+	}
+	return out
+}
+
+// passingMeasurements are measurements of req that every gate passes on every node: the value at
+// the gate's bound (bounds are inclusive), over a baseline of zeros. A forecast assumes them.
+func passingMeasurements(gates []rolloutapi.Gate, req *rolloutanalysis.Request) []rolloutanalysis.Measurement {
+	var out []rolloutanalysis.Measurement
+	for _, q := range req.Queries {
+		i := slices.IndexFunc(gates, func(g rolloutapi.Gate) bool { return g.Name == q.Gate })
+		if i < 0 {
+			continue
+		}
+		v := 0.0
+		if g := gates[i]; g.Max != nil {
+			v = *g.Max
+		} else if g.Min != nil {
+			v = *g.Min
+		}
+		m := rolloutanalysis.Measurement{Gate: q.Gate, Values: map[string]float64{}, Baseline: map[string]float64{}}
+		for _, n := range req.Wave {
+			m.Values[n] = v
+		}
+		for _, n := range req.BaselineNodes {
+			m.Baseline[n] = 0
+		}
+		out = append(out, m)
 	}
 	return out
 }
