@@ -5,10 +5,10 @@
 // generator (loadgen), the API server benchmark (apibench), the 1,000-node rollout benchmark
 // (rolloutbench), the benchmark of `rollout plan` (planbench), the 5,000-node scale benchmark
 // (scalebench) and the real Prometheus for tests (promtest). layout_test.go checks that the
-// shipped binaries link none of it, that `rollout plan` links no controller manager, and how many
-// files a plan run and a reconcile cross; naming_test.go that every test file needing the local
-// control plane, and only those, is named *_cluster_test.go; docs_test.go that the docs name only
-// what exists.
+// shipped binaries link none of it, that `rollout plan` links no controller manager, that the
+// rollout's layers import only downward (TestArrowsPointDown), and how many files a plan run and a
+// reconcile cross; naming_test.go that every test file needing the local control plane, and only
+// those, is named *_cluster_test.go; docs_test.go that the docs name only what exists.
 package test
 
 import (
@@ -91,6 +91,34 @@ func TestPlanLinksNoControllerManager(t *testing.T) {
 		for _, dep := range strings.Fields(string(out)) {
 			if dep == module+"/controller/rollout" || dep == "sigs.k8s.io/controller-runtime/pkg/manager" {
 				t.Errorf("%s links %s", module+pkg, dep)
+			}
+		}
+	}
+}
+
+// TestArrowsPointDown holds the rollout's layers apart: controller/rollout -> the planner
+// (controller/rolloutplan) -> the analysis gates' vocabulary (controller/rolloutanalysis) <- the
+// Prometheus client (internal/promquery). The client links nothing of the planner or the
+// controller, and the planner and the vocabulary link no Kubernetes or Prometheus client: they
+// take plain data and a clock.
+func TestArrowsPointDown(t *testing.T) {
+	// clients are import path prefixes of the clients the pure layers must not link.
+	clients := []string{"k8s.io/client-go/", "sigs.k8s.io/controller-runtime/", "github.com/prometheus/client_golang/"}
+	controller, planner, client := module+"/controller/rollout", module+"/controller/rolloutplan", module+"/internal/promquery"
+	for pkg, forbidden := range map[string][]string{
+		"/internal/promquery":         {planner, controller},
+		"/controller/rolloutanalysis": append([]string{planner, controller, client}, clients...),
+		"/controller/rolloutplan":     append([]string{controller, client}, clients...),
+	} {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, errText(err))
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, f := range forbidden {
+				if dep == f || (strings.HasSuffix(f, "/") && strings.HasPrefix(dep, f)) {
+					t.Errorf("%s links %s", module+pkg, dep)
+				}
 			}
 		}
 	}
