@@ -12,8 +12,13 @@ LDFLAGS     := -X github.com/daemonguard/daemonguard/internal/cli.Version=$(VERS
 REGISTRY    ?=
 BASE        ?= auto
 RELEASE_DIR ?= $(LOCALBIN)/release
-# go test flags; CI keeps -p 2 on its two cores. Integration packages start one local cluster each.
+# go test flags. Integration packages start one local cluster each.
 TEST_FLAGS  ?= -count=1 -timeout 60m
+# TEST_PACKAGES is how many test packages make test runs at once. Three on a 2-core machine: a
+# cluster package spends most of its time waiting on the control plane (a rollout's pods, the pod
+# garbage collector's quarantine, Argo CD's sync), so a third keeps the cores busy
+# (docs/performance.md, "The first run").
+TEST_PACKAGES ?= 3
 BENCH       ?= .
 
 ##@ General
@@ -164,14 +169,14 @@ KUBERNETES     ?= oldest
 .PHONY: test
 test: testbin lint ## Run every test on the newest Kubernetes, then the version suites on the oldest.
 	gotestsum=$$($(TESTBIN) --print gotestsum); \
-	  "$$gotestsum" --format $(TEST_FORMAT) --hide-summary=skipped -- $(TEST_FLAGS) ./...
+	  "$$gotestsum" --format $(TEST_FORMAT) --hide-summary=skipped -- -p $(TEST_PACKAGES) $(TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory test-kubernetes KUBERNETES=oldest
 
 .PHONY: test-kubernetes
 test-kubernetes: testbin ## Run the version suites on one Kubernetes (KUBERNETES=oldest, the default; newest; or 1.33), timed.
 	@echo "Version suites on Kubernetes $(KUBERNETES): $(VERSION_SUITES)"
 	@start=$$(date +%s); gotestsum=$$($(TESTBIN) --print gotestsum); \
-	  rc=0; DAEMONGUARD_KUBERNETES_VERSION=$(KUBERNETES) "$$gotestsum" --format $(TEST_FORMAT) --hide-summary=skipped -- $(TEST_FLAGS) $(VERSION_SUITES) || rc=$$?; \
+	  rc=0; DAEMONGUARD_KUBERNETES_VERSION=$(KUBERNETES) "$$gotestsum" --format $(TEST_FORMAT) --hide-summary=skipped -- -p $(TEST_PACKAGES) $(TEST_FLAGS) $(VERSION_SUITES) || rc=$$?; \
 	  echo "Version suites on Kubernetes $(KUBERNETES) took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 .PHONY: test-unit
