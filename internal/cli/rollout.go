@@ -221,15 +221,15 @@ func dryRunFlag(cmd *cobra.Command, value *string) {
 	cmd.Flags().Lookup("dry-run").NoOptDefVal = string(rolloutcli.DryRunClient)
 }
 
-func parseDryRun(v string) (rolloutcli.DryRun, error) {
-	switch d := rolloutcli.DryRun(v); d {
+func parseDryRun(v string) (rolloutcli.DryRunMode, error) {
+	switch d := rolloutcli.DryRunMode(v); d {
 	case rolloutcli.DryRunNone, rolloutcli.DryRunClient, rolloutcli.DryRunServer:
 		return d, nil
 	}
 	return "", fmt.Errorf("--dry-run %q is not one of none, client, server", v)
 }
 
-func dryRunSuffix(d rolloutcli.DryRun) string {
+func dryRunSuffix(d rolloutcli.DryRunMode) string {
 	if d == rolloutcli.DryRunNone {
 		return ""
 	}

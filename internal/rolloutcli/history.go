@@ -152,19 +152,19 @@ type UndoResult struct {
 	Template *corev1.PodTemplateSpec
 }
 
-// DryRun selects how Undo and the patching commands treat the cluster.
-type DryRun string
+// DryRunMode selects how Undo and the patching commands treat the cluster.
+type DryRunMode string
 
 const (
-	DryRunNone   DryRun = "none"
-	DryRunClient DryRun = "client" // compute and print, do not send
-	DryRunServer DryRun = "server" // send with dryRun=All: validated and admitted, not persisted
+	DryRunNone   DryRunMode = "none"
+	DryRunClient DryRunMode = "client" // compute and print, do not send
+	DryRunServer DryRunMode = "server" // send with dryRun=All: validated and admitted, not persisted
 )
 
 // Undo restores a revision of the DaemonSet like `kubectl rollout undo ds`: it patches the
 // DaemonSet with the revision's data (a strategic merge patch replacing spec.template), so the
 // DaemonSet controller records the restored template as a new, highest revision.
-func Undo(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, toRevision int64, dryRun DryRun) (UndoResult, error) {
+func Undo(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, toRevision int64, dryRun DryRunMode) (UndoResult, error) {
 	revs, err := Revisions(ctx, c, ds)
 	if err != nil {
 		return UndoResult{}, err

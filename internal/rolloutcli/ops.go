@@ -80,7 +80,7 @@ type PauseResult struct {
 }
 
 // Pause sets daemonguard.io/paused: "true" on a managed DaemonSet.
-func Pause(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, dryRun DryRun) (PauseResult, error) {
+func Pause(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, dryRun DryRunMode) (PauseResult, error) {
 	if err := checkManaged(ds, "pause"); err != nil {
 		return PauseResult{}, err
 	}
@@ -92,7 +92,7 @@ func Pause(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, dr
 
 // Resume sets daemonguard.io/paused: "false" and a new daemonguard.io/resume token, which also
 // ends an indefinite pause step.
-func Resume(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, now time.Time, dryRun DryRun) (PauseResult, error) {
+func Resume(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, now time.Time, dryRun DryRunMode) (PauseResult, error) {
 	if err := checkManaged(ds, "resume"); err != nil {
 		return PauseResult{}, err
 	}
@@ -103,21 +103,21 @@ func Resume(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, n
 	}, dryRun)
 }
 
-func patchAnnotations(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, annotations map[string]string, dryRun DryRun) error {
+func patchAnnotations(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, annotations map[string]string, dryRun DryRunMode) error {
 	patch, err := AnnotationsPatch(annotations)
 	return patchDaemonSet(ctx, c, ds, types.MergePatchType, patch, err, dryRun)
 }
 
 // Restart sets the restartedAt pod template annotation, so the template changes and the DaemonSet
 // (managed or not) rolls every pod, like `kubectl rollout restart`.
-func Restart(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, now time.Time, dryRun DryRun) error {
+func Restart(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, now time.Time, dryRun DryRunMode) error {
 	patch, err := RestartPatch(now)
 	return patchDaemonSet(ctx, c, ds, types.StrategicMergePatchType, patch, err, dryRun)
 }
 
 // patchDaemonSet sends a patch the caller built (or the error building it), unless the dry run
 // is the client's.
-func patchDaemonSet(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, pt types.PatchType, patch []byte, buildErr error, dryRun DryRun) error {
+func patchDaemonSet(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet, pt types.PatchType, patch []byte, buildErr error, dryRun DryRunMode) error {
 	if dryRun == DryRunClient || buildErr != nil {
 		return buildErr
 	}
@@ -125,7 +125,7 @@ func patchDaemonSet(ctx context.Context, c kubernetes.Interface, ds *appsv1.Daem
 	return err
 }
 
-func patchOptions(dryRun DryRun) metav1.PatchOptions {
+func patchOptions(dryRun DryRunMode) metav1.PatchOptions {
 	if dryRun == DryRunServer {
 		return metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
 	}
