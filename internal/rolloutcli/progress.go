@@ -49,11 +49,11 @@ func ProgressLine(s Status, width int) string {
 	if s.Next != "" && !s.Done {
 		b.WriteString(", next: " + s.Next)
 	}
-	return Truncate(b.String(), width)
+	return FitWidth(b.String(), width)
 }
 
-// Truncate cuts s to at most width runes, ending in "…" when cut; width < 1 means no limit.
-func Truncate(s string, width int) string {
+// FitWidth cuts s to at most width runes, ending in "…" when cut; width < 1 means no limit.
+func FitWidth(s string, width int) string {
 	if width < 1 || utf8.RuneCountInString(s) <= width {
 		return s
 	}

@@ -88,8 +88,8 @@ func TestTruncate(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := Truncate(tc.in, tc.width); got != tc.want {
-				t.Errorf("Truncate(%q, %d) = %q, want %q", tc.in, tc.width, got, tc.want)
+			if got := FitWidth(tc.in, tc.width); got != tc.want {
+				t.Errorf("FitWidth(%q, %d) = %q, want %q", tc.in, tc.width, got, tc.want)
 			}
 		})
 	}
