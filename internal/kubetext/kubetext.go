@@ -4,7 +4,11 @@
 // names the first few of many items (nodes) in a message.
 package kubetext
 
-import "unicode/utf8"
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
 
 // Truncate returns s when it has at most maxBytes bytes, otherwise its longest prefix that ends
 // on a rune boundary and leaves room for a closing "…" within maxBytes, followed by "…".
@@ -31,4 +35,17 @@ func Indent(text, prefix string) string {
 		start = text[i] == '\n'
 	}
 	return string(out)
+}
+
+// ListedItems is how many items List names before it counts the rest.
+const ListedItems = 3
+
+// List names the first ListedItems items and counts the rest: "a, b, c and 4 more", as the
+// rollout's messages and `rollout plan` name nodes, so that a message stays short on a large
+// cluster.
+func List(items []string) string {
+	if len(items) <= ListedItems {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:ListedItems], ", "), len(items)-ListedItems)
 }

@@ -327,7 +327,7 @@ violation contains {"field": analysis_field, "msg": msg} if {
 
 # max_gates is the most gates a DaemonSet may list: each is a Prometheus query made with the
 # controller's credentials at every interval. The Go twin is rolloutapi.MaxGates
-# (internal/rolloutapi/limits.go); TestMaxGatesMatchesRolloutAPI in policies/policies_test.go
+# (internal/rolloutapi/annotations.go); TestMaxGatesMatchesRolloutAPI in policies/policies_test.go
 # holds the two equal.
 max_gates := 10
 

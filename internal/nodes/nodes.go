@@ -1,8 +1,7 @@
 // Package nodes answers which nodes a DaemonSet's pod template targets, by the DaemonSet
 // controller's own rules (NodeShouldRunDaemonPod). The admission webhook counts them for
 // policies, the rollout controller rolls them, and the pre-flight plan explains them node by node.
-// eligible.go holds the rules (Matcher); strip.go what of a node the components that watch nodes
-// keep in their caches (Strip).
+// It also decides what of a node the components that watch nodes keep in their caches (Strip).
 package nodes
 
 import (
@@ -10,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
 	schedulinghelpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -47,8 +47,8 @@ func NewMatcher(podSpec *corev1.PodSpec) *Matcher {
 	return m
 }
 
-// Verdict is the DaemonSet controller's decision for one node.
-type Verdict struct {
+// Placement is the DaemonSet controller's decision for one node.
+type Placement struct {
 	// Run: a daemon pod is created on the node when it has none.
 	Run bool
 	// Keep: a daemon pod already there keeps running. Run implies Keep; a NoSchedule taint the
@@ -61,22 +61,22 @@ type Verdict struct {
 // Decide is NodeShouldRunDaemonPod for this template: node name, node selector and required
 // affinity must match, and every NoSchedule and NoExecute taint must be tolerated for Run; an
 // untolerated NoSchedule taint alone still allows Keep.
-func (m *Matcher) Decide(node *corev1.Node) Verdict {
+func (m *Matcher) Decide(node *corev1.Node) Placement {
 	if m.nodeName != "" && m.nodeName != node.Name {
-		return Verdict{Reason: fmt.Sprintf("spec.nodeName is %s", m.nodeName)}
+		return Placement{Reason: fmt.Sprintf("spec.nodeName is %s", m.nodeName)}
 	}
 	if ok, _ := m.affinity.Match(node); !ok {
 		if m.nodeSelector != nil && !m.nodeSelector.Matches(labels.Set(node.Labels)) {
-			return Verdict{Reason: fmt.Sprintf("nodeSelector %s does not match the node's labels", m.nodeSelector)}
+			return Placement{Reason: fmt.Sprintf("nodeSelector %s does not match the node's labels", m.nodeSelector)}
 		}
-		return Verdict{Reason: "required node affinity does not match the node's labels"}
+		return Placement{Reason: "required node affinity does not match the node's labels"}
 	}
 	taint, untolerated := m.untolerated(node, corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute)
 	if !untolerated {
-		return Verdict{Run: true, Keep: true}
+		return Placement{Run: true, Keep: true}
 	}
 	_, noExecute := m.untolerated(node, corev1.TaintEffectNoExecute)
-	return Verdict{Keep: !noExecute, Reason: "taint " + TaintString(taint) + " is not tolerated"}
+	return Placement{Keep: !noExecute, Reason: "taint " + TaintString(taint) + " is not tolerated"}
 }
 
 func (m *Matcher) untolerated(node *corev1.Node, effects ...corev1.TaintEffect) (corev1.Taint, bool) {
@@ -131,6 +131,48 @@ func OfPod(p *corev1.Pod) string {
 			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
 				return f.Values[0]
 			}
+		}
+	}
+	return ""
+}
+
+// Strip is the cache transform of the components that watch nodes (the admission webhook, the
+// rollout controller): it keeps what they read, the name, labels and spec (the DaemonSet
+// controller's rules) and whether the node is Ready (the rollout's reachability), and drops the
+// rest, which at thousands of nodes is most of the cache. The forecast strips its nodes the same
+// way, so it reads what the controller reads.
+func Strip(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	n.ManagedFields = nil
+	n.Annotations = nil
+	var ready []corev1.NodeCondition
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = append(ready, corev1.NodeCondition{Type: c.Type, Status: c.Status})
+		}
+	}
+	n.Status = corev1.NodeStatus{Conditions: ready}
+	return n, nil
+}
+
+// Changed tells whether two nodes as Strip keeps them differ in what their readers read: labels,
+// spec, Ready or deletion. A node's status heartbeat (every few minutes per node; at 5,000 nodes
+// several a second) changes none of it.
+func Changed(old, cur *corev1.Node) bool {
+	return !equality.Semantic.DeepEqual(old.Labels, cur.Labels) ||
+		!equality.Semantic.DeepEqual(old.Spec, cur.Spec) ||
+		ReadyStatus(old) != ReadyStatus(cur) ||
+		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp)
+}
+
+// ReadyStatus is the status of the node's Ready condition, "" without one.
+func ReadyStatus(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
 		}
 	}
 	return ""
