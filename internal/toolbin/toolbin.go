@@ -66,13 +66,11 @@ func KubernetesRelease(version string) (string, error) {
 	return "", fmt.Errorf("no control plane of Kubernetes %q is built here (want one of %s)", version, strings.Join(KubernetesVersions, ", "))
 }
 
-// minorOf returns "1.33" for "v1.33.13".
+// minorOf returns "1.33" for "v1.33.13": the version up to its second dot, without the "v".
 func minorOf(version string) string {
-	v := strings.TrimPrefix(version, "v")
-	if i := strings.LastIndexByte(v, '.'); strings.Count(v, ".") == 2 {
-		return v[:i]
-	}
-	return v
+	major, rest, _ := strings.Cut(strings.TrimPrefix(version, "v"), ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	return major + "." + minor
 }
 
 // kubernetesLDFlags stamp a control plane's version: without it the API server reports
@@ -84,10 +82,14 @@ func kubernetesLDFlags(version string) string {
 		" -X k8s.io/component-base/version.gitTreeState=clean"
 }
 
+// ControlPlaneComponents are the components built once per Kubernetes version and named by
+// ControlPlaneBinary; etcd, kwok and the node's binaries are built once, from tools/kube.
+var ControlPlaneComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
 // controlPlaneSet is the control plane of version, named by ControlPlaneBinary.
 func controlPlaneSet(version string) map[string]string {
 	set := map[string]string{}
-	for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+	for _, c := range ControlPlaneComponents {
 		set[ControlPlaneBinary(c, version)] = "k8s.io/kubernetes/cmd/" + c
 	}
 	return set
@@ -195,6 +197,8 @@ var toolModules = []toolModule{
 	},
 }
 
+// withEtcd adds etcd to the newest control plane's set: its version follows tools/kube's
+// Kubernetes, and every cluster runs it, whichever control plane it starts.
 func withEtcd(set map[string]string) map[string]string {
 	set["etcd"] = "go.etcd.io/etcd/server/v3"
 	return set

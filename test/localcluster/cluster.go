@@ -122,7 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		// Kubernetes' skew policy: a kubelet is never newer than its API server.
 		return nil, fmt.Errorf("a real node runs the kubelet of Kubernetes %s, newer than the control plane %s: run it on %s", toolbin.KubernetesVersion, version, toolbin.KubernetesVersion)
 	}
-	for _, component := range controlPlane {
+	for _, component := range toolbin.ControlPlaneComponents {
 		binaries = append(binaries, toolbin.ControlPlaneBinary(component, version))
 	}
 	if cfg.RealNode {
@@ -347,13 +347,10 @@ func (c *Cluster) start(ctx context.Context, cfg Config) error {
 // Config.KubernetesVersion is empty.
 const KubernetesVersionEnv = "DAEMONGUARD_KUBERNETES_VERSION"
 
-// controlPlane are the components built per Kubernetes version (toolbin.ControlPlaneBinary).
-var controlPlane = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
-
 // run starts a component; a control-plane component at the cluster's version.
 func (c *Cluster) run(name string, args []string, logDir string) error {
 	bin := name
-	if slices.Contains(controlPlane, name) {
+	if slices.Contains(toolbin.ControlPlaneComponents, name) {
 		bin = toolbin.ControlPlaneBinary(name, c.KubernetesVersion)
 	}
 	return c.runBinary(name, c.Binaries.Path(bin), args, logDir)
