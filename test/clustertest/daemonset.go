@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,4 +59,21 @@ func LastMeasurement(t testing.TB, ds *appsv1.DaemonSet, gate string) *rolloutap
 		}
 	}
 	return nil
+}
+
+// RolledOut is a WaitDaemonSet condition: the DaemonSet's template runs image, its controller has
+// observed its spec, and n pods are scheduled for it, updated and available; when managed, it also
+// wants daemonguard's rollout condition Complete True.
+func RolledOut(image string, n int, managed bool) func(*appsv1.DaemonSet) (bool, string) {
+	return func(ds *appsv1.DaemonSet) (bool, string) {
+		s := ds.Status
+		got := ds.Spec.Template.Spec.Containers[0].Image
+		done := got == image && s.ObservedGeneration == ds.Generation &&
+			s.DesiredNumberScheduled == int32(n) && s.UpdatedNumberScheduled == int32(n) && s.NumberAvailable == int32(n)
+		if done && managed {
+			done = RolloutCondition(ds, rolloutapi.PhaseComplete) != nil
+		}
+		return done, fmt.Sprintf("image %s, observed generation %d of %d, desired %d, updated %d, available %d, conditions %+v",
+			got, s.ObservedGeneration, ds.Generation, s.DesiredNumberScheduled, s.UpdatedNumberScheduled, s.NumberAvailable, s.Conditions)
+	}
 }
