@@ -30,6 +30,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/selftls"
 	"github.com/daemonguard/daemonguard/internal/serving"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 	"github.com/daemonguard/daemonguard/webhook"
@@ -202,19 +203,14 @@ func dryRunDaemonSet(ctx context.Context, client kubernetes.Interface, ns, name 
 func assertNoDrift(t *testing.T, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	root := toolbin.RepoPath(t)
-	files := []string{"testdata/demo/nginx-ds.yaml", "testdata/demo-rollout/node-agent.yaml"}
-	for _, f := range files {
-		path := filepath.Join(root, f)
-		if out, stderr, err := cluster.Kubectl(ctx, "", "apply", "--server-side", "-n", ns, "-f", path); err != nil {
-			t.Fatalf("kubectl apply %s: %v\n%s%s", f, err, out, stderr)
-		}
+	for _, path := range []string{clustertest.SeedManifest(t), toolbin.RepoPath(t, "testdata", "demo-rollout", "node-agent.yaml")} {
+		clustertest.Kubectl(t, cluster, "", "apply", "--server-side", "-n", ns, "-f", path)
 		// kubectl diff compares a live read with a dry-run apply made a moment later; a status
 		// still changing between the two would show up as a difference that is not drift.
 		waitSettled(t, ns)
 		out, stderr, err := cluster.Kubectl(ctx, "", "diff", "--server-side", "-n", ns, "-f", path)
 		if err != nil || out != "" {
-			t.Errorf("kubectl diff --server-side -f %s reports drift after apply (err %v):\n%s%s", f, err, out, stderr)
+			t.Errorf("kubectl diff --server-side -f %s reports drift after apply (err %v):\n%s%s", path, err, out, stderr)
 		}
 	}
 	ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, "nginx-ds", metav1.GetOptions{})
@@ -409,9 +405,7 @@ func TestSelfManagedTLS(t *testing.T) {
 		defer load.Stop()
 		load.waitFlowing(t)
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, selftls.AnnotationRotateRequestedAt, time.Now().UTC().Format(time.RFC3339))
-		if _, _, err := cluster.Kubectl(ctx, "", "patch", "secret", secretName, "-n", r.Namespace, "--type=merge", "-p", patch); err != nil {
-			t.Fatal(err)
-		}
+		clustertest.Kubectl(t, cluster, "", "patch", "secret", secretName, "-n", r.Namespace, "--type=merge", "-p", patch)
 		sawBoth := false
 		var newCA *x509.Certificate
 		cluster.WaitFor(t, 2*time.Minute, "the rotation completes", func(ctx context.Context) (bool, string) {
@@ -497,9 +491,7 @@ func TestSelfManagedTLS(t *testing.T) {
 
 	t.Run("controller with the chart's RBAC completes a managed rollout", func(t *testing.T) {
 		r.runComponent("controller")
-		if out, stderr, err := cluster.Kubectl(ctx, "", "-n", ns, "set", "image", "ds/node-agent", "agent=registry.example/node-agent:2.0"); err != nil {
-			t.Fatalf("set image: %v\n%s%s", err, out, stderr)
-		}
+		clustertest.Kubectl(t, cluster, "", "-n", ns, "set", "image", "ds/node-agent", "agent=registry.example/node-agent:2.0")
 		status := exec.Command(harness.Binary(t, cluster), "rollout", "status", "ds/node-agent", "-n", ns, "--timeout", "3m")
 		status.Env = cluster.Env()
 		out, err := status.CombinedOutput()
@@ -606,9 +598,7 @@ func TestCertManagerTLS(t *testing.T) {
 		load.waitFlowing(t)
 		// What `cmctl renew` does: set the Issuing condition, which cert-manager's trigger honours.
 		patch := `[{"op":"add","path":"/status/conditions/-","value":{"type":"Issuing","status":"True","reason":"ManuallyTriggered","message":"renewal requested by the install e2e"}}]`
-		if out, stderr, err := cluster.Kubectl(ctx, "", "patch", "certificate", certName, "-n", r.Namespace, "--subresource=status", "--type=json", "-p", patch); err != nil {
-			t.Fatalf("request renewal: %v\n%s%s", err, out, stderr)
-		}
+		clustertest.Kubectl(t, cluster, "", "patch", "certificate", certName, "-n", r.Namespace, "--subresource=status", "--type=json", "-p", patch) // request renewal
 		cluster.WaitFor(t, 2*time.Minute, "the webhook serves the renewed certificate", func(context.Context) (bool, string) {
 			now, err := servedCertificate(addr)
 			if err != nil {

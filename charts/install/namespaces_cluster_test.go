@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -60,13 +61,9 @@ func TestControllerLimitedToItsNamespaces(t *testing.T) {
 	// The controller, with the chart's --namespaces and ServiceAccount, rolls out in its namespace.
 	r.runComponent("controller")
 	agent := toolbin.RepoPath(t, "testdata", "demo-rollout", "node-agent.yaml")
-	if out, stderr, err := cluster.Kubectl(ctx, "", "apply", "-n", listed, "-f", agent); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s%s", err, out, stderr)
-	}
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", listed, "-f", agent)
 	waitSettled(t, listed)
-	if out, stderr, err := cluster.Kubectl(ctx, "", "-n", listed, "set", "image", "ds/node-agent", "agent=registry.example/node-agent:2.0"); err != nil {
-		t.Fatalf("set image: %v\n%s%s", err, out, stderr)
-	}
+	clustertest.Kubectl(t, cluster, "", "-n", listed, "set", "image", "ds/node-agent", "agent=registry.example/node-agent:2.0")
 	status := exec.Command(harness.Binary(t, cluster), "rollout", "status", "ds/node-agent", "-n", listed, "--timeout", "3m")
 	status.Env = cluster.Env()
 	if out, err := status.CombinedOutput(); err != nil {

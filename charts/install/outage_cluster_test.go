@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 )
 
@@ -31,17 +32,12 @@ func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
 	replica := r.runWebhook(r.webhookPort)
 	ns := cluster.NewTestNamespace(t)
 	waitAdmission(t, ns)
-	seed := toolbin.RepoPath(t, "testdata", "demo", "nginx-ds.yaml")
-	if out, stderr, err := cluster.Kubectl(ctx, "", "apply", "-n", ns, "-f", seed); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s%s", err, out, stderr)
-	}
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", clustertest.SeedManifest(t))
 	// A managed rollout, started while the webhook is up and in flight when it stops: the canary
 	// step's pause holds it until well after the stop.
 	r.runComponent("controller")
 	agent := toolbin.RepoPath(t, "testdata", "demo-rollout", "node-agent.yaml")
-	if out, stderr, err := cluster.Kubectl(ctx, "", "apply", "-n", ns, "-f", agent); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s%s", err, out, stderr)
-	}
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", agent)
 	waitSettled(t, ns)
 	rollout := []byte(`{"metadata":{"annotations":{"daemonguard.io/steps":"1,pause:20s,100%"}},"spec":{"template":{"spec":{"containers":[{"name":"agent","image":"registry.example/node-agent:2.0"}]}}}}`)
 	if _, err := cluster.Client.AppsV1().DaemonSets(ns).Patch(ctx, "node-agent", types.StrategicMergePatchType, rollout, metav1.PatchOptions{}); err != nil {
@@ -56,12 +52,7 @@ func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
 
 	t.Run("failurePolicy Fail", func(t *testing.T) {
 		t.Run("a managed rollout in flight completes", func(t *testing.T) {
-			var ds *appsv1.DaemonSet
-			cluster.WaitFor(t, time.Minute, "the DaemonSet controller observes the new template", func(ctx context.Context) (bool, string) {
-				var err error
-				if ds, err = cluster.Client.AppsV1().DaemonSets(ns).Get(ctx, "node-agent", metav1.GetOptions{}); err != nil {
-					return false, err.Error()
-				}
+			ds := clustertest.WaitDaemonSet(t, cluster, ns, "node-agent", time.Minute, "the DaemonSet controller observes the new template", func(ds *appsv1.DaemonSet) (bool, string) {
 				return ds.Status.ObservedGeneration == ds.Generation, fmt.Sprintf("observed %d of %d", ds.Status.ObservedGeneration, ds.Generation)
 			})
 			if st := ds.Status; st.UpdatedNumberScheduled >= st.DesiredNumberScheduled {
@@ -135,21 +126,12 @@ func assertPodRecreated(t *testing.T, ns, name string) {
 			return false, err.Error()
 		}
 		for _, p := range pods.Items {
-			if p.UID != victim.UID && p.Spec.NodeName == victim.Spec.NodeName && p.DeletionTimestamp == nil && podReady(&p) {
+			if p.UID != victim.UID && p.Spec.NodeName == victim.Spec.NodeName && p.DeletionTimestamp == nil && clustertest.PodReady(&p) {
 				return true, ""
 			}
 		}
 		return false, fmt.Sprintf("%d pods, none a Ready replacement", len(pods.Items))
 	})
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // agentDaemonSet is a minimal DaemonSet with nothing injected.

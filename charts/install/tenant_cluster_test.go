@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -99,17 +98,6 @@ func newTenant(t *testing.T) *tenant {
 		t.Fatal(err)
 	}
 	return &tenant{namespace: ns, kubeconfig: kubeconfig, client: client}
-}
-
-// kubectl runs kubectl as the tenant.
-func (tn *tenant) kubectl(stdin string, args ...string) (string, error) {
-	cmd := exec.Command("kubectl", args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+tn.kubeconfig)
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }
 
 // wideAgent is agentDaemonSet labelled daemonguard.io/ignore=true with maxUnavailable 100%, which
@@ -253,7 +241,7 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 
 	t.Run("it cannot mark its own namespace", func(t *testing.T) {
 		for _, label := range []string{admission.NodeAgentsLabel + "=true", "daemonguard.io/class=system"} {
-			out, err := tn.kubectl("", "label", "namespace", tn.namespace, label)
+			out, err := clustertest.KubectlAs(cluster, tn.kubeconfig, "", "label", "namespace", tn.namespace, label)
 			if err == nil || !strings.Contains(out, "nodeAgents.labelGuard") {
 				t.Errorf("kubectl label namespace %s %s as the tenant: err %v, want the label guard's refusal:\n%s", tn.namespace, label, err, out)
 			}
@@ -268,7 +256,7 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 			}
 		}
 		// Its own labels outside daemonguard.io/ stay its own.
-		if out, err := tn.kubectl("", "label", "namespace", tn.namespace, "team=blue"); err != nil {
+		if out, err := clustertest.KubectlAs(cluster, tn.kubeconfig, "", "label", "namespace", tn.namespace, "team=blue"); err != nil {
 			t.Errorf("the tenant may not set a label of its own: %v\n%s", err, out)
 		}
 	})
@@ -615,7 +603,7 @@ func postReview(t *testing.T, port int, namespace, steps string) (int, []byte) {
 func warned(tn *tenant, policy string) bool {
 	manifest := "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: warn-probe}\nspec:\n  selector: {matchLabels: {app: p}}\n" +
 		"  template:\n    metadata: {labels: {app: p}}\n    spec: {containers: [{name: p, image: p}]}\n"
-	out, _ := tn.kubectl(manifest, "create", "--dry-run=server", "-n", tn.namespace, "-f", "-")
+	out, _ := clustertest.KubectlAs(cluster, tn.kubeconfig, manifest, "create", "--dry-run=server", "-n", tn.namespace, "-f", "-")
 	return strings.Contains(out, "["+policy+"]")
 }
 
