@@ -91,18 +91,14 @@ func startReplica(t *testing.T, name string, s serving.Options) (url string, caB
 	return "https://" + addr, caBundle
 }
 
+// seedDaemonSet is the seed without its legacy control-plane toleration, which only a namespace
+// marked for node agents may grant (node_agent_grants): a DaemonSet every namespace admits, and
+// one that admission has given no toleration yet.
 func seedDaemonSet(t *testing.T) *appsv1.DaemonSet {
 	t.Helper()
-	return &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "nginx-ds", Labels: map[string]string{"app": "nginx-ds"}},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "nginx-ds"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "nginx-ds"}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "nginx", Image: "nginx:1.7.9"}}},
-			},
-		},
-	}
+	ds := clustertest.SeedObject(t)
+	ds.Spec.Template.Spec.Tolerations = nil
+	return ds
 }
 
 // createDryRun sends ds through admission in ns and returns what the API server would store;
@@ -122,17 +118,6 @@ func checkNotInjected(t *testing.T, ns string, ds *appsv1.DaemonSet, what string
 	if spec := got.Spec.Template.Spec; spec.PriorityClassName != "" || len(spec.Tolerations) != 0 {
 		t.Errorf("%s in %s was injected: %+v", what, ns, spec)
 	}
-}
-
-// kubectlResult is what kubectl did, for the tests that expect it to fail or warn.
-type kubectlResult struct {
-	stdout, stderr string
-	err            error
-}
-
-func runKubectl(stdin string, args ...string) kubectlResult {
-	out, errOut, err := cluster.Kubectl(context.Background(), stdin, args...)
-	return kubectlResult{out, errOut, err}
 }
 
 func TestSeedRunsOnEveryNodeWithSystemNodeCriticalPriority(t *testing.T) {
@@ -195,13 +180,13 @@ func TestReapplyIsIdempotentAndServerSideDiffIsClean(t *testing.T) {
 	clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", manifest)
 	clustertest.Kubectl(t, cluster, "", "apply", "--server-side", "--force-conflicts", "-n", ns, "-f", manifest)
 
-	diff := runKubectl("", "diff", "--server-side", "--force-conflicts", "-n", ns, "-f", manifest)
-	if diff.err != nil {
+	diff := clustertest.TryKubectl(cluster, "", "diff", "--server-side", "--force-conflicts", "-n", ns, "-f", manifest)
+	if diff.Err != nil {
 		var exit *exec.ExitError
-		if errors.As(diff.err, &exit) && exit.ExitCode() == 1 {
-			t.Fatalf("kubectl diff --server-side shows drift after apply:\n%s", diff.stdout)
+		if errors.As(diff.Err, &exit) && exit.ExitCode() == 1 {
+			t.Fatalf("kubectl diff --server-side shows drift after apply:\n%s", diff.Stdout)
 		}
-		t.Fatalf("kubectl diff: %v\n%s", diff.err, diff.stderr)
+		t.Fatalf("kubectl diff: %v\n%s", diff.Err, diff.Stderr)
 	}
 
 	ds, err := cluster.Client.AppsV1().DaemonSets(ns).Get(context.Background(), "nginx-ds", metav1.GetOptions{})
@@ -238,13 +223,13 @@ spec:
 func TestPolicyDeniesBudgetTheAPIServerAccepts(t *testing.T) {
 	startWebhook(t)
 	ns := cluster.NewTestNamespace(t)
-	r := runKubectl(budgetManifest, "apply", "-n", ns, "-f", "-")
-	if r.err == nil {
-		t.Fatalf("maxUnavailable 100%% was admitted:\n%s", r.stdout)
+	r := clustertest.TryKubectl(cluster, budgetManifest, "apply", "-n", ns, "-f", "-")
+	if r.Err == nil {
+		t.Fatalf("maxUnavailable 100%% was admitted:\n%s", r.Stdout)
 	}
 	for _, want := range []string{"denied by daemonguard", "rolling_update_budget", "maxUnavailable", "100%"} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("denial lacks %q:\n%s", want, r.stderr)
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("denial lacks %q:\n%s", want, r.Stderr)
 		}
 	}
 	if _, err := cluster.Client.AppsV1().DaemonSets(ns).Get(context.Background(), "wide-budget", metav1.GetOptions{}); err == nil {
@@ -268,12 +253,12 @@ spec:
 func TestWarnPolicyReachesKubectl(t *testing.T) {
 	startWebhook(t)
 	ns := cluster.NewTestNamespace(t)
-	r := runKubectl(onDeleteManifest, "apply", "-n", ns, "-f", "-")
-	if r.err != nil {
-		t.Fatalf("warn-only policy blocked the apply: %v\n%s", r.err, r.stderr)
+	r := clustertest.TryKubectl(cluster, onDeleteManifest, "apply", "-n", ns, "-f", "-")
+	if r.Err != nil {
+		t.Fatalf("warn-only policy blocked the apply: %v\n%s", r.Err, r.Stderr)
 	}
-	if !strings.Contains(r.stderr, "Warning: daemonguard [on_delete_managed]") {
-		t.Errorf("kubectl printed no daemonguard warning:\n%s", r.stderr)
+	if !strings.Contains(r.Stderr, "Warning: daemonguard [on_delete_managed]") {
+		t.Errorf("kubectl printed no daemonguard warning:\n%s", r.Stderr)
 	}
 }
 
@@ -287,8 +272,8 @@ func TestUnmarkedNamespaceGetsValidationButNoInjection(t *testing.T) {
 	tenant := cluster.NewTenantNamespace(t)
 	// The seed manifest tolerates the legacy control-plane taint, which only a marked namespace
 	// may grant (node_agent_grants); the tenant's DaemonSet is the seed without it.
-	if r := runKubectl("", "apply", "-n", tenant, "-f", clustertest.SeedManifest(t)); r.err == nil || !strings.Contains(r.stderr, "node_agent_grants") {
-		t.Errorf("the seed's control-plane toleration in unmarked namespace %s: err = %v, want a node_agent_grants denial\n%s", tenant, r.err, r.stderr)
+	if r := clustertest.TryKubectl(cluster, "", "apply", "-n", tenant, "-f", clustertest.SeedManifest(t)); r.Err == nil || !strings.Contains(r.Stderr, "node_agent_grants") {
+		t.Errorf("the seed's control-plane toleration in unmarked namespace %s: err = %v, want a node_agent_grants denial\n%s", tenant, r.Err, r.Stderr)
 	}
 	ds, err := cluster.Client.AppsV1().DaemonSets(tenant).Create(ctx, seedDaemonSet(t), metav1.CreateOptions{})
 	if err != nil {
@@ -395,8 +380,8 @@ violation contains {"field": "spec.template.spec.containers", "msg": sprintf("im
 	latest := strings.ReplaceAll(budgetManifest, `maxUnavailable: "100%"`, `maxUnavailable: 1`)
 	latest = strings.ReplaceAll(latest, "busybox:1.36", "busybox:latest")
 	cluster.WaitFor(t, time.Minute, "the no_latest policy to take effect", func(context.Context) (bool, string) {
-		r := runKubectl(latest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
-		return r.err != nil && strings.Contains(r.stderr, "[no_latest]"), r.stderr
+		r := clustertest.TryKubectl(cluster, latest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+		return r.Err != nil && strings.Contains(r.Stderr, "[no_latest]"), r.Stderr
 	})
 
 	// 2. A broken module is rejected with its file and line; the last good set keeps serving.
@@ -420,13 +405,13 @@ violation contains {"field": "spec.template.spec.containers", "msg": sprintf("im
 		}
 		return false, "no event yet"
 	})
-	r := runKubectl(latest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
-	if r.err == nil || !strings.Contains(r.stderr, "[no_latest]") {
-		t.Errorf("last good set (with no_latest) is not serving after a broken reload: %v\n%s", r.err, r.stderr)
+	r := clustertest.TryKubectl(cluster, latest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+	if r.Err == nil || !strings.Contains(r.Stderr, "[no_latest]") {
+		t.Errorf("last good set (with no_latest) is not serving after a broken reload: %v\n%s", r.Err, r.Stderr)
 	}
-	r = runKubectl(budgetManifest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
-	if r.err == nil || !strings.Contains(r.stderr, "[rolling_update_budget]") {
-		t.Errorf("built-in policies stopped serving after a broken reload: %v\n%s", r.err, r.stderr)
+	r = clustertest.TryKubectl(cluster, budgetManifest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+	if r.Err == nil || !strings.Contains(r.Stderr, "[rolling_update_budget]") {
+		t.Errorf("built-in policies stopped serving after a broken reload: %v\n%s", r.Err, r.Stderr)
 	}
 
 	// 3. The broken ConfigMap carries the error itself; the valid one does not.
@@ -494,13 +479,13 @@ violation contains {"field": "spec.template.spec.containers", "msg": sprintf("im
 		return !ok, fmt.Sprintf("annotation %q", v)
 	})
 	named := strings.Replace(strings.ReplaceAll(budgetManifest, `maxUnavailable: "100%"`, `maxUnavailable: 1`), "name: wide-budget", "name: no-fixed-policy", 1)
-	r = runKubectl(named, "apply", "--dry-run=server", "-n", ns, "-f", "-")
-	if r.err == nil || !strings.Contains(r.stderr, "[broken]") {
-		t.Errorf("the fixed module is not enforced after the annotation went: %v\n%s", r.err, r.stderr)
+	r = clustertest.TryKubectl(cluster, named, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+	if r.Err == nil || !strings.Contains(r.Stderr, "[broken]") {
+		t.Errorf("the fixed module is not enforced after the annotation went: %v\n%s", r.Err, r.Stderr)
 	}
-	r = runKubectl(latest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
-	if r.err == nil || !strings.Contains(r.stderr, "[no_latest]") {
-		t.Errorf("no_latest stopped serving after the fix: %v\n%s", r.err, r.stderr)
+	r = clustertest.TryKubectl(cluster, latest, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+	if r.Err == nil || !strings.Contains(r.Stderr, "[no_latest]") {
+		t.Errorf("no_latest stopped serving after the fix: %v\n%s", r.Err, r.Stderr)
 	}
 
 	// 5. A module that would POST every admitted DaemonSet to a listener calls a builtin outside
@@ -526,9 +511,9 @@ violation contains {"field": "spec.template.spec.containers", "msg": sprintf("im
 		}
 		return strings.Contains(v, "configmap/exfil/exfil.rego:4: rego_type_error: builtin http.send is not allowed in daemonguard policies"), fmt.Sprintf("annotation %q", v)
 	})
-	r = runKubectl(named, "apply", "--dry-run=server", "-n", ns, "-f", "-")
-	if r.err == nil || !strings.Contains(r.stderr, "[broken]") || strings.Contains(r.stderr, "[exfil]") {
-		t.Errorf("the last good set (with the fixed module, without exfil) is not serving: %v\n%s", r.err, r.stderr)
+	r = clustertest.TryKubectl(cluster, named, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+	if r.Err == nil || !strings.Contains(r.Stderr, "[broken]") || strings.Contains(r.Stderr, "[exfil]") {
+		t.Errorf("the last good set (with the fixed module, without exfil) is not serving: %v\n%s", r.Err, r.Stderr)
 	}
 	if n := sent.Load(); n > 0 {
 		t.Errorf("the listener received %d requests from the policies", n)
