@@ -16,6 +16,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -27,10 +28,8 @@ func TestAuditFindsDaemonSetsCreatedBeforeInstall(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
 	ctx := context.Background()
-	for _, f := range []string{toolbin.RepoPath(t, "testdata", "demo", "nginx-ds.yaml"), toolbin.RepoPath(t, "testdata", "demo-policy", "wide-budget.yaml")} {
-		if out, errOut, err := cluster.Kubectl(ctx, "", "apply", "-n", ns, "-f", f); err != nil {
-			t.Fatalf("apply %s: %v\n%s%s", f, err, out, errOut)
-		}
+	for _, f := range []string{clustertest.SeedManifest(t), toolbin.RepoPath(t, "testdata", "demo-policy", "wide-budget.yaml")} {
+		clustertest.Kubectl(t, cluster, "", "apply", "-n", ns, "-f", f)
 	}
 
 	// One-shot audit through the library.

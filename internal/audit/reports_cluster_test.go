@@ -32,6 +32,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -43,20 +44,13 @@ const crdName = "reports.openreports.io"
 func setCRD(t *testing.T, present bool) {
 	t.Helper()
 	localcluster.NeedCluster(t)
-	ctx := context.Background()
 	if present {
 		file := toolbin.RepoPath(t, "charts", "daemonguard", "files", "openreports.io_reports.yaml")
-		if out, errOut, err := cluster.Kubectl(ctx, "", "apply", "--server-side", "-f", file); err != nil {
-			t.Fatalf("install CRD: %v\n%s%s", err, out, errOut)
-		}
-		if out, errOut, err := cluster.Kubectl(ctx, "", "wait", "--for=condition=Established", "--timeout=60s", "crd/"+crdName); err != nil {
-			t.Fatalf("CRD not established: %v\n%s%s", err, out, errOut)
-		}
+		clustertest.Kubectl(t, cluster, "", "apply", "--server-side", "-f", file)
+		clustertest.Kubectl(t, cluster, "", "wait", "--for=condition=Established", "--timeout=60s", "crd/"+crdName)
 		return
 	}
-	if out, errOut, err := cluster.Kubectl(ctx, "", "delete", "--ignore-not-found", "--wait=true", "--timeout=60s", "crd/"+crdName); err != nil {
-		t.Fatalf("delete CRD: %v\n%s%s", err, out, errOut)
-	}
+	clustertest.Kubectl(t, cluster, "", "delete", "--ignore-not-found", "--wait=true", "--timeout=60s", "crd/"+crdName)
 }
 
 func typedClient(t *testing.T) client.Client {
