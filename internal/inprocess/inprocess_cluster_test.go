@@ -180,12 +180,9 @@ func TestSeedLandsOnControlPlaneWithoutWebhook(t *testing.T) {
 	if hooks, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err != nil || len(hooks.Items) != 0 {
 		t.Fatalf("mutating webhook configurations registered: %v (err %v)", hooks, err)
 	}
-	out, stderr, err := cluster.Kubectl(ctx, "", "apply", "-n", "dg-seed", "-f", clustertest.SeedManifest(t))
-	if err != nil {
-		t.Fatalf("kubectl apply: %v\n%s%s", err, out, stderr)
-	}
+	clustertest.Kubectl(t, cluster, "", "apply", "-n", "dg-seed", "-f", clustertest.SeedManifest(t))
 	var nodes []string
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods, err := cluster.Client.CoreV1().Pods("dg-seed").List(ctx, metav1.ListOptions{LabelSelector: "app=nginx-ds"})
 		if err != nil {
 			return false, nil
