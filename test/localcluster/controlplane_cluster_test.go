@@ -49,13 +49,9 @@ func podsOf(t *testing.T, ns string, selector string) []corev1.Pod {
 	return list.Items
 }
 
+// podReady is a Running pod whose Ready condition is True.
 func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return p.Status.Phase == corev1.PodRunning
-		}
-	}
-	return false
+	return clustertest.PodReady(p) && p.Status.Phase == corev1.PodRunning
 }
 
 func TestSeedDaemonSetRunsOnEveryUntaintedNode(t *testing.T) {
