@@ -23,6 +23,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
@@ -347,22 +348,6 @@ func parallel(t testing.TB, n, workers int, do func(i int) error) {
 // want nodes (and, managed, reports its rollout Complete).
 func waitDaemonSet(t testing.TB, c *localcluster.Cluster, name string, want int, image string, managed bool, timeout time.Duration) {
 	t.Helper()
-	c.WaitFor(t, timeout, fmt.Sprintf("DaemonSet %s at %s on %d nodes", name, image, want), func(ctx context.Context) (bool, string) {
-		ds, err := c.Client.AppsV1().DaemonSets(platformNamespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		s := ds.Status
-		done := ds.Spec.Template.Spec.Containers[0].Image == image && s.ObservedGeneration == ds.Generation &&
-			s.DesiredNumberScheduled == int32(want) && s.UpdatedNumberScheduled == int32(want) && s.NumberAvailable == int32(want)
-		if done && managed {
-			done = false
-			for _, cond := range ds.Status.Conditions {
-				if cond.Type == rolloutapi.ConditionComplete && cond.Status == corev1.ConditionTrue {
-					done = true
-				}
-			}
-		}
-		return done, fmt.Sprintf("desired %d, updated %d, available %d", s.DesiredNumberScheduled, s.UpdatedNumberScheduled, s.NumberAvailable)
-	})
+	clustertest.WaitDaemonSet(t, c, platformNamespace, name, timeout, fmt.Sprintf("DaemonSet %s at %s on %d nodes", name, image, want),
+		clustertest.RolledOut(image, want, managed))
 }
