@@ -11,11 +11,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/clustertest"
@@ -260,32 +255,9 @@ func startControllerProcess(b *testing.B, c *localcluster.Cluster, args ...strin
 	return cmd.Process.Pid
 }
 
+// waitRolledOut waits until the DaemonSet agent of ns runs image on every one of the n nodes
+// (clustertest.RolledOut), polled every 100 ms: the rollout's wall time ends when it returns.
 func waitRolledOut(b *testing.B, c *localcluster.Cluster, ns string, n int, image string, managed bool) {
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ds, err := c.Client.AppsV1().DaemonSets(ns).Get(ctx, "agent", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		s := ds.Status
-		last = fmt.Sprintf("%+v", s)
-		done := ds.Spec.Template.Spec.Containers[0].Image == image && s.ObservedGeneration == ds.Generation &&
-			s.DesiredNumberScheduled == int32(n) && s.UpdatedNumberScheduled == int32(n) && s.NumberAvailable == int32(n)
-		if done && managed {
-			done = hasTrue(ds, rolloutapi.ConditionComplete)
-		}
-		return done, nil
-	})
-	if err != nil {
-		b.Fatalf("%s did not roll out %s: %v (last %s)", ns, image, err, last)
-	}
-}
-
-func hasTrue(ds *appsv1.DaemonSet, t appsv1.DaemonSetConditionType) bool {
-	for _, c := range ds.Status.Conditions {
-		if c.Type == t && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
+	b.Helper()
+	clustertest.PollDaemonSet(b, c, ns, "agent", 100*time.Millisecond, 30*time.Minute, ns+" rolls out "+image, clustertest.RolledOut(image, n, managed))
 }
