@@ -4,8 +4,8 @@
 // cli.go is the root (New), version and the exit status main returns (IsReported, ExitCode);
 // webhook.go and controller.go run the components; check.go, mutate.go and audit.go evaluate
 // manifests or a cluster against the policies, with manifests.go's offline admission of one
-// manifest document; policytest.go and policyexport.go are `policy test` and `policy export`;
-// rollout.go is `rollout` and its verbs over internal/rolloutcli, whose plan.go is `rollout plan`.
+// manifest document; policytest.go and policyexport.go are `policy test` and `policy export`.
+// `rollout` and every verb of it are internal/rolloutcli's (rolloutcli.NewCommand).
 package cli
 
 import (
@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/daemonguard/daemonguard/internal/exitcode"
+	"github.com/daemonguard/daemonguard/internal/rolloutcli"
 	"github.com/daemonguard/daemonguard/internal/serving"
 )
 
@@ -35,7 +36,7 @@ func New() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newWebhookCommand(), newCheckCommand(), newAuditCommand(), newMutateCommand(), newPolicyCommand(), newControllerCommand(), newRolloutCommand())
+	root.AddCommand(newVersionCommand(), newWebhookCommand(), newCheckCommand(), newAuditCommand(), newMutateCommand(), newPolicyCommand(), newControllerCommand(), rolloutcli.NewCommand())
 	return root
 }
 

@@ -1,14 +1,3 @@
-// Package rolloutcli is the logic behind `daemonguard rollout`: reading a DaemonSet's rollout state
-// (from daemonguard's rollout controller for managed DaemonSets, from the built-in DaemonSet
-// controller's status otherwise), following it, and the kubectl-compatible history, undo,
-// restart, pause and resume operations. Evaluating, rendering and choosing are pure functions;
-// the few functions taking a client only fetch and patch.
-//
-// ref.go parses the DaemonSet argument; status.go evaluates a rollout's state, watch.go watches
-// it, follow.go follows it to the end and progress.go draws it; history.go reads revisions and
-// chooses what undo restores; ops.go pauses, resumes and restarts. The cobra commands of these
-// verbs are internal/cli's rollout.go; plan.go is the whole `rollout plan` command, a thin layer
-// over internal/preflight.
 package rolloutcli
 
 import (

@@ -1,4 +1,15 @@
-package cli
+// Package rolloutcli is `daemonguard rollout`, every verb of it: reading a DaemonSet's rollout
+// state (from daemonguard's rollout controller for managed DaemonSets, from the built-in DaemonSet
+// controller's status otherwise), following it, and the kubectl-compatible history, undo,
+// restart, pause and resume operations. Evaluating, rendering and choosing are pure functions;
+// the few functions taking a client only fetch and patch.
+//
+// command.go is the cobra command tree (NewCommand) and the kubectl-style connection flags;
+// ref.go parses the DaemonSet argument; status.go evaluates a rollout's state, watch.go watches
+// it, follow.go follows it to the end and progress.go draws it; history.go reads revisions and
+// chooses what undo restores; ops.go pauses, resumes and restarts. `rollout plan` is
+// internal/preflight's command (NewPlanCommand), which NewCommand adds beside the other verbs.
+package rolloutcli
 
 import (
 	"context"
@@ -20,7 +31,6 @@ import (
 	"github.com/daemonguard/daemonguard/internal/kubetext"
 	"github.com/daemonguard/daemonguard/internal/preflight"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
-	"github.com/daemonguard/daemonguard/internal/rolloutcli"
 )
 
 // kubeFlags are the kubectl-style connection flags shared by the rollout subcommands.
@@ -63,7 +73,7 @@ func (k *kubeFlags) connect() (kubernetes.Interface, string, error) {
 
 // daemonSet parses the arguments and fetches the DaemonSet.
 func (k *kubeFlags) daemonSet(ctx context.Context, args []string) (kubernetes.Interface, *appsv1.DaemonSet, error) {
-	name, err := rolloutcli.ParseArgs(args)
+	name, err := ParseArgs(args)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -78,7 +88,9 @@ func (k *kubeFlags) daemonSet(ctx context.Context, args []string) (kubernetes.In
 	return c, ds, nil
 }
 
-func newRolloutCommand() *cobra.Command {
+// NewCommand is `daemonguard rollout` with its verbs: status, history, undo, pause, resume,
+// restart and plan. internal/cli adds it to the root command.
+func NewCommand() *cobra.Command {
 	k := &kubeFlags{}
 	cmd := &cobra.Command{
 		Use:   "rollout",
@@ -95,18 +107,18 @@ and behave as with kubectl.`,
 	pf.StringVar(&k.context, "context", "", "kubeconfig context to use (default: the current context)")
 	pf.StringVarP(&k.namespace, "namespace", "n", "", "namespace of the DaemonSet (default: the context's namespace)")
 	cmd.AddCommand(
-		newRolloutStatusCommand(k),
-		newRolloutHistoryCommand(k),
-		newRolloutUndoCommand(k),
-		newRolloutPauseCommand(k),
-		newRolloutResumeCommand(k),
-		newRolloutRestartCommand(k),
+		newStatusCommand(k),
+		newHistoryCommand(k),
+		newUndoCommand(k),
+		newPauseCommand(k),
+		newResumeCommand(k),
+		newRestartCommand(k),
 		preflight.NewPlanCommand(k.connect),
 	)
 	return cmd
 }
 
-func newRolloutStatusCommand(k *kubeFlags) *cobra.Command {
+func newStatusCommand(k *kubeFlags) *cobra.Command {
 	var watch bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -126,7 +138,7 @@ status changes.`,
   daemonguard rollout status node-agent --watch=false`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := rolloutcli.ParseArgs(args)
+			name, err := ParseArgs(args)
 			if err != nil {
 				return err
 			}
@@ -141,9 +153,9 @@ status changes.`,
 			defer cancel()
 			out := cmd.OutOrStdout()
 			tty, width := terminal(out)
-			_, err = rolloutcli.Follow(ctx, rolloutcli.FollowOptions{
+			_, err = Follow(ctx, FollowOptions{
 				Out: out, Terminal: tty, Width: width, Watch: watch, Timeout: timeout,
-			}, rolloutcli.Watch(ctx, c, ns, name))
+			}, Watch(ctx, c, ns, name))
 			if errors.Is(err, context.Canceled) && cmd.Context().Err() != nil {
 				return fmt.Errorf("interrupted while following the rollout of daemon set %q", name)
 			}
@@ -168,7 +180,7 @@ func terminal(out io.Writer) (bool, int) {
 	return true, width
 }
 
-func newRolloutHistoryCommand(k *kubeFlags) *cobra.Command {
+func newHistoryCommand(k *kubeFlags) *cobra.Command {
 	var revision int64
 	cmd := &cobra.Command{
 		Use:   "history ds/NAME",
@@ -184,14 +196,14 @@ func newRolloutHistoryCommand(k *kubeFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			revs, err := rolloutcli.Revisions(cmd.Context(), c, ds)
+			revs, err := Revisions(cmd.Context(), c, ds)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			if revision == 0 {
 				fmt.Fprintf(out, "daemonset.apps/%s\n", ds.Name)
-				return rolloutcli.PrintHistory(out, revs)
+				return PrintHistory(out, revs)
 			}
 			for _, r := range revs {
 				if r.Revision != revision {
@@ -201,7 +213,7 @@ func newRolloutHistoryCommand(k *kubeFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				text, err := rolloutcli.TemplateYAML(tmpl)
+				text, err := TemplateYAML(tmpl)
 				if err != nil {
 					return err
 				}
@@ -217,26 +229,26 @@ func newRolloutHistoryCommand(k *kubeFlags) *cobra.Command {
 
 // dryRunFlag adds kubectl's --dry-run[=none|client|server] (bare --dry-run means client).
 func dryRunFlag(cmd *cobra.Command, value *string) {
-	cmd.Flags().StringVar(value, "dry-run", string(rolloutcli.DryRunNone), `"none", "client" (print, send nothing) or "server" (send as a dry run: validated, not persisted)`)
-	cmd.Flags().Lookup("dry-run").NoOptDefVal = string(rolloutcli.DryRunClient)
+	cmd.Flags().StringVar(value, "dry-run", string(DryRunNone), `"none", "client" (print, send nothing) or "server" (send as a dry run: validated, not persisted)`)
+	cmd.Flags().Lookup("dry-run").NoOptDefVal = string(DryRunClient)
 }
 
-func parseDryRun(v string) (rolloutcli.DryRunMode, error) {
-	switch d := rolloutcli.DryRunMode(v); d {
-	case rolloutcli.DryRunNone, rolloutcli.DryRunClient, rolloutcli.DryRunServer:
+func parseDryRun(v string) (DryRunMode, error) {
+	switch d := DryRunMode(v); d {
+	case DryRunNone, DryRunClient, DryRunServer:
 		return d, nil
 	}
 	return "", fmt.Errorf("--dry-run %q is not one of none, client, server", v)
 }
 
-func dryRunSuffix(d rolloutcli.DryRunMode) string {
-	if d == rolloutcli.DryRunNone {
+func dryRunSuffix(d DryRunMode) string {
+	if d == DryRunNone {
 		return ""
 	}
 	return fmt.Sprintf(" (%s dry run)", d)
 }
 
-func newRolloutUndoCommand(k *kubeFlags) *cobra.Command {
+func newUndoCommand(k *kubeFlags) *cobra.Command {
 	var toRevision int64
 	var dryRun string
 	cmd := &cobra.Command{
@@ -265,7 +277,7 @@ overwrites an undo made in the cluster.`,
 				return err
 			}
 			warnGitOps(cmd.ErrOrStderr(), ds, "undo", "revert the change in git instead, and let the sync roll it out")
-			res, err := rolloutcli.Undo(cmd.Context(), c, ds, toRevision, mode)
+			res, err := Undo(cmd.Context(), c, ds, toRevision, mode)
 			if err != nil {
 				return err
 			}
@@ -274,8 +286,8 @@ overwrites an undo made in the cluster.`,
 			case res.Skipped:
 				_, err = fmt.Fprintf(out, "daemonset.apps/%s skipped rollback (current template already matches revision %d)\n", ds.Name, res.To)
 				return err
-			case mode == rolloutcli.DryRunClient:
-				text, err := rolloutcli.TemplateYAML(res.Template)
+			case mode == DryRunClient:
+				text, err := TemplateYAML(res.Template)
 				if err != nil {
 					return err
 				}
@@ -283,7 +295,7 @@ overwrites an undo made in the cluster.`,
 				return err
 			}
 			fmt.Fprintf(out, "daemonset.apps/%s rolled back to revision %d%s\n", ds.Name, res.To, dryRunSuffix(mode))
-			if mode == rolloutcli.DryRunNone {
+			if mode == DryRunNone {
 				noteAfterTemplateChange(cmd.ErrOrStderr(), ds)
 			}
 			return nil
@@ -294,7 +306,7 @@ overwrites an undo made in the cluster.`,
 	return cmd
 }
 
-func newRolloutRestartCommand(k *kubeFlags) *cobra.Command {
+func newRestartCommand(k *kubeFlags) *cobra.Command {
 	var dryRun string
 	cmd := &cobra.Command{
 		Use:   "restart ds/NAME",
@@ -312,11 +324,11 @@ controller (built-in, or daemonguard's for managed DaemonSets, with its steps an
 			if err != nil {
 				return err
 			}
-			if err := rolloutcli.Restart(cmd.Context(), c, ds, time.Now(), mode); err != nil {
+			if err := Restart(cmd.Context(), c, ds, time.Now(), mode); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "daemonset.apps/%s restarted%s\n", ds.Name, dryRunSuffix(mode))
-			if mode == rolloutcli.DryRunNone {
+			if mode == DryRunNone {
 				noteAfterTemplateChange(cmd.ErrOrStderr(), ds)
 			}
 			return nil
@@ -326,7 +338,7 @@ controller (built-in, or daemonguard's for managed DaemonSets, with its steps an
 	return cmd
 }
 
-func newRolloutPauseCommand(k *kubeFlags) *cobra.Command {
+func newPauseCommand(k *kubeFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "pause ds/NAME",
 		Short: "Pause a managed DaemonSet's rollout (annotation daemonguard.io/paused: \"true\")",
@@ -339,7 +351,7 @@ controller cannot pause, so unmanaged DaemonSets are refused.`,
 			if err != nil {
 				return err
 			}
-			res, err := rolloutcli.Pause(cmd.Context(), c, ds, rolloutcli.DryRunNone)
+			res, err := Pause(cmd.Context(), c, ds, DryRunNone)
 			if err != nil {
 				return err
 			}
@@ -354,7 +366,7 @@ controller cannot pause, so unmanaged DaemonSets are refused.`,
 	}
 }
 
-func newRolloutResumeCommand(k *kubeFlags) *cobra.Command {
+func newResumeCommand(k *kubeFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "resume ds/NAME",
 		Short: "Resume a managed DaemonSet's rollout, also past an indefinite pause step",
@@ -367,7 +379,7 @@ managed by daemonguard's rollout controller: the first undoes pause, the second 
 			if err != nil {
 				return err
 			}
-			res, err := rolloutcli.Resume(cmd.Context(), c, ds, time.Now(), rolloutcli.DryRunNone)
+			res, err := Resume(cmd.Context(), c, ds, time.Now(), DryRunNone)
 			if err != nil {
 				return err
 			}
@@ -380,7 +392,7 @@ managed by daemonguard's rollout controller: the first undoes pause, the second 
 
 // warnGitOps warns that an in-cluster change to a DaemonSet synced from git does not last.
 func warnGitOps(w io.Writer, ds *appsv1.DaemonSet, verb, instead string) {
-	if g, ok := rolloutcli.DetectGitOps(ds); ok {
+	if g, ok := DetectGitOps(ds); ok {
 		fmt.Fprintf(w, "Warning: daemon set %q looks managed by %s (%s): an %s in the cluster is reverted by the next sync; %s\n",
 			ds.Name, g.Tool, g.Evidence, verb, instead)
 	}
@@ -388,7 +400,7 @@ func warnGitOps(w io.Writer, ds *appsv1.DaemonSet, verb, instead string) {
 
 // gitOpsHint reminds that pause/resume annotations belong in git when the DaemonSet is synced from it.
 func gitOpsHint(w io.Writer, ds *appsv1.DaemonSet, what string) {
-	if g, ok := rolloutcli.DetectGitOps(ds); ok {
+	if g, ok := DetectGitOps(ds); ok {
 		fmt.Fprintf(w, "Warning: daemon set %q looks managed by %s (%s): commit %s to its manifest in git, or a sync may undo this change\n",
 			ds.Name, g.Tool, g.Evidence, what)
 		return
