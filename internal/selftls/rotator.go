@@ -184,18 +184,18 @@ func (r *Rotator) sync(ctx context.Context, reader client.Reader) (time.Duration
 	m.state.Published = configs.found() && len(m.bundle) > 0 && configs.carry(m.bundle)
 
 	// Decide.
-	plan := Decide(m.state, r.Config, now)
+	step := Decide(m.state, r.Config, now)
 
 	// Apply: the Secret, then the webhook configurations, then the files.
-	if plan.Changed(m.state) {
-		secret, err = r.writeSecret(ctx, secret, m, plan, now)
+	if step.Changed(m.state) {
+		secret, err = r.writeSecret(ctx, secret, m, step, now)
 		if err != nil {
 			return 0, err
 		}
-		log.Info("Updated webhook TLS secret", "reasons", plan.Reasons, "newCA", plan.NewCA, "issuedCertificate", plan.IssueLeaf)
+		log.Info("Updated webhook TLS secret", "reasons", step.Reasons, "newCA", step.NewCA, "issuedCertificate", step.IssueLeaf)
 		m = parseSecret(secret)
-	} else if plan.Waiting != "" {
-		log.V(1).Info("Waiting to rotate", "reason", plan.Waiting)
+	} else if step.Waiting != "" {
+		log.V(1).Info("Waiting to rotate", "reason", step.Waiting)
 	}
 	if configs.found() && !configs.carry(m.bundle) {
 		if err := r.publish(ctx, configs, m.bundle); err != nil {
@@ -210,7 +210,7 @@ func (r *Rotator) sync(ctx context.Context, reader client.Reader) (time.Duration
 		return 0, err
 	}
 	recordExpiry(m.state)
-	return plan.RequeueAfter, nil
+	return step.RequeueAfter, nil
 }
 
 type configurations struct {
@@ -264,8 +264,8 @@ func getIfExists[T any, PT interface {
 	return obj, nil
 }
 
-func (r *Rotator) writeSecret(ctx context.Context, old *corev1.Secret, m material, plan Plan, now time.Time) (*corev1.Secret, error) {
-	data, publishedAt, err := render(old, m, plan, r.Config, now)
+func (r *Rotator) writeSecret(ctx context.Context, old *corev1.Secret, m material, step RotationStep, now time.Time) (*corev1.Secret, error) {
+	data, publishedAt, err := render(old, m, step, r.Config, now)
 	if err != nil {
 		return nil, err
 	}

@@ -79,9 +79,9 @@ func formatTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-// render carries out a plan's certificate work and returns the Secret's new data and the value of
-// AnnotationBundlePublishedAt ("" removes it).
-func render(old *corev1.Secret, m material, p Plan, cfg Config, now time.Time) (map[string][]byte, string, error) {
+// render carries out a rotation step's certificate work and returns the Secret's new data and
+// the value of AnnotationBundlePublishedAt ("" removes it).
+func render(old *corev1.Secret, m material, p RotationStep, cfg Config, now time.Time) (map[string][]byte, string, error) {
 	cfg = cfg.WithDefaults()
 	data := map[string][]byte{}
 	if old != nil {

@@ -28,7 +28,7 @@ func FuzzTimeAnnotations(f *testing.F) {
 		if now.UTC().Year() < 1 || now.UTC().Year() > 9999 {
 			return
 		}
-		_, published, err := render(nil, material{}, Plan{RecordPublished: true}, testConfig(), now)
+		_, published, err := render(nil, material{}, RotationStep{RecordPublished: true}, testConfig(), now)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -120,17 +120,17 @@ func TestParseSecretReportsWhatItCannotUseAsMissing(t *testing.T) {
 			if !st.BundlePublishedAt.Equal(tc.publishedAt) || !st.RotateRequestedAt.Equal(tc.rotateRequestedAt) {
 				t.Errorf("published at %s, rotation requested at %s; want %s, %s", st.BundlePublishedAt, st.RotateRequestedAt, tc.publishedAt, tc.rotateRequestedAt)
 			}
-			// Whatever is missing, Decide replaces it, and render can carry out the plan.
+			// Whatever is missing, Decide replaces it, and render can carry out the step.
 			p := Decide(st, testConfig(), now)
 			if !st.CAKeyValid && !p.NewCA {
-				t.Errorf("without a usable CA, the plan makes none: %+v", p)
+				t.Errorf("without a usable CA, the step makes none: %+v", p)
 			}
 			if !st.LeafKeyValid && !p.IssueLeaf {
-				t.Errorf("without a usable serving certificate, the plan issues none: %+v", p)
+				t.Errorf("without a usable serving certificate, the step issues none: %+v", p)
 			}
 			next := parseSecret(rendered(t, tc.secret, m, p, testConfig(), now)).state
 			if !next.CAKeyValid || next.Leaf == nil || !next.LeafKeyValid {
-				t.Errorf("after the plan, CA key valid %v, leaf %v, leaf key valid %v", next.CAKeyValid, next.Leaf != nil, next.LeafKeyValid)
+				t.Errorf("after the step, CA key valid %v, leaf %v, leaf key valid %v", next.CAKeyValid, next.Leaf != nil, next.LeafKeyValid)
 			}
 		})
 	}
@@ -157,11 +157,11 @@ func TestRenderRoundTrips(t *testing.T) {
 	const newCA = "new"
 
 	tests := map[string]struct {
-		// secret is the Secret before the plan.
+		// secret is the Secret before the step.
 		secret *corev1.Secret
-		// plan is what apply carries out.
-		plan Plan
-		// bundle is the wanted bundle, newest first: a CA fixture, or newCA for the one the plan makes.
+		// step is what apply carries out.
+		step RotationStep
+		// bundle is the wanted bundle, newest first: a CA fixture, or newCA for the one the step makes.
 		bundle []any
 		// signer is the wanted signer of the serving certificate, as in bundle.
 		signer any
@@ -169,39 +169,39 @@ func TestRenderRoundTrips(t *testing.T) {
 		// compared with.
 		sameBundleBytes bool
 	}{
-		"a first plan writes a CA and a serving certificate from it": {
-			plan:   Plan{NewCA: true, IssueLeaf: true},
+		"a first step writes a CA and a serving certificate from it": {
+			step:   RotationStep{NewCA: true, IssueLeaf: true},
 			bundle: []any{newCA},
 			signer: newCA,
 		},
 		"a new CA goes in front of the kept one and the serving certificate stays": {
 			secret: secretOf(secondLeaf, second),
-			plan:   Plan{NewCA: true, KeepCAs: []int{0}},
+			step:   RotationStep{NewCA: true, KeepCAs: []int{0}},
 			bundle: []any{newCA, second},
 			signer: second,
 		},
 		"a serving certificate is issued from the newest CA and both CAs stay": {
 			secret:          secretOf(secondLeaf, first, second),
-			plan:            Plan{KeepCAs: []int{0, 1}, IssueLeaf: true},
+			step:            RotationStep{KeepCAs: []int{0, 1}, IssueLeaf: true},
 			bundle:          []any{first, second},
 			signer:          first,
 			sameBundleBytes: true,
 		},
 		"an older CA leaves the bundle": {
 			secret: secretOf(firstLeaf, first, second),
-			plan:   Plan{KeepCAs: []int{0}},
+			step:   RotationStep{KeepCAs: []int{0}},
 			bundle: []any{first},
 			signer: first,
 		},
 		"a CA in the middle leaves and the others keep their order": {
 			secret: secretOf(firstLeaf, first, second, third),
-			plan:   Plan{KeepCAs: []int{0, 2}},
+			step:   RotationStep{KeepCAs: []int{0, 2}},
 			bundle: []any{first, third},
 			signer: first,
 		},
 		"a new CA and serving certificate replace everything": {
 			secret: secretOf(secondLeaf, second, third),
-			plan:   Plan{NewCA: true, IssueLeaf: true},
+			step:   RotationStep{NewCA: true, IssueLeaf: true},
 			bundle: []any{newCA},
 			signer: newCA,
 		},
@@ -209,7 +209,7 @@ func TestRenderRoundTrips(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			m := parseSecret(tc.secret)
-			out := rendered(t, tc.secret, m, tc.plan, cfg, now)
+			out := rendered(t, tc.secret, m, tc.step, cfg, now)
 			st := parseSecret(out).state
 
 			want := func(x any) *x509.Certificate {
@@ -239,11 +239,11 @@ func TestRenderRoundTrips(t *testing.T) {
 			if !signedBy(st.Leaf, signer) {
 				t.Errorf("the serving certificate is not signed by the wanted CA")
 			}
-			if tc.plan.IssueLeaf && !st.Leaf.NotBefore.Equal(now) {
+			if tc.step.IssueLeaf && !st.Leaf.NotBefore.Equal(now) {
 				t.Errorf("the issued certificate starts at %s, want now", st.Leaf.NotBefore)
 			}
-			if !tc.plan.IssueLeaf && !bytes.Equal(out.Data[corev1.TLSCertKey], tc.secret.Data[corev1.TLSCertKey]) {
-				t.Errorf("the serving certificate changed though the plan issues none")
+			if !tc.step.IssueLeaf && !bytes.Equal(out.Data[corev1.TLSCertKey], tc.secret.Data[corev1.TLSCertKey]) {
+				t.Errorf("the serving certificate changed though the step issues none")
 			}
 			if usable, why := usableLeaf(st, cfg, now); !usable {
 				t.Errorf("the serving certificate is not usable: %s", why)
@@ -284,43 +284,43 @@ func TestRenderStartsTheGraceClockOnlyForThePublishedBundle(t *testing.T) {
 	}
 
 	tests := map[string]struct {
-		// secret is the Secret before the plan.
+		// secret is the Secret before the step.
 		secret *corev1.Secret
-		// plan is what apply carries out.
-		plan Plan
-		// publishedAt is the wanted BundlePublishedAt after the plan; zero when cleared.
+		// step is what apply carries out.
+		step RotationStep
+		// publishedAt is the wanted BundlePublishedAt after the step; zero when cleared.
 		publishedAt time.Time
 	}{
-		"a first plan leaves the bundle unpublished": {
-			plan: Plan{NewCA: true, IssueLeaf: true},
+		"a first step leaves the bundle unpublished": {
+			step: RotationStep{NewCA: true, IssueLeaf: true},
 		},
 		"a new CA clears the published time": {
 			secret: secret(earlier),
-			plan:   Plan{NewCA: true, KeepCAs: []int{0, 1}},
+			step:   RotationStep{NewCA: true, KeepCAs: []int{0, 1}},
 		},
 		"a CA leaving the bundle clears the published time": {
 			secret: secret(earlier),
-			plan:   Plan{KeepCAs: []int{0}},
+			step:   RotationStep{KeepCAs: []int{0}},
 		},
 		"a serving certificate issued under the same bundle keeps the published time": {
 			secret:      secret(earlier),
-			plan:        Plan{KeepCAs: []int{0, 1}, IssueLeaf: true},
+			step:        RotationStep{KeepCAs: []int{0, 1}, IssueLeaf: true},
 			publishedAt: earlier,
 		},
 		"recording the publication sets the published time to now": {
 			secret:      secret(time.Time{}),
-			plan:        Plan{KeepCAs: []int{0, 1}, RecordPublished: true},
+			step:        RotationStep{KeepCAs: []int{0, 1}, RecordPublished: true},
 			publishedAt: now,
 		},
 		"recording the publication with a serving certificate sets both": {
 			secret:      secret(time.Time{}),
-			plan:        Plan{KeepCAs: []int{0, 1}, IssueLeaf: true, RecordPublished: true},
+			step:        RotationStep{KeepCAs: []int{0, 1}, IssueLeaf: true, RecordPublished: true},
 			publishedAt: now,
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			out := rendered(t, tc.secret, parseSecret(tc.secret), tc.plan, testConfig(), now)
+			out := rendered(t, tc.secret, parseSecret(tc.secret), tc.step, testConfig(), now)
 			st := parseSecret(out).state
 			if !st.BundlePublishedAt.Equal(tc.publishedAt) {
 				t.Errorf("BundlePublishedAt = %s, want %s", st.BundlePublishedAt, tc.publishedAt)

@@ -6,8 +6,10 @@
 // served with it, and an old CA is trusted until every replica serves the new certificate.
 //
 // The work is split the house way: Gather reads the Secret and the webhook configurations into a
-// State, Decide (pure, clock passed in) returns a Plan, and one apply step writes the Secret, the
-// webhook configurations and the files.
+// State, Decide (pure, clock passed in) chooses the next RotationStep, and one apply step writes
+// the Secret, the webhook configurations and the files. rotation.go is the State, the decision
+// and its invariants; secret.go reads and renders the Secret; rotator.go is the reconciler that
+// gathers, decides and applies.
 package selftls
 
 import (
@@ -96,8 +98,9 @@ type State struct {
 	ConfigurationsFound bool
 }
 
-// Plan is what apply must do. The zero Plan changes nothing.
-type Plan struct {
+// RotationStep is the next step of the rotation: what apply must do. The zero RotationStep
+// changes nothing.
+type RotationStep struct {
 	// NewCA generates a CA and puts it first in the bundle.
 	NewCA bool
 	// KeepCAs are the indexes into State.Bundle that stay in the bundle (after the new CA, if any).
@@ -117,13 +120,13 @@ type Plan struct {
 }
 
 // BundleChanged says the trusted CA set changes, so it must be published again.
-func (p Plan) BundleChanged(st State) bool {
-	return p.NewCA || len(p.KeepCAs) != len(st.Bundle)
+func (step RotationStep) BundleChanged(st State) bool {
+	return step.NewCA || len(step.KeepCAs) != len(st.Bundle)
 }
 
 // Changed says the Secret must be written.
-func (p Plan) Changed(st State) bool {
-	return p.BundleChanged(st) || p.IssueLeaf || p.RecordPublished || p.ForgetPublished
+func (step RotationStep) Changed(st State) bool {
+	return step.BundleChanged(st) || step.IssueLeaf || step.RecordPublished || step.ForgetPublished
 }
 
 // renewAt is two thirds through a certificate's life.
@@ -134,7 +137,7 @@ func renewAt(c *x509.Certificate) time.Time {
 // maxRequeue bounds how long the reconciler sleeps, so a missed watch event heals within it.
 const maxRequeue = time.Hour
 
-// Decide plans the next rotation step.
+// Decide chooses the next step of the rotation.
 //
 // Assumptions:
 //   - The API server trusts exactly the published bundle, BundlePublishedAt+grace after it was
@@ -148,10 +151,10 @@ const maxRequeue = time.Hour
 //     at least grace, or by one from the CA that already signed it.
 //   - A CA leaves the bundle only when it has expired, or when the serving certificate comes from
 //     a newer CA and has been served for at least grace.
-//   - The newest CA is never dropped; a plan never issues from a CA that is not in the bundle.
-func Decide(st State, cfg Config, now time.Time) Plan {
+//   - The newest CA is never dropped; a step never issues from a CA that is not in the bundle.
+func Decide(st State, cfg Config, now time.Time) RotationStep {
 	cfg = cfg.WithDefaults()
-	var p Plan
+	var step RotationStep
 	due := now.Add(maxRequeue)
 	wake := func(t time.Time) {
 		if t.After(now) && t.Before(due) {
@@ -170,70 +173,70 @@ func Decide(st State, cfg Config, now time.Time) Plan {
 	// The CA.
 	switch {
 	case len(st.Bundle) == 0:
-		p.NewCA, p.Reasons = true, append(p.Reasons, "no CA yet")
+		step.NewCA, step.Reasons = true, append(step.Reasons, "no CA yet")
 	case !st.CAKeyValid:
-		p.NewCA, p.Reasons = true, append(p.Reasons, "the CA key is missing or does not match the CA")
+		step.NewCA, step.Reasons = true, append(step.Reasons, "the CA key is missing or does not match the CA")
 	case !now.Before(st.Bundle[0].NotAfter):
-		p.NewCA, p.Reasons = true, append(p.Reasons, "the CA has expired")
+		step.NewCA, step.Reasons = true, append(step.Reasons, "the CA has expired")
 	case !now.Before(renewAt(st.Bundle[0])):
-		p.NewCA, p.Reasons = true, append(p.Reasons, fmt.Sprintf("the CA is two thirds through its life (expires %s)", st.Bundle[0].NotAfter.UTC().Format(time.RFC3339)))
+		step.NewCA, step.Reasons = true, append(step.Reasons, fmt.Sprintf("the CA is two thirds through its life (expires %s)", st.Bundle[0].NotAfter.UTC().Format(time.RFC3339)))
 	case rotateRequestedAt.After(st.Bundle[0].NotBefore):
-		p.NewCA, p.Reasons = true, append(p.Reasons, "rotation was requested")
+		step.NewCA, step.Reasons = true, append(step.Reasons, "rotation was requested")
 	default:
 		wake(renewAt(st.Bundle[0]))
 	}
 
-	// The serving certificate, judged against what will be trusted after this plan.
+	// The serving certificate, judged against what will be trusted after this step.
 	leafUsable, leafReason := usableLeaf(st, cfg, now)
-	fromNewest := !p.NewCA && leafUsable && signedBy(st.Leaf, st.Bundle[0])
-	publishedLongEnough := !p.NewCA && st.Published && !st.BundlePublishedAt.IsZero() &&
+	fromNewest := !step.NewCA && leafUsable && signedBy(st.Leaf, st.Bundle[0])
+	publishedLongEnough := !step.NewCA && st.Published && !st.BundlePublishedAt.IsZero() &&
 		!now.Before(st.BundlePublishedAt.Add(cfg.PropagationGrace))
 	switch {
 	case !leafUsable:
 		// Nothing that serves today can break, so there is nothing to wait for.
-		p.IssueLeaf, p.Reasons = true, append(p.Reasons, leafReason)
+		step.IssueLeaf, step.Reasons = true, append(step.Reasons, leafReason)
 	case fromNewest && !now.Before(renewAt(st.Leaf)):
-		p.IssueLeaf, p.Reasons = true, append(p.Reasons, "the serving certificate is two thirds through its life")
+		step.IssueLeaf, step.Reasons = true, append(step.Reasons, "the serving certificate is two thirds through its life")
 	case fromNewest && rotateRequestedAt.After(st.Leaf.NotBefore):
-		p.IssueLeaf, p.Reasons = true, append(p.Reasons, "rotation was requested")
+		step.IssueLeaf, step.Reasons = true, append(step.Reasons, "rotation was requested")
 	case fromNewest:
 		wake(renewAt(st.Leaf))
 	case publishedLongEnough:
-		p.IssueLeaf, p.Reasons = true, append(p.Reasons, "the serving certificate moves to the newest CA")
+		step.IssueLeaf, step.Reasons = true, append(step.Reasons, "the serving certificate moves to the newest CA")
 	default:
 		// Signed by an older CA that is still trusted: switch once the newest CA is published.
 		switch {
-		case p.NewCA:
-			p.Waiting = "the new CA must be published before the serving certificate moves to it"
+		case step.NewCA:
+			step.Waiting = "the new CA must be published before the serving certificate moves to it"
 			wake(now.Add(time.Second))
 		case !st.ConfigurationsFound:
-			p.Waiting = "the webhook configurations do not exist yet, so the new CA cannot be published"
+			step.Waiting = "the webhook configurations do not exist yet, so the new CA cannot be published"
 			wake(now.Add(10 * time.Second))
 		case !st.Published || st.BundlePublishedAt.IsZero():
-			p.Waiting = "the new CA is not in the webhook configurations yet"
+			step.Waiting = "the new CA is not in the webhook configurations yet"
 			wake(now.Add(time.Second))
 		default:
-			p.Waiting = "the API server may not trust the new CA yet"
+			step.Waiting = "the API server may not trust the new CA yet"
 			wake(st.BundlePublishedAt.Add(cfg.PropagationGrace))
 		}
 	}
 
 	// Which older CAs stay trusted.
-	leafFromNewestServedLongEnough := fromNewest && !p.IssueLeaf &&
+	leafFromNewestServedLongEnough := fromNewest && !step.IssueLeaf &&
 		!now.Before(st.Leaf.NotBefore.Add(cfg.PropagationGrace))
 	for i, ca := range st.Bundle {
-		newest := i == 0 && !p.NewCA
+		newest := i == 0 && !step.NewCA
 		switch {
 		case newest:
-			p.KeepCAs = append(p.KeepCAs, i)
+			step.KeepCAs = append(step.KeepCAs, i)
 		case !now.Before(ca.NotAfter):
-			p.Reasons = append(p.Reasons, fmt.Sprintf("CA %s expired and leaves the bundle", ca.SerialNumber))
+			step.Reasons = append(step.Reasons, fmt.Sprintf("CA %s expired and leaves the bundle", ca.SerialNumber))
 		case leafFromNewestServedLongEnough:
-			p.Reasons = append(p.Reasons, fmt.Sprintf("CA %s is replaced and leaves the bundle", ca.SerialNumber))
+			step.Reasons = append(step.Reasons, fmt.Sprintf("CA %s is replaced and leaves the bundle", ca.SerialNumber))
 		default:
-			p.KeepCAs = append(p.KeepCAs, i)
+			step.KeepCAs = append(step.KeepCAs, i)
 			wake(ca.NotAfter)
-			if fromNewest && !p.IssueLeaf {
+			if fromNewest && !step.IssueLeaf {
 				wake(st.Leaf.NotBefore.Add(cfg.PropagationGrace))
 			}
 		}
@@ -241,17 +244,17 @@ func Decide(st State, cfg Config, now time.Time) Plan {
 
 	// Publishing is the reconciler's job after every write; the first time it sees the bundle in
 	// place, the grace clock starts.
-	if !p.BundleChanged(st) && st.Published && st.BundlePublishedAt.IsZero() {
-		p.RecordPublished, p.Reasons = true, append(p.Reasons, "the CA bundle is published; its propagation grace starts")
+	if !step.BundleChanged(st) && st.Published && st.BundlePublishedAt.IsZero() {
+		step.RecordPublished, step.Reasons = true, append(step.Reasons, "the CA bundle is published; its propagation grace starts")
 	}
-	if !p.BundleChanged(st) && !st.Published && !st.BundlePublishedAt.IsZero() {
-		p.ForgetPublished, p.Reasons = true, append(p.Reasons, "the CA bundle is no longer in the webhook configurations; its grace starts again once it is back")
+	if !step.BundleChanged(st) && !st.Published && !st.BundlePublishedAt.IsZero() {
+		step.ForgetPublished, step.Reasons = true, append(step.Reasons, "the CA bundle is no longer in the webhook configurations; its grace starts again once it is back")
 	}
-	if p.Changed(st) {
+	if step.Changed(st) {
 		due = now // look again right after the write, to publish and take the next step
 	}
-	p.RequeueAfter = due.Sub(now)
-	return p
+	step.RequeueAfter = due.Sub(now)
+	return step
 }
 
 // usableLeaf says whether the serving certificate can keep serving for now: it is present, its key

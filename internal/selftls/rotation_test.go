@@ -206,15 +206,15 @@ func TestDecide(t *testing.T) {
 		state State
 		// grace replaces testConfig's one-minute PropagationGrace when set.
 		grace time.Duration
-		// newCA, issueLeaf, recordPublished and forget (ForgetPublished) are the plan's flags.
+		// newCA, issueLeaf, recordPublished and forget (ForgetPublished) are the step's flags.
 		newCA, issueLeaf, recordPublished, forget bool
-		// keep is the plan's KeepCAs.
+		// keep is the step's KeepCAs.
 		keep []int
-		// waiting is a phrase Plan.Waiting holds; empty means the plan waits for nothing.
+		// waiting is a phrase RotationStep.Waiting holds; empty means the step waits for nothing.
 		waiting string
-		// reason is a phrase one of Plan.Reasons holds; empty skips the check.
+		// reason is a phrase one of RotationStep.Reasons holds; empty skips the check.
 		reason string
-		// requeue is the plan's RequeueAfter.
+		// requeue is the step's RequeueAfter.
 		requeue time.Duration
 	}{
 		"a missing Secret gets a CA and a serving certificate at once": {
@@ -236,7 +236,7 @@ func TestDecide(t *testing.T) {
 			issueLeaf: true,
 			reason:    "the CA has expired",
 		},
-		"a CA two thirds through its life gets a successor in front of it, and the usable certificate is not reissued in the same plan": {
+		"a CA two thirds through its life gets a successor in front of it, and the usable certificate is not reissued in the same step": {
 			state:   newState(trusting(aging), serving(agingLeaf), publishedSince(now.Add(-200*day))),
 			newCA:   true,
 			keep:    []int{0},
@@ -381,7 +381,7 @@ func TestDecide(t *testing.T) {
 			waiting: "not in the webhook configurations yet",
 			reason:  "grace starts again",
 		},
-		"a bundle that changes in this plan is not recorded even though the old one is published": {
+		"a bundle that changes in this step is not recorded even though the old one is published": {
 			state:   newState(trusting(aging), serving(agingLeaf), publishedUnrecorded()),
 			newCA:   true,
 			keep:    []int{0},
@@ -397,7 +397,7 @@ func TestDecide(t *testing.T) {
 			keep:    []int{0},
 			requeue: 25 * time.Minute,
 		},
-		"a kept older CA's expiry wakes the plan when it comes before the end of the grace": {
+		"a kept older CA's expiry wakes the rotator when it comes before the end of the grace": {
 			state: newState(trusting(current, newTestCA(t, now, madeAgo(300*day-15*time.Minute))),
 				serving(newTestLeaf(t, current, now, issuedAgo(time.Minute))), publishedSince(now.Add(-day))),
 			grace:   50 * time.Minute,
@@ -451,9 +451,9 @@ func stateDueIn(t testing.TB, now time.Time, caDue, leafDue time.Duration) State
 	return newState(trusting(ca), serving(newTestLeaf(t, ca, now, issuedAgo(leafAge))), publishedSince(now.Add(-day)))
 }
 
-// violations lists the invariants of Decide's comment (and the Plan contract around them) that p
+// violations lists the invariants of Decide's comment (and the RotationStep contract around them) that p
 // breaks for st.
-func violations(st State, cfg Config, now time.Time, p Plan) []string {
+func violations(st State, cfg Config, now time.Time, p RotationStep) []string {
 	cfg = cfg.WithDefaults()
 	var v []string
 	fail := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
@@ -473,7 +473,7 @@ func violations(st State, cfg Config, now time.Time, p Plan) []string {
 		fail("the newest CA is dropped")
 	}
 
-	// A plan never issues from a CA that is not in the bundle: the new CA, or Bundle[0] with its key.
+	// A step never issues from a CA that is not in the bundle: the new CA, or Bundle[0] with its key.
 	if p.IssueLeaf && !p.NewCA {
 		switch {
 		case len(st.Bundle) == 0:
@@ -726,7 +726,7 @@ func describe(st State, now time.Time) string {
 	return b.String()
 }
 
-// Every plan Decide makes, from any state, keeps the invariants of its comment.
+// Every step Decide chooses, from any state, keeps the invariants of its comment.
 func TestDecideKeepsItsInvariants(t *testing.T) {
 	const seed, states = 20260301, 500
 	r := rand.New(rand.NewPCG(seed, seed))
@@ -748,7 +748,7 @@ func TestDecideKeepsItsInvariants(t *testing.T) {
 		st.Published = st.ConfigurationsFound && r.IntN(3) != 0
 		p := Decide(st, cfg, now)
 		for _, v := range violations(st, cfg, now, p) {
-			t.Errorf("state %d (seed %d): %s\n  state: %s\n  plan: %+v", n, seed, v, describe(st, now), p)
+			t.Errorf("state %d (seed %d): %s\n  state: %s\n  step: %+v", n, seed, v, describe(st, now), p)
 		}
 		for _, said := range append(slices.Clone(p.Reasons), p.Waiting) {
 			for _, step := range steps {
@@ -761,13 +761,13 @@ func TestDecideKeepsItsInvariants(t *testing.T) {
 			seen["recorded"]++
 		}
 	}
-	// The states must reach every step of a rotation, or the invariants were checked on few plans.
+	// The states must reach every step of a rotation, or the invariants were checked on few steps.
 	for _, step := range steps {
 		if seen[step] < 5 {
-			t.Errorf("only %d of %d random states lead to a plan saying %q", seen[step], states, step)
+			t.Errorf("only %d of %d random states lead to a step saying %q", seen[step], states, step)
 		}
 	}
-	t.Logf("plans per step: %v", seen)
+	t.Logf("steps per phrase: %v", seen)
 }
 
 // written is one version of the Secret in a simulation: from at, replicas start serving leaf and
@@ -800,7 +800,7 @@ func trusted(leaf *x509.Certificate, bundle []*x509.Certificate, now time.Time) 
 	return err == nil
 }
 
-// simulation is the outcome of applying plans until a settled Secret.
+// simulation is the outcome of applying steps until a settled Secret.
 type simulation struct {
 	steps, newCAs int
 	// replacedUsable counts the serving certificates replaced while still usable.
@@ -863,7 +863,7 @@ func simulate(t testing.TB, secret *corev1.Secret, cfg Config, start, settledFro
 // rotation requested 90 minutes ahead adds two.
 const maxSettleSteps = 12
 
-// From any state, applying plans reaches a settled Secret - one CA, a certificate from it, nothing
+// From any state, applying steps reaches a settled Secret - one CA, a certificate from it, nothing
 // to do - within a few steps; and from any state whose certificate was usable, no replica ever
 // serves a certificate the API server may not trust.
 func TestDecideConvergesWithoutServingAnUntrustedCertificate(t *testing.T) {
@@ -948,7 +948,7 @@ func checkSettled(t *testing.T, what string, st State, cfg Config) {
 
 // rendered is the Secret as the rotator writes it after render: the new data, the other
 // annotations kept and the published-at annotation set or removed.
-func rendered(t testing.TB, old *corev1.Secret, m material, p Plan, cfg Config, now time.Time) *corev1.Secret {
+func rendered(t testing.TB, old *corev1.Secret, m material, p RotationStep, cfg Config, now time.Time) *corev1.Secret {
 	t.Helper()
 	data, publishedAt, err := render(old, m, p, cfg, now)
 	if err != nil {
