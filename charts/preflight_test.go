@@ -14,7 +14,7 @@ func readOnly(rule rbacv1.PolicyRule) bool {
 }
 
 // TestPreflightRBAC checks the pre-flight roles: read-only, and bound (preflight.subjects) they
-// allow the requests `daemonguard rollout plan` makes (internal/preflight/plan.go) and nothing that
+// allow the requests `daemonguard rollout plan` makes (internal/preflight/gather.go) and nothing that
 // writes or reads beyond them. The same roles, rendered by helm, run the plan against the local
 // cluster in internal/preflight's TestPlanMatchesTheCluster.
 func TestPreflightRBAC(t *testing.T) {

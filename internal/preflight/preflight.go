@@ -1,15 +1,16 @@
 // Package preflight is `daemonguard rollout plan`: what a DaemonSet change will do before it is
-// applied. plan.go is the command (NewPlanCommand) and its run: it gathers the cluster's objects,
-// merges each manifest into the live DaemonSet as kubectl apply does, runs admission through
-// daemonguard's admission core as the cluster would, assesses the object as it would be stored,
-// and runs a managed DaemonSet's analysis gates once through the controller's Prometheus client
-// (internal/promquery) (PlanManifests, one Report per DaemonSet, and ExitStatus); render.go
-// writes the reports as a table, markdown or JSON (Render). The rest is pure, over plain data and
-// a clock: preflight.go decides node by node which nodes gain, lose or replace the daemon pod and
-// why, and which template fields change (Assess, an Impact); fit.go whether the new pod fits or
-// preempts (Fit); rollout.go how the rollout proceeds, for managed DaemonSets with the
-// controller's own planner (rolloutplan.Forecast), and what the gates' queries found today,
-// judged with the rollout's own judgement (rolloutanalysis.Judge).
+// applied, gathered, decided and rendered in files named for their jobs. command.go is the
+// command (NewPlanCommand) and its run, one Report per DaemonSet (PlanManifests) and the exit
+// status (ExitStatus); gather.go reads the cluster's objects once, daemonguard's webhooks and
+// policy set among them; admission.go merges each manifest into the live DaemonSet as kubectl
+// apply does and runs admission through daemonguard's admission core as the cluster would;
+// analysis.go runs a managed DaemonSet's analysis gates once through the controller's Prometheus
+// client (internal/promquery) and judges them with the rollout's own judgement
+// (rolloutanalysis.Judge); render.go writes the reports as a table, markdown or JSON (Render).
+// The decisions are pure, over plain data and a clock: preflight.go decides node by node which
+// nodes gain, lose or replace the daemon pod and why, and which template fields change (Assess,
+// an Impact); fit.go whether the new pod fits or preempts (Fit); rollout.go how the rollout
+// proceeds, for managed DaemonSets with the controller's own planner (rolloutplan.Forecast).
 package preflight
 
 import (
@@ -29,7 +30,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
-// Snapshot is everything Build needs.
+// Snapshot is everything Assess needs.
 type Snapshot struct {
 	// After is the DaemonSet as the API server would store it: merged with the live object and
 	// mutated by admission.
@@ -123,7 +124,7 @@ type PodToday struct {
 	Ready    bool   `json:"ready"`
 }
 
-// Build decides the plan. It never fails: what it cannot know (no live pods to time) it says.
+// Assess decides what the change does. It never fails: what it cannot know (no live pods to time) it says.
 func Assess(in Snapshot) Impact {
 	ds := in.After
 	p := Impact{Namespace: ds.Namespace, Name: ds.Name, Operation: "create", NewRevision: in.NewRevision || in.Live == nil, Nodes: []NodeImpact{}, Problems: in.Problems}
