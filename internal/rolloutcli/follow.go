@@ -15,7 +15,7 @@ import (
 
 // Update is one observation of the followed DaemonSet, or the error that ended the observation.
 type Update struct {
-	Status Status
+	Status StatusReport
 	Err    error
 }
 
@@ -37,14 +37,14 @@ type FollowOptions struct {
 
 // FailedError is returned when daemonguard's rollout controller reports the rollout failed. Its
 // message is not printed by Follow: the caller reports the error.
-type FailedError struct{ Status Status }
+type FailedError struct{ Status StatusReport }
 
 func (e *FailedError) Error() string { return e.Status.Message }
 
 // TimeoutError is returned when the rollout did not finish within FollowOptions.Timeout.
 type TimeoutError struct {
 	Timeout time.Duration
-	Status  Status
+	Status  StatusReport
 }
 
 func (e *TimeoutError) Error() string {
@@ -58,7 +58,7 @@ func (e *TimeoutError) Error() string {
 // Follow reports the statuses received on updates until the rollout is done (nil), failed
 // (*FailedError), the timeout passes (*TimeoutError), ctx ends, or an update carries an error.
 // With Watch false it reports the first status and returns (an error only if it is a failure).
-func Follow(ctx context.Context, o FollowOptions, updates <-chan Update) (Status, error) {
+func Follow(ctx context.Context, o FollowOptions, updates <-chan Update) (StatusReport, error) {
 	clk := o.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -73,7 +73,7 @@ func Follow(ctx context.Context, o FollowOptions, updates <-chan Update) (Status
 		defer t.Stop()
 		timeout = t.C()
 	}
-	var last Status
+	var last StatusReport
 	for {
 		select {
 		case <-ctx.Done():
@@ -124,7 +124,7 @@ type printer struct {
 	phase        rolloutapi.Phase
 }
 
-func (p *printer) show(s Status) {
+func (p *printer) show(s StatusReport) {
 	if s.Warning != "" && s.Warning != p.warning {
 		p.newline()
 		fmt.Fprintln(p.out, "Warning: "+s.Warning)
@@ -164,7 +164,7 @@ func (p *printer) show(s Status) {
 
 // once ends a single report (--watch=false): the progress line gets its newline and the message
 // is printed if it was not yet.
-func (p *printer) once(s Status) {
+func (p *printer) once(s StatusReport) {
 	p.newline()
 	p.println(s.Message)
 }
@@ -178,7 +178,7 @@ func (p *printer) println(msg string) {
 	p.message = msg
 }
 
-func (p *printer) draw(s Status) {
+func (p *printer) draw(s StatusReport) {
 	// One column short of the width, so the cursor never wraps to the next line.
 	fmt.Fprint(p.out, "\r\033[K"+ProgressLine(s, p.width-1))
 	p.drawn = true

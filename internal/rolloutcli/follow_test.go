@@ -22,14 +22,14 @@ func feed(updates ...Update) <-chan Update {
 }
 
 func progress(updated, desired int32) Update {
-	return Update{Status: Status{Name: "agent", Phase: rolloutapi.PhaseProgressing, Updated: updated, Available: updated, Desired: desired,
+	return Update{Status: StatusReport{Name: "agent", Phase: rolloutapi.PhaseProgressing, Updated: updated, Available: updated, Desired: desired,
 		Message: "Waiting: " + string(rune('0'+updated)) + " updated"}}
 }
 
 var (
-	doneUpdate   = Update{Status: Status{Name: "agent", Phase: rolloutapi.PhaseComplete, Done: true, Updated: 4, Available: 4, Desired: 4, Message: `daemon set "agent" successfully rolled out`}}
-	failedUpdate = Update{Status: Status{Name: "agent", Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 1, Desired: 4, ControllerCounts: true, Reported: "failed", Message: "rollout failed: PodFailure"}}
-	pausedUpdate = Update{Status: Status{Name: "agent", Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 2, Desired: 4, ControllerCounts: true, Reported: "paused", Step: "2/3", StepSpec: "pause", Message: "rollout is paused: PausedAtStep"}}
+	doneUpdate   = Update{Status: StatusReport{Name: "agent", Phase: rolloutapi.PhaseComplete, Done: true, Updated: 4, Available: 4, Desired: 4, Message: `daemon set "agent" successfully rolled out`}}
+	failedUpdate = Update{Status: StatusReport{Name: "agent", Managed: true, Phase: rolloutapi.PhaseFailed, Failed: true, Updated: 1, Desired: 4, ControllerCounts: true, Reported: "failed", Message: "rollout failed: PodFailure"}}
+	pausedUpdate = Update{Status: StatusReport{Name: "agent", Managed: true, Phase: rolloutapi.PhasePaused, Paused: true, Updated: 2, Desired: 4, ControllerCounts: true, Reported: "paused", Step: "2/3", StepSpec: "pause", Message: "rollout is paused: PausedAtStep"}}
 )
 
 func TestFollow(t *testing.T) {
@@ -137,7 +137,7 @@ func TestFollowTimesOut(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	updates := make(chan Update)
 	type result struct {
-		s   Status
+		s   StatusReport
 		err error
 	}
 	done := make(chan result, 1)

@@ -28,8 +28,8 @@ const barWidth = 20
 
 // ProgressLine is the single line redrawn on a terminal, e.g.
 // "[#########-----------] 9/20 nodes updated, step 3/5 (25%), next: worker-3, worker-4",
-// cut to width runes (no cut when width < 1). Its counts come from one source (see Status).
-func ProgressLine(s Status, width int) string {
+// cut to width runes (no cut when width < 1). Its counts come from one source (see StatusReport).
+func ProgressLine(s StatusReport, width int) string {
 	var b strings.Builder
 	b.WriteString(Bar(s.Updated, s.Desired, barWidth))
 	if s.ControllerCounts {
@@ -67,7 +67,7 @@ func FitWidth(s string, width int) string {
 // progressState is the word the progress line puts after the step: from the controller's status
 // annotations, like the counts and the step beside it, when those are shown (ControllerCounts);
 // otherwise from the phase.
-func progressState(s Status) string {
+func progressState(s StatusReport) string {
 	if s.ControllerCounts {
 		return s.Reported
 	}

@@ -36,9 +36,9 @@ func TestBar(t *testing.T) {
 }
 
 func TestProgressLine(t *testing.T) {
-	managedProgress := Status{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 9, Desired: 20, ControllerCounts: true, Step: "3/5", StepSpec: "25%", Next: "worker-3, worker-4"}
+	managedProgress := StatusReport{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 9, Desired: 20, ControllerCounts: true, Step: "3/5", StepSpec: "25%", Next: "worker-3, worker-4"}
 	tests := map[string]struct {
-		s     Status
+		s     StatusReport
 		width int
 		want  string
 	}{
@@ -46,15 +46,15 @@ func TestProgressLine(t *testing.T) {
 			s: managedProgress, want: "[#########-----------] 9/20 nodes updated, step 3/5 (25%), next: worker-3, worker-4",
 		},
 		"managed paused says so": {
-			s:    Status{Managed: true, Phase: rolloutapi.PhasePaused, Updated: 2, Desired: 4, ControllerCounts: true, Reported: "paused", Step: "2/3", StepSpec: "pause"},
+			s:    StatusReport{Managed: true, Phase: rolloutapi.PhasePaused, Updated: 2, Desired: 4, ControllerCounts: true, Reported: "paused", Step: "2/3", StepSpec: "pause"},
 			want: "[##########----------] 2/4 nodes updated, step 2/3 (pause), paused",
 		},
 		"unmanaged progress shows availability": {
-			s:    Status{Phase: rolloutapi.PhaseProgressing, Updated: 3, Available: 2, Desired: 4},
+			s:    StatusReport{Phase: rolloutapi.PhaseProgressing, Updated: 3, Available: 2, Desired: 4},
 			want: "[###############-----] 3/4 updated, 2 available",
 		},
 		"waiting for the controller says so": {
-			s:    Status{Phase: rolloutapi.PhaseWaiting, Updated: 0, Available: 4, Desired: 4},
+			s:    StatusReport{Phase: rolloutapi.PhaseWaiting, Updated: 0, Available: 4, Desired: 4},
 			want: "[--------------------] 0/4 updated, 4 available, waiting",
 		},
 		"a narrow terminal cuts the line": {

@@ -47,7 +47,7 @@ func record(t *testing.T, ns, name string) *recorder {
 			}
 			hash := ""
 			if rolloutapi.IsManaged(ds) {
-				hash, _ = rolloutcli.CurrentRevisionHash(ctx, cluster.Client, ds)
+				hash, _ = rolloutcli.FetchCurrentRevisionHash(ctx, cluster.Client, ds)
 			}
 			r.mu.Lock()
 			r.seq = append(r.seq, rolloutcli.TrimSnapshot(ds, hash))

@@ -97,7 +97,7 @@ var (
 // Contradictions lists what a status's lines claim against themselves: a step shown twice with
 // different numbers, counts given more than once, more updated than desired, a step index past
 // the step count, a finished step on an unfinished count.
-func Contradictions(st Status, message, progress string) []string {
+func Contradictions(st StatusReport, message, progress string) []string {
 	var out []string
 	if steps := stepRef.FindAllStringSubmatch(message, -1); len(steps) > 1 {
 		out = append(out, fmt.Sprintf("message names %d steps", len(steps)))
@@ -183,32 +183,32 @@ func TestStatusLinesNeverContradictThemselves(t *testing.T) {
 // The property check itself catches the lines the issue reported.
 func TestContradictionsFindsTheReportedLines(t *testing.T) {
 	tests := map[string]struct {
-		st       Status
+		st       StatusReport
 		message  string
 		progress string
 	}{
 		"counts twice from two sources": {
-			st:       Status{Step: "3/3", StepSpec: "done", ControllerCounts: true, Updated: 5, Desired: 5},
+			st:       StatusReport{Step: "3/3", StepSpec: "done", ControllerCounts: true, Updated: 5, Desired: 5},
 			message:  `Waiting for daemon set "node-agent" rollout to finish at step 3/3 (done): 5 of 5 pods updated (1 of 5 nodes updated, 1 unavailable of budget 1)...`,
 			progress: "[####################] 5/5 nodes updated, step 3/3 (done)",
 		},
 		"the step shown is not the step reported": {
-			st:       Status{Step: "3/3", StepSpec: "100%", ControllerCounts: true, Updated: 1, Desired: 5},
+			st:       StatusReport{Step: "3/3", StepSpec: "100%", ControllerCounts: true, Updated: 1, Desired: 5},
 			message:  `rollout of daemon set "node-agent" is paused at step 3/3 (100%): TimedPause: step 2/3: pause:3s: waiting 1s more; 1 of 5 nodes updated`,
 			progress: "[####----------------] 1/5 nodes updated, step 3/3 (100%), paused",
 		},
 		"more updated than desired": {
-			st:       Status{Updated: 6, Desired: 5},
+			st:       StatusReport{Updated: 6, Desired: 5},
 			message:  "rolling",
 			progress: "[####################] 6/5 updated, 5 available",
 		},
 		"a finished rollout shown paused": {
-			st:       Status{Step: "5/5", StepSpec: "done", ControllerCounts: true, Updated: 5, Desired: 5},
+			st:       StatusReport{Step: "5/5", StepSpec: "done", ControllerCounts: true, Updated: 5, Desired: 5},
 			message:  "rolling",
 			progress: "[####################] 5/5 nodes updated, step 5/5 (done), paused",
 		},
 		"the last step done with nodes left": {
-			st:       Status{Step: "3/3", StepSpec: "done", ControllerCounts: true, Updated: 4, Desired: 5},
+			st:       StatusReport{Step: "3/3", StepSpec: "done", ControllerCounts: true, Updated: 4, Desired: 5},
 			message:  "rolling",
 			progress: "[################----] 4/5 nodes updated, step 3/3 (done)",
 		},

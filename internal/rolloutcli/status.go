@@ -11,8 +11,10 @@ import (
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
-// Status is what `rollout status` reports about one DaemonSet at one moment.
-type Status struct {
+// StatusReport is what `rollout status` reports about one DaemonSet at one moment: the view a
+// person reads, built from the DaemonSet and, for a managed one, from the status annotations
+// that rolloutapi.Status encodes.
+type StatusReport struct {
 	Name    string
 	Managed bool // daemonguard's rollout controller rolls it out
 	Phase   rolloutapi.Phase
@@ -48,11 +50,11 @@ type Status struct {
 }
 
 // Evaluate reports the rollout state of ds. currentRevision is the controller-revision-hash of
-// the DaemonSet's current template (see CurrentRevisionHash) or "" when unknown; for a managed
+// the DaemonSet's current template (see FetchCurrentRevisionHash) or "" when unknown; for a managed
 // DaemonSet it tells a report about an older revision (a Failed condition from before the fix was
 // applied) from one about the current template.
-func Evaluate(ds *appsv1.DaemonSet, currentRevision string) Status {
-	s := Status{
+func Evaluate(ds *appsv1.DaemonSet, currentRevision string) StatusReport {
+	s := StatusReport{
 		Name:      ds.Name,
 		Updated:   ds.Status.UpdatedNumberScheduled,
 		Available: ds.Status.NumberAvailable,
@@ -87,7 +89,7 @@ func strategyName(ds *appsv1.DaemonSet) string {
 }
 
 // evaluateRollingUpdate mirrors `kubectl rollout status ds` (DaemonSetStatusViewer).
-func evaluateRollingUpdate(ds *appsv1.DaemonSet, s *Status) {
+func evaluateRollingUpdate(ds *appsv1.DaemonSet, s *StatusReport) {
 	st := ds.Status
 	switch {
 	case ds.Generation > st.ObservedGeneration:
@@ -105,7 +107,7 @@ func evaluateRollingUpdate(ds *appsv1.DaemonSet, s *Status) {
 	}
 }
 
-func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *Status) {
+func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *StatusReport) {
 	a := ds.Annotations
 	st := ds.Status
 	// The rollout controller reports in two writes, status annotations first and conditions

@@ -89,7 +89,7 @@ func (r *revisionCache) current(ctx context.Context, ds *appsv1.DaemonSet) strin
 	if r.hash != "" && r.generation == ds.Generation {
 		return r.hash
 	}
-	hash, err := CurrentRevisionHash(ctx, r.c, ds)
+	hash, err := FetchCurrentRevisionHash(ctx, r.c, ds)
 	if err != nil || hash == "" {
 		return "" // unknown: Evaluate then trusts the controller's report as it is
 	}
@@ -97,9 +97,10 @@ func (r *revisionCache) current(ctx context.Context, ds *appsv1.DaemonSet) strin
 	return hash
 }
 
-// CurrentRevisionHash is the controller-revision-hash of ds's current template, or "" while the
-// DaemonSet controller has not observed ds's generation (see rolloutapi.CurrentRevisionHash).
-func CurrentRevisionHash(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet) (string, error) {
+// FetchCurrentRevisionHash lists ds's revisions and returns rolloutapi.CurrentRevisionHash of
+// them: the controller-revision-hash of ds's current template, or "" while the DaemonSet
+// controller has not observed ds's generation (then nothing is listed).
+func FetchCurrentRevisionHash(ctx context.Context, c kubernetes.Interface, ds *appsv1.DaemonSet) (string, error) {
 	if ds.Status.ObservedGeneration < ds.Generation {
 		return "", nil // unknown, and listing the revisions would not tell
 	}
