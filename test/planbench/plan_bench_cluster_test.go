@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/prometheus/common/expfmt"
@@ -190,11 +190,7 @@ func seed(b *testing.B, c *localcluster.Cluster) {
 		clustertest.Kubectl(b, c, daemonSet(name, "agent:1", name == "managed"), "apply", "-f", "-")
 	}
 	for _, name := range []string{"rolling", "managed"} {
-		waitFor(b, "DaemonSet "+name+" running on every node", func(ctx context.Context) (bool, string) {
-			ds, err := c.Client.AppsV1().DaemonSets(benchNamespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
+		clustertest.WaitDaemonSet(b, c, benchNamespace, name, 15*time.Minute, "DaemonSet "+name+" running on every node", func(ds *appsv1.DaemonSet) (bool, string) {
 			s := ds.Status
 			return s.DesiredNumberScheduled == nodeCount && s.NumberAvailable == nodeCount && s.UpdatedNumberScheduled == nodeCount, fmt.Sprintf("%+v", s)
 		})
@@ -213,7 +209,7 @@ func seed(b *testing.B, c *localcluster.Cluster) {
 		}
 	}
 	createAll(b, c.Client, pods)
-	waitFor(b, "the other pods running", func(ctx context.Context) (bool, string) {
+	c.WaitFor(b, 15*time.Minute, "the other pods running", func(ctx context.Context) (bool, string) {
 		list, err := c.Client.CoreV1().Pods(workNamespace).List(ctx, metav1.ListOptions{FieldSelector: "status.phase=Running"})
 		if err != nil {
 			return false, err.Error()
@@ -260,18 +256,6 @@ func createAll(b *testing.B, client kubernetes.Interface, pods []*corev1.Pod) {
 		if err != nil {
 			b.Fatalf("create pod: %v", err)
 		}
-	}
-}
-
-func waitFor(b *testing.B, what string, cond func(ctx context.Context) (bool, string)) {
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 15*time.Minute, true, func(ctx context.Context) (bool, error) {
-		var ok bool
-		ok, last = cond(ctx)
-		return ok, nil
-	})
-	if err != nil {
-		b.Fatalf("%s: %v (last: %s)", what, err, last)
 	}
 }
 
