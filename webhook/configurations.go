@@ -30,13 +30,6 @@ type ConfigurationOptions struct {
 	InProcessInjection bool
 }
 
-// The names of the DaemonSet webhooks. The chart registers the same (charts/webhook_test.go holds
-// it to Configurations); `rollout plan` finds daemonguard's admission in a cluster by them.
-const (
-	MutateDaemonSetWebhook   = "daemonsets.mutate.daemonguard.io"
-	ValidateDaemonSetWebhook = "daemonsets.validate.daemonguard.io"
-)
-
 // The pod webhook fails open with a short timeout, whatever the DaemonSet webhooks do: it sits
 // in the path of every DaemonSet pod, and the DaemonSet controller writes the node pin into its
 // pods itself, so a daemonguard that is down or slow must never keep a node agent (CNI, storage,
@@ -123,7 +116,7 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{
 			{
-				Name:                    MutateDaemonSetWebhook,
+				Name:                    admission.MutateDaemonSetWebhook,
 				ClientConfig:            o.clientConfig(MutateDaemonSetPath),
 				Rules:                   []admissionregistrationv1.RuleWithOperations{daemonSetRule},
 				FailurePolicy:           ptr.To(o.FailurePolicy),
@@ -165,7 +158,7 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    ValidateDaemonSetWebhook,
+			Name:                    admission.ValidateDaemonSetWebhook,
 			ClientConfig:            o.clientConfig(ValidateDaemonSetPath),
 			Rules:                   []admissionregistrationv1.RuleWithOperations{daemonSetRule},
 			FailurePolicy:           ptr.To(o.FailurePolicy),

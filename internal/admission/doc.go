@@ -16,8 +16,9 @@
 //     DaemonSet (DaemonSetPatch), and the toleration rule it and the in-process policy share
 //     (Covers).
 //   - pin.go: the pod pin (PodPinPatch).
-//   - keys.go: the daemonguard.io labels and annotations of admission, the exempt namespaces
-//     (ExemptNamespaces) and the policy ConfigMaps as policy sources (PolicySources).
+//   - keys.go: the daemonguard.io labels and annotations of admission, the names of the DaemonSet
+//     webhooks, the exempt namespaces (ExemptNamespaces) and the policy ConfigMaps as policy
+//     sources (PolicySources).
 //
 // Patches are computed from the raw object, not from a typed copy, so that fields unknown to this
 // build survive.

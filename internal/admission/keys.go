@@ -41,6 +41,14 @@ const (
 	PolicyErrorAnnotation = "status.daemonguard.io/policy-error"
 )
 
+// The names of daemonguard's DaemonSet webhooks, defined here once: webhook.Configurations
+// registers them (and charts/webhook_test.go holds the chart's to those), and `rollout plan`
+// finds daemonguard's admission in a cluster by them without linking the HTTP adapters.
+const (
+	MutateDaemonSetWebhook   = "daemonsets.mutate.daemonguard.io"
+	ValidateDaemonSetWebhook = "daemonsets.validate.daemonguard.io"
+)
+
 // ExemptNamespaces are the namespaces admission never acts on: daemonguard's own (own, when
 // known), kube-system and the extra ones configured. The webhook configurations' namespace
 // selector, the core (Reviewer.Exempt), the pod pin handler, the in-process policy's binding and

@@ -22,7 +22,6 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/webhook"
 )
 
 // clusterView is what the plan reads once for every document.
@@ -162,7 +161,7 @@ func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Inter
 		return fmt.Errorf("list mutating webhook configurations: %w", err)
 	}
 	for i := range mutating.Items {
-		if w := lastNamed(mutating.Items[i].Webhooks, webhook.MutateDaemonSetWebhook, func(w *admissionregistrationv1.MutatingWebhook) string { return w.Name }); w != nil {
+		if w := lastNamed(mutating.Items[i].Webhooks, admission.MutateDaemonSetWebhook, func(w *admissionregistrationv1.MutatingWebhook) string { return w.Name }); w != nil {
 			v.mutating, service = w, w.ClientConfig.Service
 		}
 	}
@@ -171,7 +170,7 @@ func (v *clusterView) readAdmission(ctx context.Context, client kubernetes.Inter
 		return fmt.Errorf("list validating webhook configurations: %w", err)
 	}
 	for i := range validating.Items {
-		if w := lastNamed(validating.Items[i].Webhooks, webhook.ValidateDaemonSetWebhook, func(w *admissionregistrationv1.ValidatingWebhook) string { return w.Name }); w != nil {
+		if w := lastNamed(validating.Items[i].Webhooks, admission.ValidateDaemonSetWebhook, func(w *admissionregistrationv1.ValidatingWebhook) string { return w.Name }); w != nil {
 			v.validating, service = w, orService(w.ClientConfig.Service, service)
 		}
 	}
