@@ -51,7 +51,7 @@ type GateCheck struct {
 	Measured int      `json:"measured"`
 	Missing  []string `json:"missing,omitempty"`
 	// OutOfBounds are the nodes whose value already breaks the bounds, with the value.
-	OutOfBounds []NodeValue `json:"outOfBounds,omitempty"`
+	OutOfBounds []OutOfBoundsNode `json:"outOfBounds,omitempty"`
 	// Bound says the bounds, for a baseline gate judged today with the baseline median.
 	Bound string `json:"bound,omitempty"`
 	// Baseline is, for a baseline gate, BaselineToday or BaselineRollout; absent otherwise.
@@ -60,9 +60,10 @@ type GateCheck struct {
 	Error string `json:"error,omitempty"`
 }
 
-// NodeValue is a node's value. The value is a string as in Prometheus' HTTP API ("0.25",
-// "+Inf"): JSON has no infinities, and a ratio over zero requests is one.
-type NodeValue struct {
+// OutOfBoundsNode is a node whose value already breaks a gate's bounds, with the value as text as
+// in Prometheus' HTTP API ("0.25", "+Inf"): JSON has no infinities, and a ratio over zero requests
+// is one. rolloutanalysis.Judge reports it as a number (rolloutanalysis.NodeValue).
+type OutOfBoundsNode struct {
 	Node  string `json:"node"`
 	Value string `json:"value"`
 }
@@ -214,7 +215,7 @@ func judgeGates(run gateRun, ms []rolloutanalysis.Measurement) []GateCheck {
 			j := rolloutanalysis.Judge(g, judged, nodes, baseline)
 			gc.Measured, gc.Missing, gc.Bound = j.Measured, j.Missing, j.Bound
 			for _, nv := range j.OutOfBounds {
-				gc.OutOfBounds = append(gc.OutOfBounds, NodeValue{Node: nv.Node, Value: strconv.FormatFloat(nv.Value, 'g', -1, 64)})
+				gc.OutOfBounds = append(gc.OutOfBounds, OutOfBoundsNode{Node: nv.Node, Value: strconv.FormatFloat(nv.Value, 'g', -1, 64)})
 			}
 			switch {
 			case len(gc.OutOfBounds) > 0:

@@ -41,7 +41,7 @@ func TestJudgeGates(t *testing.T) {
 		},
 		"a node out of bounds fails, with its value": {
 			gate: errors, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "errors", Values: vals("a", 0.0, "b", 0.25, "c", 0.01, "d", math.Inf(1))}},
-			want: GateCheck{Result: GateFail, Measured: 4, Bound: "max 0.05", OutOfBounds: []NodeValue{{"b", "0.25"}, {"d", "+Inf"}}},
+			want: GateCheck{Result: GateFail, Measured: 4, Bound: "max 0.05", OutOfBounds: []OutOfBoundsNode{{"b", "0.25"}, {"d", "+Inf"}}},
 		},
 		"a node without a series, or with NaN, is missing": {
 			gate: errors, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "errors", Values: vals("a", 0.0, "b", math.NaN())}},
@@ -49,7 +49,7 @@ func TestJudgeGates(t *testing.T) {
 		},
 		"failing and missing nodes are both reported; the gate fails": {
 			gate: errors, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "errors", Values: vals("a", 1.0, "b", 0.0, "c", 0.0)}},
-			want: GateCheck{Result: GateFail, Measured: 3, Missing: []string{"d"}, Bound: "max 0.05", OutOfBounds: []NodeValue{{"a", "1"}}},
+			want: GateCheck{Result: GateFail, Measured: 3, Missing: []string{"d"}, Bound: "max 0.05", OutOfBounds: []OutOfBoundsNode{{"a", "1"}}},
 		},
 		"series of nodes not measured are ignored": {
 			gate: errors, nodes: []string{"a"}, m: []rolloutanalysis.Measurement{{Gate: "errors", Values: vals("a", 0.0, "z", 9.0)}},
@@ -65,7 +65,7 @@ func TestJudgeGates(t *testing.T) {
 		},
 		"a baseline gate is judged against the median of the nodes measured": {
 			gate: drops, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "drops", Values: vals("a", 1.0, "b", 1.2, "c", 0.9, "d", 2.0)}},
-			want: GateCheck{Result: GateFail, Measured: 4, Baseline: BaselineToday, Bound: "max 0.5 of the baseline median 1.1 (4 nodes)", OutOfBounds: []NodeValue{{"d", "2"}}},
+			want: GateCheck{Result: GateFail, Measured: 4, Baseline: BaselineToday, Bound: "max 0.5 of the baseline median 1.1 (4 nodes)", OutOfBounds: []OutOfBoundsNode{{"d", "2"}}},
 		},
 		"noise every node shares passes a baseline gate": {
 			gate: drops, nodes: nodes, m: []rolloutanalysis.Measurement{{Gate: "drops", Values: vals("a", 10.0, "b", 10.2, "c", 9.9, "d", 10.1)}},

@@ -111,7 +111,7 @@ func TestRenderPlans(t *testing.T) {
 		}},
 	}
 	plan.Analysis = &AnalysisCheck{Ran: true, Revision: "r1", Nodes: []string{"w1", "w2", "w3", "w4", "w5"}, OtherRevisions: 1, Prometheus: "http://prom:9090", Gates: []GateCheck{
-		{Name: "errors", Result: GateFail, Measured: 5, Bound: "max 0.05", OutOfBounds: []NodeValue{{"w1", "0.123456"}, {"w2", "+Inf"}, {"w3", "1"}, {"w4", "2"}}},
+		{Name: "errors", Result: GateFail, Measured: 5, Bound: "max 0.05", OutOfBounds: []OutOfBoundsNode{{"w1", "0.123456"}, {"w2", "+Inf"}, {"w3", "1"}, {"w4", "2"}}},
 		{Name: "drops", Result: GateMissing, Measured: 4, Missing: []string{"w5"}, Baseline: BaselineToday, Bound: "max 1 of the baseline median 2 (4 nodes)"},
 		{Name: "few", Result: GateMissing, Measured: 1, Missing: []string{"w2", "w3", "w4", "w5"}, Baseline: BaselineRollout, Bound: "max 1"},
 		{Name: "slow", Result: GateError, Error: "Prometheus at http://prom:9090 did not answer within 10s (--prometheus-timeout)"},
