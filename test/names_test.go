@@ -22,7 +22,7 @@ var recurringNames = map[string]struct {
 }{
 	"Options": {"type", "the settings of the package's own component, filled from its flags (serving.Options, selftls.Options)"},
 	"New":     {"func", "the constructor of the package's one main value (cli.New is the command tree, promquery.New the client)"},
-	"Run":     {"func", "runs the package's process or report until its context ends (webhookserver.Run, audit.Run)"},
+	"Run":     {"func", "runs the package's one job: a component until its context ends (webhookserver.Run, rollout.Run), or the audit once (audit.Run)"},
 	"Read":    {"func", "reads the one input the package is about (manifest.Read the documents, kubesupport.Read the server)"},
 }
 
