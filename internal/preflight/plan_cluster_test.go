@@ -35,6 +35,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/preflight"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
@@ -263,7 +264,7 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 				c.protect(t, ns, "low-b")
 			}
 			if tc.seed != "" {
-				c.kubectl(t, tc.seed, "apply", "-n", ns, "-f", "-")
+				clustertest.Kubectl(t, c.cluster, tc.seed, "apply", "-n", ns, "-f", "-")
 				c.waitSettled(t, ns, "agent")
 			}
 			before := c.snapshot(t, ns)
@@ -277,7 +278,7 @@ func TestPlanMatchesTheCluster(t *testing.T) {
 				t.Errorf("admission.injection %q, want %q", report.Admission.Injection, want)
 			}
 
-			c.kubectl(t, tc.change, "apply", "-n", ns, "-f", "-")
+			clustertest.Kubectl(t, c.cluster, tc.change, "apply", "-n", ns, "-f", "-")
 			c.waitSettled(t, ns, "agent")
 			want := planned(t, report)
 			if tc.deleteOld {
@@ -372,15 +373,6 @@ func startPlanCluster(t *testing.T) *planCluster {
 	return c
 }
 
-func (c *planCluster) kubectl(t *testing.T, stdin string, args ...string) string {
-	t.Helper()
-	out, errOut, err := c.cluster.Kubectl(context.Background(), stdin, args...)
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
-	}
-	return out
-}
-
 // freshNamespace waits until no pod of an earlier subtest is left anywhere in the cluster,
 // creates ns (marked for node agents unless tenant), and when the test ends deletes it and waits until its pods are gone, so the next
 // subtest's plan and scheduler see none of them. Both waits retry through an API server that a
@@ -393,7 +385,7 @@ func (c *planCluster) freshNamespace(t *testing.T, ns string, tenant bool) {
 		t.Fatal(err)
 	}
 	if tenant {
-		c.kubectl(t, "", "label", "namespace", ns, admission.NodeAgentsLabel+"-")
+		clustertest.Kubectl(t, c.cluster, "", "label", "namespace", ns, admission.NodeAgentsLabel+"-")
 	}
 	t.Cleanup(func() {
 		c.cluster.WaitFor(t, 2*time.Minute, "namespace "+ns+" deleted", func(ctx context.Context) (bool, string) {
@@ -438,7 +430,7 @@ func (c *planCluster) createFixtures(t *testing.T, ns string) {
 		}
 		ready := 0
 		for i := range list.Items {
-			if podReady(&list.Items[i]) {
+			if clustertest.PodReady(&list.Items[i]) {
 				ready++
 			}
 		}
@@ -548,7 +540,7 @@ func (c *planCluster) settled(ctx context.Context, ns, name string) (bool, strin
 			return false, fmt.Sprintf("node %s has %d new and %d old pods", node, len(fresh), len(old))
 		}
 		for _, p := range fresh {
-			if !podReady(p) && !(unschedulable(p) && p.Status.NominatedNodeName == "") {
+			if !clustertest.PodReady(p) && !(unschedulable(p) && p.Status.NominatedNodeName == "") {
 				return false, fmt.Sprintf("pod %s %s (nominated node %q)", p.Name, p.Status.Phase, p.Status.NominatedNodeName)
 			}
 		}
@@ -858,12 +850,6 @@ func podNode(p *corev1.Pod) string {
 		}
 	}
 	return ""
-}
-
-func podReady(p *corev1.Pod) bool {
-	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
-		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
-	})
 }
 
 // unschedulable says the scheduler tried the pod and found no place for it.

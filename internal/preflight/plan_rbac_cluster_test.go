@@ -21,6 +21,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/cli"
 	"github.com/daemonguard/daemonguard/internal/toolbin"
+	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/harness"
 )
 
@@ -31,7 +32,7 @@ import (
 func (c *planCluster) testReadOnlyIdentity(t *testing.T) {
 	const ns = "plan-rbac"
 	c.freshNamespace(t, ns, false)
-	c.kubectl(t, agent, "apply", "-n", ns, "-f", "-")
+	clustertest.Kubectl(t, c.cluster, agent, "apply", "-n", ns, "-f", "-")
 	c.waitSettled(t, ns, "agent")
 	file := filepath.Join(t.TempDir(), "agent.yaml")
 	if err := os.WriteFile(file, []byte(replace("image: agent:1", "image: agent:2")), 0o644); err != nil {
@@ -39,7 +40,7 @@ func (c *planCluster) testReadOnlyIdentity(t *testing.T) {
 	}
 
 	rendered := renderPreflightRBAC(t, `[{"kind":"User","name":"plan-ci"}]`)
-	c.kubectl(t, rendered, "apply", "-f", "-")
+	clustertest.Kubectl(t, c.cluster, rendered, "apply", "-f", "-")
 	// The same roles with the pods rule taken out, bound to plan-ci-nopods; with pods listed but
 	// not watched, bound to plan-ci-nowatch; and the ClusterRole alone bound to plan-ci-nocm.
 	const podsRule = "resources: [pods]\n    verbs: [get, list, watch]"
@@ -48,11 +49,11 @@ func (c *planCluster) testReadOnlyIdentity(t *testing.T) {
 	}
 	for user, rule := range map[string]string{"nopods": "resources: [events]\n    verbs: [get, list, watch]", "nowatch": "resources: [pods]\n    verbs: [get, list]"} {
 		roles := strings.ReplaceAll(strings.ReplaceAll(rendered, "plan-ci", "plan-ci-"+user), "rel-daemonguard-preflight", "rel-daemonguard-preflight-"+user)
-		c.kubectl(t, strings.Replace(roles, podsRule, rule, 1), "apply", "-f", "-")
+		clustertest.Kubectl(t, c.cluster, strings.Replace(roles, podsRule, rule, 1), "apply", "-f", "-")
 	}
 	noConfigMaps := renderPreflightRBAC(t, `[{"kind":"User","name":"plan-ci-nocm"}]`)
-	c.kubectl(t, strings.ReplaceAll(noConfigMaps, "rel-daemonguard-preflight", "rel-daemonguard-preflight-nocm"), "apply", "-f", "-")
-	c.kubectl(t, "", "delete", "rolebinding", "-n", harness.WebhookNamespace, "rel-daemonguard-preflight-nocm")
+	clustertest.Kubectl(t, c.cluster, strings.ReplaceAll(noConfigMaps, "rel-daemonguard-preflight", "rel-daemonguard-preflight-nocm"), "apply", "-f", "-")
+	clustertest.Kubectl(t, c.cluster, "", "delete", "rolebinding", "-n", harness.WebhookNamespace, "rel-daemonguard-preflight-nocm")
 	// Nobody may write with these roles: the API server's own answer.
 	for _, verb := range []string{"create", "update", "patch", "delete"} {
 		for _, resource := range []string{"daemonsets.apps", "pods", "configmaps"} {
@@ -100,8 +101,8 @@ func (c *planCluster) testReadOnlyIdentity(t *testing.T) {
 // canI asks the API server whether user may verb resource in the default namespace.
 func (c *planCluster) canI(t *testing.T, user, verb, resource string) string {
 	t.Helper()
-	out, _, _ := c.cluster.Kubectl(context.Background(), "", "auth", "can-i", verb, resource, "-n", metav1.NamespaceDefault, "--as", user)
-	return strings.TrimSpace(out)
+	// kubectl auth can-i exits 1 when the answer is no: the answer is what it printed.
+	return strings.TrimSpace(clustertest.TryKubectl(c.cluster, "", "auth", "can-i", verb, resource, "-n", metav1.NamespaceDefault, "--as", user).Stdout)
 }
 
 // renderPreflightRBAC renders the chart's pre-flight roles with the real helm, bound to subjects
