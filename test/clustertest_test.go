@@ -12,12 +12,6 @@ import (
 	"testing"
 )
 
-// clusterHelperExempt names the cluster test files TestClusterTestsUseClustertest skips, each
-// with the reason: files another change owns, which moves them onto test/clustertest itself.
-var clusterHelperExempt = map[string]string{
-	"internal/preflight/plan_cluster_test.go": "owned by the preflight change (issue 44), which moves its kubectl wrapper",
-}
-
 // TestClusterTestsUseClustertest holds item 3 of issue 44: what every test on the local control
 // plane does is written once, in test/clustertest, and no cluster test writes it again. It parses
 // every *_cluster_test.go outside test/clustertest (go/parser; no cluster, no type check) and
@@ -63,7 +57,7 @@ func TestClusterTestsUseClustertest(t *testing.T) {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, "_cluster_test.go") || clusterHelperExempt[rel] != "" {
+		if !strings.HasSuffix(path, "_cluster_test.go") {
 			return nil
 		}
 		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
