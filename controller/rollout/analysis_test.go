@@ -20,10 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/promquery"
-	"github.com/daemonguard/daemonguard/internal/promscope"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -171,14 +170,14 @@ func ptrValue(rb *Rollback) Rollback {
 type fakeAnalyzer struct {
 	answer   []rolloutanalysis.Measurement
 	requests []rolloutanalysis.Request
-	scopes   []promscope.Scope
+	scopes   []rolloutanalysis.Scope
 }
 
-func (a *fakeAnalyzer) Scope(namespace string, marked bool) promscope.Scope {
+func (a *fakeAnalyzer) Scope(namespace string, marked bool) rolloutanalysis.Scope {
 	return (&promquery.Client{}).Scope(namespace, marked)
 }
 
-func (a *fakeAnalyzer) Measure(_ context.Context, req rolloutanalysis.Request, scope promscope.Scope) []rolloutanalysis.Measurement {
+func (a *fakeAnalyzer) Measure(_ context.Context, req rolloutanalysis.Request, scope rolloutanalysis.Scope) []rolloutanalysis.Measurement {
 	a.requests = append(a.requests, req)
 	a.scopes = append(a.scopes, scope)
 	return a.answer

@@ -17,10 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/promquery"
-	"github.com/daemonguard/daemonguard/internal/promscope"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -79,11 +78,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // Analyzer takes the measurements of analysis gates (internal/promquery against Prometheus). It
 // returns one Measurement per query, in order, with Err saying why one has no answer.
 type Analyzer interface {
-	// Scope is what the gates of a DaemonSet of namespace read (promscope): its own series, or,
+	// Scope is what the gates of a DaemonSet of namespace read (rolloutanalysis.Scope): its own series, or,
 	// marked for node agents, what the queries name.
-	Scope(namespace string, marked bool) promscope.Scope
+	Scope(namespace string, marked bool) rolloutanalysis.Scope
 	// Measure runs req's queries kept to scope.
-	Measure(ctx context.Context, req rolloutanalysis.Request, scope promscope.Scope) []rolloutanalysis.Measurement
+	Measure(ctx context.Context, req rolloutanalysis.Request, scope rolloutanalysis.Scope) []rolloutanalysis.Measurement
 }
 
 // NamespaceMarks reads whether an administrator marked a namespace for node agents

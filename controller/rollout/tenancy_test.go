@@ -16,7 +16,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/admission"
 	"github.com/daemonguard/daemonguard/internal/promquery"
-	"github.com/daemonguard/daemonguard/internal/promscope"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 )
 
 // marks is a NamespaceMarks of fixed marked namespaces.
@@ -29,11 +29,11 @@ func (m marks) Marked(_ context.Context, namespace string) bool { return m[names
 func TestReconcileScopesTheGatesOfUnmarkedNamespaces(t *testing.T) {
 	tests := map[string]struct {
 		marks NamespaceMarks
-		want  promscope.Scope
+		want  rolloutanalysis.Scope
 	}{
-		"no marks read: unmarked":          {marks: nil, want: promscope.Scope{Label: promscope.DefaultLabel, Namespace: "mon"}},
-		"another namespace marked":         {marks: marks{"kube-agents": true}, want: promscope.Scope{Label: promscope.DefaultLabel, Namespace: "mon"}},
-		"the DaemonSet's namespace marked": {marks: marks{"mon": true}, want: promscope.Unscoped},
+		"no marks read: unmarked":          {marks: nil, want: rolloutanalysis.Scope{Label: rolloutanalysis.DefaultNamespaceLabel, Namespace: "mon"}},
+		"another namespace marked":         {marks: marks{"kube-agents": true}, want: rolloutanalysis.Scope{Label: rolloutanalysis.DefaultNamespaceLabel, Namespace: "mon"}},
+		"the DaemonSet's namespace marked": {marks: marks{"mon": true}, want: rolloutanalysis.Unscoped},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -7,7 +7,7 @@
 //   - plan.go decides which old pods to delete and what to report (Compute, returning a Plan);
 //   - plan_analysis.go, with analysis gates, says which measurements a reconcile must take first
 //     (DueAnalysis) and holds the rollout while each wave is measured and judged; the gates'
-//     vocabulary and judgement are controller/rolloutanalysis's, shared with the Prometheus
+//     vocabulary and judgement are internal/rolloutanalysis's, shared with the Prometheus
 //     client.
 //
 // forecast.go runs the planner against a model of the cluster, reconcile by reconcile, and

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/kubetext"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 

@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/nodes"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 

@@ -4,13 +4,13 @@ import (
 	"fmt"
 
 	"github.com/daemonguard/daemonguard/internal/policy"
-	"github.com/daemonguard/daemonguard/internal/promscope"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // GateScopePolicy names the denials of analysis gates whose query cannot be kept to the
 // DaemonSet's namespace. It is a Go check, not a Rego policy: no Rego built-in parses PromQL, and
-// the rewrite it checks is the one the rollout controller runs (promscope), so that a query this
+// the rewrite it checks is the one the rollout controller runs (rolloutanalysis.Scope), so that a query this
 // admits is a query the controller can scope.
 const GateScopePolicy = "analysis_gate_scope"
 
@@ -37,7 +37,7 @@ func gateViolations(in *policy.Input) []policy.Violation {
 		return nil
 	}
 	name, _ := meta["name"].(string)
-	scope := promscope.Scope{Namespace: in.Namespace.Name}
+	scope := rolloutanalysis.Scope{Namespace: in.Namespace.Name}
 	if scope.Namespace == "" {
 		scope.Namespace = "default"
 	}

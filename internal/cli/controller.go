@@ -7,7 +7,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/controller/rollout"
 	"github.com/daemonguard/daemonguard/internal/promquery"
-	"github.com/daemonguard/daemonguard/internal/promscope"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 )
 
 func newControllerCommand() *cobra.Command {
@@ -48,6 +48,6 @@ func newControllerCommand() *cobra.Command {
 	f.StringVar(&opts.Prometheus.BearerTokenFile, "prometheus-bearer-token-file", "", "file of the bearer token sent to Prometheus; read on every query, so a rotated token needs no restart")
 	f.DurationVar(&opts.Prometheus.Timeout, "prometheus-timeout", promquery.DefaultTimeout, "deadline of each analysis query; a query without an answer by then makes the measurement inconclusive")
 	f.IntVar(&opts.Prometheus.MaxInFlight, "prometheus-max-in-flight", promquery.DefaultMaxInFlight, "most analysis queries at Prometheus at once, over every DaemonSet; the others wait their turn")
-	f.StringVar(&opts.Prometheus.NamespaceLabel, "prometheus-namespace-label", promscope.DefaultLabel, "series label naming the namespace: outside namespaces marked for node agents (daemonguard.io/node-agents=true) a gate's query reads only series with this label set to its DaemonSet's namespace")
+	f.StringVar(&opts.Prometheus.NamespaceLabel, "prometheus-namespace-label", rolloutanalysis.DefaultNamespaceLabel, "series label naming the namespace: outside namespaces marked for node agents (daemonguard.io/node-agents=true) a gate's query reads only series with this label set to its DaemonSet's namespace")
 	return cmd
 }

@@ -11,9 +11,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/promquery"
-	"github.com/daemonguard/daemonguard/internal/promscope"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -108,7 +107,7 @@ const gatesNotRun = "no --prometheus-address: pass the controller's (with --prom
 // run today (analysisCheck), and judges the answers (judgeGates). Without a Prometheus address
 // nothing is run, and the check says how to run it. Prometheus not answering is the gate's
 // result, never an error of the plan.
-func checkAnalysis(ctx context.Context, prom *promquery.Client, ds *appsv1.DaemonSet, nodes []NodeImpact, scope promscope.Scope) *AnalysisCheck {
+func checkAnalysis(ctx context.Context, prom *promquery.Client, ds *appsv1.DaemonSet, nodes []NodeImpact, scope rolloutanalysis.Scope) *AnalysisCheck {
 	c, run := analysisCheck(ds, nodes)
 	if run == nil {
 		return c

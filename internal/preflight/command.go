@@ -26,7 +26,7 @@ import (
 	"github.com/daemonguard/daemonguard/internal/manifest"
 	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/promquery"
-	"github.com/daemonguard/daemonguard/internal/promscope"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 )
 
 // The exit statuses of `rollout plan`, apart so CI can tell them: a denial is worse than a pod
@@ -117,7 +117,7 @@ Prometheus not answering), 1 the plan could not be made.
 	cmd.Flags().StringVar(&prometheus.CAFile, "prometheus-ca-file", "", "CA certificate file that verifies Prometheus' serving certificate (default: the system's roots)")
 	cmd.Flags().StringVar(&prometheus.BearerTokenFile, "prometheus-bearer-token-file", "", "file of the bearer token sent to Prometheus")
 	cmd.Flags().DurationVar(&prometheus.Timeout, "prometheus-timeout", promquery.DefaultTimeout, "deadline of each gate's query")
-	cmd.Flags().StringVar(&prometheus.NamespaceLabel, "prometheus-namespace-label", promscope.DefaultLabel, "series label naming the namespace: outside namespaces marked for node agents a gate's query reads only series with this label set to its DaemonSet's namespace, as in the controller")
+	cmd.Flags().StringVar(&prometheus.NamespaceLabel, "prometheus-namespace-label", rolloutanalysis.DefaultNamespaceLabel, "series label naming the namespace: outside namespaces marked for node agents a gate's query reads only series with this label set to its DaemonSet's namespace, as in the controller")
 	return cmd
 }
 

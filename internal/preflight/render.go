@@ -15,9 +15,9 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/kubetext"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 )
 
 // markdownNodeRows bounds the node table of a pull-request comment; -o json has every node.

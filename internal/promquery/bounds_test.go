@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
-	"github.com/daemonguard/daemonguard/internal/promscope"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 )
 
 // manySeries is an answer of n series, each for another node, the first n-1 outside the wave.
@@ -61,7 +60,7 @@ func TestMeasureBoundsEveryAnswer(t *testing.T) {
 				t.Fatal(err)
 			}
 			req := rolloutanalysis.Request{Queries: []rolloutanalysis.GateQuery{{Gate: "g", NodeLabel: "node", Wave: tc.query}}, Wave: []string{"w1", "w2"}}
-			m := c.Measure(context.Background(), req, promscope.Unscoped)[0]
+			m := c.Measure(context.Background(), req, rolloutanalysis.Unscoped)[0]
 			switch {
 			case tc.want == "" && m.Err != "":
 				t.Fatalf("Err %q, want none", m.Err)
@@ -120,7 +119,7 @@ func TestMeasureBoundsTheQueriesInFlight(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			for _, m := range c.Measure(context.Background(), req, promscope.Scope{Namespace: "ns"}) {
+			for _, m := range c.Measure(context.Background(), req, rolloutanalysis.Scope{Namespace: "ns"}) {
 				if m.Err != "" || m.Values["w1"] != 1 {
 					t.Errorf("measurement %+v, want w1=1", m)
 				}
@@ -143,7 +142,7 @@ func TestAQueryWaitingForASlotEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	req := rolloutanalysis.Request{Queries: []rolloutanalysis.GateQuery{{Gate: "g", NodeLabel: "node", Wave: "up"}}, Wave: []string{"w1"}}
-	if m := c.Measure(ctx, req, promscope.Unscoped)[0]; !strings.HasPrefix(m.Err, KindCancelled+": ") {
+	if m := c.Measure(ctx, req, rolloutanalysis.Unscoped)[0]; !strings.HasPrefix(m.Err, KindCancelled+": ") {
 		t.Errorf("Err %q, want a cancelled measurement", m.Err)
 	}
 }
@@ -176,7 +175,7 @@ func TestMeasureScopesTheQueries(t *testing.T) {
 	if len(fake.tokens) != 1 {
 		t.Errorf("%d queries sent, want only the scoped one", len(fake.tokens))
 	}
-	if s := c.Scope("infra", true); s != promscope.Unscoped {
+	if s := c.Scope("infra", true); s != rolloutanalysis.Unscoped {
 		t.Errorf("a marked namespace's scope %+v, want the query as written", s)
 	}
 }

@@ -4,7 +4,7 @@
 //
 // What it returns is written into a tenant's DaemonSet status, conditions and Events, so it
 // returns nothing of Prometheus' but the values of the nodes asked about: a query outside a
-// namespace marked for node agents reads its own namespace's series only (internal/promscope),
+// namespace marked for node agents reads its own namespace's series only (internal/rolloutanalysis.Scope),
 // other series' label sets and Prometheus' own error text never appear in a message (an error
 // says its kind), and every answer is bounded (queries in flight, bytes read, series kept).
 package promquery
@@ -32,8 +32,7 @@ import (
 	"github.com/prometheus/common/model"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
-	"github.com/daemonguard/daemonguard/internal/promscope"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 )
 
 // DefaultTimeout bounds one query when Options.Timeout is not set.
@@ -82,8 +81,8 @@ type Options struct {
 	// MaxResponseBytes bounds the bytes read of one answer; 0 means DefaultMaxResponseBytes.
 	MaxResponseBytes int64
 	// NamespaceLabel is the series label that names a namespace, which a query of a DaemonSet
-	// outside the namespaces marked for node agents must match (promscope); "" means
-	// promscope.DefaultLabel.
+	// outside the namespaces marked for node agents must match (rolloutanalysis.Scope); "" means
+	// rolloutanalysis.DefaultNamespaceLabel.
 	NamespaceLabel string
 }
 
@@ -108,10 +107,10 @@ func New(opts Options) (*Client, error) {
 		return nil, fmt.Errorf("Prometheus queries in flight %d: must not be negative", opts.MaxInFlight)
 	case opts.MaxResponseBytes < 0:
 		return nil, fmt.Errorf("Prometheus answer bound %d: must not be negative", opts.MaxResponseBytes)
-	case opts.NamespaceLabel != "" && !promscope.ValidLabel(opts.NamespaceLabel):
-		return nil, fmt.Errorf("Prometheus namespace label %q: must be a label name such as %s", opts.NamespaceLabel, promscope.DefaultLabel)
+	case opts.NamespaceLabel != "" && !rolloutanalysis.ValidLabelName(opts.NamespaceLabel):
+		return nil, fmt.Errorf("Prometheus namespace label %q: must be a label name such as %s", opts.NamespaceLabel, rolloutanalysis.DefaultNamespaceLabel)
 	}
-	c := &Client{timeout: cmp.Or(opts.Timeout, DefaultTimeout), label: cmp.Or(opts.NamespaceLabel, promscope.DefaultLabel),
+	c := &Client{timeout: cmp.Or(opts.Timeout, DefaultTimeout), label: cmp.Or(opts.NamespaceLabel, rolloutanalysis.DefaultNamespaceLabel),
 		slots: make(chan struct{}, cmp.Or(opts.MaxInFlight, DefaultMaxInFlight)), maxBytes: cmp.Or(opts.MaxResponseBytes, DefaultMaxResponseBytes)}
 	if opts.Address == "" {
 		if opts.CAFile != "" || opts.BearerTokenFile != "" {
@@ -157,24 +156,24 @@ func (c *Client) Address() string { return c.address }
 
 // Scope is what a query of a DaemonSet in namespace reads: its own namespace's series, unless an
 // administrator marked the namespace for node agents.
-func (c *Client) Scope(namespace string, marked bool) promscope.Scope {
+func (c *Client) Scope(namespace string, marked bool) rolloutanalysis.Scope {
 	if marked {
-		return promscope.Unscoped
+		return rolloutanalysis.Unscoped
 	}
-	label := promscope.DefaultLabel // the zero Client's
+	label := rolloutanalysis.DefaultNamespaceLabel // the zero Client's
 	if c != nil && c.label != "" {
 		label = c.label
 	}
-	return promscope.Scope{Label: label, Namespace: namespace}
+	return rolloutanalysis.Scope{Label: label, Namespace: namespace}
 }
 
-// Measure takes every measurement of req, each query rewritten to scope (promscope) first, the
+// Measure takes every measurement of req, each query rewritten to scope (rolloutanalysis.Scope) first, the
 // queries at the same time but no more than the client's bound in flight, each within the
 // timeout. It always returns one Measurement per query, in req's order: an answer that cannot be
 // used leaves Values empty and says why in Err, which makes the gate's measurement inconclusive.
 // Values hold the nodes of req.Wave only, and Baseline those of req.BaselineNodes: nothing else
 // Prometheus answered leaves this function.
-func (c *Client) Measure(ctx context.Context, req rolloutanalysis.Request, scope promscope.Scope) []rolloutanalysis.Measurement {
+func (c *Client) Measure(ctx context.Context, req rolloutanalysis.Request, scope rolloutanalysis.Scope) []rolloutanalysis.Measurement {
 	out := make([]rolloutanalysis.Measurement, len(req.Queries))
 	var wg sync.WaitGroup
 	for i, q := range req.Queries {

@@ -19,8 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/daemonguard/daemonguard/controller/rolloutanalysis"
-	"github.com/daemonguard/daemonguard/internal/promscope"
+	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 )
 
 // fakePrometheus speaks the part of Prometheus' HTTP API the client uses: /api/v1/query, by POST
@@ -212,7 +211,7 @@ func TestMeasure(t *testing.T) {
 				t.Fatal(err)
 			}
 			req := rolloutanalysis.Request{Queries: []rolloutanalysis.GateQuery{tc.query}, Wave: []string{"w1", "w2"}, BaselineNodes: []string{"b1"}}
-			got := c.Measure(context.Background(), req, promscope.Unscoped)
+			got := c.Measure(context.Background(), req, rolloutanalysis.Unscoped)
 			if len(got) != 1 || got[0].Gate != tc.query.Gate {
 				t.Fatalf("measurements %+v, want one of gate %s", got, tc.query.Gate)
 			}
@@ -281,7 +280,7 @@ func TestMeasureKeepsTheOrderOfTheRequest(t *testing.T) {
 	}
 	got := c.Measure(context.Background(), rolloutanalysis.Request{Queries: []rolloutanalysis.GateQuery{
 		{Gate: "first", NodeLabel: "node", Wave: "a"}, {Gate: "second", NodeLabel: "node", Wave: "b"},
-	}, Wave: []string{"w1"}}, promscope.Unscoped)
+	}, Wave: []string{"w1"}}, rolloutanalysis.Unscoped)
 	if len(got) != 2 || got[0].Gate != "first" || got[0].Values["w1"] != 1 || got[1].Gate != "second" || got[1].Values["w1"] != 2 {
 		t.Errorf("measurements %+v, want first=1 then second=2", got)
 	}
@@ -297,14 +296,14 @@ func TestTheBearerTokenIsReadFromItsFileOnEveryQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := rolloutanalysis.Request{Queries: []rolloutanalysis.GateQuery{{Gate: "g", NodeLabel: "node", Wave: "q"}}}
-	if m := c.Measure(context.Background(), req, promscope.Unscoped); m[0].Err != "" {
+	if m := c.Measure(context.Background(), req, rolloutanalysis.Unscoped); m[0].Err != "" {
 		t.Fatal(m[0].Err)
 	}
 	// The kubelet rotates a projected token by replacing the file.
 	if err := os.WriteFile(tokenFile, []byte("rotated-token"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if m := c.Measure(context.Background(), req, promscope.Unscoped); m[0].Err != "" {
+	if m := c.Measure(context.Background(), req, rolloutanalysis.Unscoped); m[0].Err != "" {
 		t.Fatal(m[0].Err)
 	}
 	fake.mu.Lock()
