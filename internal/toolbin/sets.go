@@ -36,10 +36,14 @@ func ToolSet(name string) ([]string, error) {
 	return nil, fmt.Errorf("unknown tool set %q (want one of %s)", name, strings.Join(ToolSetNames, ", "))
 }
 
-// AllTools lists every binary and folder the tools modules provide, sorted.
+// AllTools lists every binary and folder the tools modules provide, sorted, but for the modules
+// built only when named (Gatekeeper, for the peer benchmark).
 func AllTools() []string {
 	all := map[string]bool{}
 	for _, m := range toolModules {
+		if m.onlyNamed {
+			continue
+		}
 		for _, set := range m.sets {
 			for name := range set.outputs {
 				all[name] = true

@@ -193,3 +193,34 @@ func mustRepoRoot(t *testing.T) string {
 func sorted(s []string) []string {
 	return slices.Sorted(slices.Values(s))
 }
+
+// Gatekeeper, which only the peer benchmark runs, is built when named and never with every tool:
+// `make test` would pay minutes for a binary no test of it needs.
+func TestGatekeeperOnlyWhenNamed(t *testing.T) {
+	for _, tool := range []string{GatekeeperBinary, GatekeeperManifests} {
+		if slices.Contains(AllTools(), tool) {
+			t.Errorf("AllTools holds %s", tool)
+		}
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := builder{root: root, cacheRoot: t.TempDir(), modules: toolModules}
+	every, err := b.plan(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range every {
+		if s.module.dir == "gatekeeper" {
+			t.Error("building every tool builds tools/gatekeeper")
+		}
+	}
+	named, err := b.plan([]string{GatekeeperBinary})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(named) != 1 || named[0].module.dir != "gatekeeper" {
+		t.Errorf("asking for %s plans %d steps, want tools/gatekeeper's", GatekeeperBinary, len(named))
+	}
+}

@@ -117,6 +117,10 @@ type toolModule struct {
 	// helm's release Makefile does: helm reports that version where no cluster is asked
 	// (helm template, helm lint), and checks charts' kubeVersion against it.
 	kubernetesVersionIn []string
+	// onlyNamed marks a module built only when one of its binaries is named, never as part of
+	// every tool (`testbin --set all`, Ensure with no names): no test runs it, and its build is
+	// minutes that `make test` would pay for nothing.
+	onlyNamed bool
 }
 
 // outputSet is a group of binaries of one module that are built and cached together.
@@ -195,6 +199,15 @@ var toolModules = []toolModule{
 		ownCode: true,
 		files:   map[string]moduleFolder{ArgoCDCRDs: {module: "github.com/argoproj/argo-cd/v3", dir: "manifests/crds"}},
 	},
+	{
+		// Gatekeeper, the peer the admission benchmark measures against (test/peerbench, `make
+		// bench-peers`), and its release manifest (the CRDs it needs) of exactly that version.
+		dir:       "gatekeeper",
+		ldflags:   "-s -w",
+		sets:      []outputSet{{name: "Gatekeeper", outputs: map[string]string{GatekeeperBinary: "github.com/open-policy-agent/gatekeeper/v3"}}},
+		files:     map[string]moduleFolder{GatekeeperManifests: {module: "github.com/open-policy-agent/gatekeeper/v3", dir: "deploy"}},
+		onlyNamed: true,
+	},
 }
 
 // withEtcd adds etcd to the newest control plane's set: its version follows tools/kube's
@@ -209,6 +222,13 @@ const ArgoCDBinary = "argocd"
 
 // ArgoCDCRDs names the folder of Argo CD's CRDs built with the argocd binary.
 const ArgoCDCRDs = "argocd-crds"
+
+// GatekeeperBinary names the binary of Gatekeeper, built only for the peer benchmark.
+const GatekeeperBinary = "gatekeeper"
+
+// GatekeeperManifests names the folder of Gatekeeper's release manifests (deploy/, whose
+// gatekeeper.yaml holds its CRDs) built with the gatekeeper binary.
+const GatekeeperManifests = "gatekeeper-deploy"
 
 // CertManagerCRDs names the folder of cert-manager's CRDs built with the cert-manager binary;
 // Binaries.Path(CertManagerCRDs) locates it.
@@ -235,16 +255,24 @@ func (b *Binaries) Path(name string) string {
 // of racing. A build prints what it builds and, while it runs, how far it is; a warm cache
 // prints nothing.
 func Ensure(ctx context.Context, log io.Writer, names ...string) (*Binaries, error) {
-	root, err := RepoRoot()
+	b, err := newBuilder(log)
 	if err != nil {
 		return nil, err
+	}
+	return b.ensure(ctx, names)
+}
+
+// newBuilder builds this checkout's tools modules into the binary cache, logging to log.
+func newBuilder(log io.Writer) (builder, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return builder{}, err
 	}
 	cacheRoot, err := CacheDir("DAEMONGUARD_BIN_CACHE", "bin", "test binaries")
 	if err != nil {
-		return nil, err
+		return builder{}, err
 	}
-	b := builder{log: log, root: root, cacheRoot: cacheRoot, modules: toolModules, every: progressEvery}
-	return b.ensure(ctx, names)
+	return builder{log: log, root: root, cacheRoot: cacheRoot, modules: toolModules, every: progressEvery}, nil
 }
 
 // progressEvery is how often a running build says how far it is.
@@ -284,6 +312,31 @@ func (b builder) ensure(ctx context.Context, names []string) (*Binaries, error) 
 			return nil, err
 		}
 	}
+	return binariesOf(steps), nil
+}
+
+// Cached locates the binaries names and what comes with them, as Ensure does, if they are already
+// built, and builds nothing: a test that needs a tool no other entry point builds (Gatekeeper,
+// built by `make bench-peers`) uses it to skip instead of paying minutes of build.
+func Cached(names ...string) (*Binaries, error) {
+	b, err := newBuilder(io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	steps, err := b.plan(names)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range steps {
+		if missing := s.missing(); len(missing) > 0 {
+			return nil, fmt.Errorf("%s from tools/%s is not built yet", missing[0].name, s.module.dir)
+		}
+	}
+	return binariesOf(steps), nil
+}
+
+// binariesOf locates the binaries and folders of steps in their cache folders.
+func binariesOf(steps []buildStep) *Binaries {
 	bins := &Binaries{dirs: map[string]string{}}
 	for _, s := range steps {
 		for _, set := range s.sets {
@@ -295,7 +348,7 @@ func (b builder) ensure(ctx context.Context, names []string) (*Binaries, error) 
 			bins.dirs[name] = s.dir
 		}
 	}
-	return bins, nil
+	return bins
 }
 
 // plan lists, per module, the sets that provide names (all sets when names is empty) and the
@@ -309,7 +362,7 @@ func (b builder) plan(names []string) ([]buildStep, error) {
 	for _, m := range b.modules {
 		var sets []outputSet
 		for i, set := range m.sets {
-			needed := len(names) == 0
+			needed := len(names) == 0 && !m.onlyNamed
 			for _, n := range names {
 				_, built := set.outputs[n]
 				_, copied := m.files[n]
@@ -567,20 +620,9 @@ func (m toolModule) buildLDFlags(moduleDir string) (string, error) {
 	if len(m.kubernetesVersionIn) == 0 {
 		return m.ldflags, nil
 	}
-	path := filepath.Join(moduleDir, "go.mod")
-	data, err := os.ReadFile(path)
+	clientGo, err := requiredVersion(moduleDir, "k8s.io/client-go")
 	if err != nil {
-		return "", fmt.Errorf("read tools module: %w", err)
-	}
-	f, err := modfile.ParseLax(path, data, nil)
-	if err != nil {
-		return "", fmt.Errorf("parse %s: %w", path, err)
-	}
-	var clientGo string
-	for _, r := range f.Require {
-		if r.Mod.Path == "k8s.io/client-go" {
-			clientGo = r.Mod.Version
-		}
+		return "", err
 	}
 	major, minor, err := kubernetesVersionOfClientGo(clientGo)
 	if err != nil {
@@ -591,6 +633,44 @@ func (m toolModule) buildLDFlags(moduleDir string) (string, error) {
 		flags += fmt.Sprintf(" -X %s.k8sVersionMajor=%d -X %s.k8sVersionMinor=%d", pkg, major, pkg, minor)
 	}
 	return flags, nil
+}
+
+// PinnedVersion returns the version of module that the tools module tools/dir requires, such as
+// "v3.23.1" of github.com/open-policy-agent/gatekeeper/v3 for "gatekeeper": what a benchmark
+// reports it ran.
+func PinnedVersion(dir, module string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	v, err := requiredVersion(filepath.Join(root, "tools", dir), module)
+	if err != nil {
+		return "", err
+	}
+	if v == "" {
+		return "", fmt.Errorf("tools/%s requires no %s", dir, module)
+	}
+	return v, nil
+}
+
+// requiredVersion returns the version of module that the go.mod in moduleDir requires, or "" when
+// it requires none.
+func requiredVersion(moduleDir, module string) (string, error) {
+	path := filepath.Join(moduleDir, "go.mod")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read tools module: %w", err)
+	}
+	f, err := modfile.ParseLax(path, data, nil)
+	if err != nil {
+		return "", fmt.Errorf("parse %s: %w", path, err)
+	}
+	for _, r := range f.Require {
+		if r.Mod.Path == module {
+			return r.Mod.Version, nil
+		}
+	}
+	return "", nil
 }
 
 // kubernetesVersionOfClientGo maps a k8s.io/client-go version to the Kubernetes release it comes

@@ -161,3 +161,18 @@ func TestToolsModulesPinTheVersions(t *testing.T) {
 		}
 	}
 }
+
+// PinnedVersion reads what a tools module requires, and says so when it requires nothing of the
+// name.
+func TestPinnedVersion(t *testing.T) {
+	v, err := PinnedVersion("gatekeeper", "github.com/open-policy-agent/gatekeeper/v3")
+	if err != nil || !strings.HasPrefix(v, "v3.") {
+		t.Errorf("PinnedVersion of Gatekeeper = %q, %v; want a v3 release", v, err)
+	}
+	if _, err := PinnedVersion("helm", "example.com/none"); err == nil || !strings.Contains(err.Error(), "tools/helm requires no example.com/none") {
+		t.Errorf("PinnedVersion of a module not required: %v, want an error naming it", err)
+	}
+	if _, err := PinnedVersion("no-such-tool", "example.com/none"); err == nil {
+		t.Error("PinnedVersion of a missing tools module gave no error")
+	}
+}
