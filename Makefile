@@ -240,6 +240,11 @@ scalebench: testbin ## Scale benchmark: 1,000, 2,500 and 5,000 kwok nodes, 30 po
 bench-admission: demobin ## Latency daemonguard adds to DaemonSet writes through kube-apiserver, without vs with its webhooks (BENCH_FLAGS="--rates 10,100,500 --duration 20s").
 	$(LOCALCLUSTER) bench-admission $(BENCH_FLAGS)
 
+.PHONY: bench-peers
+bench-peers: demobin ## Validating webhook against a null webhook and Gatekeeper, open loop, interleaved per rate: p50/p90/p99/max, CPU/review, RSS (BENCH_FLAGS="-rates 250,500,1000 -duration 10s -server-procs 1").
+	$(TESTBIN) gatekeeper
+	$(GO) run ./cmd/peerbench $(BENCH_FLAGS)
+
 .PHONY: loadgen
 loadgen: ## Open-loop load test of the webhooks against a null webhook, TLS on loopback (LOADGEN_FLAGS="-rates 1000 -duration 10s").
 	$(GO) run ./cmd/loadgen $(LOADGEN_FLAGS)

@@ -175,7 +175,7 @@ func (s *Servers) startChild(ctx context.Context, exe string, spec childSpec) (*
 		return nil, err
 	}
 	s.stdins = append(s.stdins, stdin)
-	t := &Target{Name: spec.Target, WantPatch: wantPatch(spec.Target), done: make(chan error, 1), kill: func() { _ = cmd.Process.Kill() }}
+	t := &Target{Name: spec.Target, WantPatch: wantPatch(spec.Target), PID: cmd.Process.Pid, done: make(chan error, 1), kill: func() { _ = cmd.Process.Kill() }}
 	lines := bufio.NewReader(stdout)
 	hello := make(chan error, 1)
 	var h childHello

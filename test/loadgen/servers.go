@@ -41,8 +41,11 @@ type Target struct {
 	URL  string // https://127.0.0.1:PORT
 	// WantPatch says whether the target's answer to a case carries a patch (both always allow).
 	WantPatch func(*fixture.Case) bool
-	done      chan error
-	kill      func() // own processes: kills the server's process
+	// PID is the server's process when it runs in one of its own (StartServerProcesses), else 0:
+	// what test/peerbench reads CPU time and RSS of.
+	PID  int
+	done chan error
+	kill func() // own processes: kills the server's process
 }
 
 // Servers are the two webhook servers under test, on loopback: in this process (StartServers) or
