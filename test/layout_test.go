@@ -4,12 +4,13 @@
 // registration and readiness probes they share (webhookreg), the demo, the admission load
 // generator (loadgen), the API server benchmark (apibench), the 1,000-node rollout benchmark
 // (rolloutbench), the benchmark of `rollout plan` (planbench), the 5,000-node scale benchmark
-// (scalebench) and the real Prometheus for tests (promtest). layout_test.go checks that the
-// shipped binaries link none of it, that `rollout plan` links no controller manager, that the
-// rollout's layers import only downward (TestArrowsPointDown), and how many files a plan run and a
-// reconcile cross; naming_test.go that every test file needing the local control plane, and only
-// those, is named *_cluster_test.go; names_test.go that no two product packages export the same
-// name (TestExportedNamesMeanOneThing); clustertest_test.go that cluster tests share clustertest's
+// (scalebench), the benchmark against Gatekeeper and a null webhook (peerbench) and the real
+// Prometheus for tests (promtest). layout_test.go checks that the shipped binaries link none of
+// it, that `rollout plan` links no controller manager, that the rollout's layers import only
+// downward (TestArrowsPointDown), and how many packages and files a review, a reconcile and a plan
+// run cross; naming_test.go that every test file needing the local control plane, and only those,
+// is named *_cluster_test.go; names_test.go that no two product packages export the same name
+// (TestExportedNamesMeanOneThing); clustertest_test.go that cluster tests share clustertest's
 // helpers; docs_test.go that the docs name only what exists.
 package test
 
