@@ -12,8 +12,9 @@ import (
 	"testing"
 )
 
-// TestClusterTestsUseClustertest holds item 3 of issue 44: what every test on the local control
-// plane does is written once, in test/clustertest, and no cluster test writes it again. It parses
+// TestClusterTestsUseClustertest holds the cluster tests to one helper package: what every test on
+// the local control plane does is written once, in test/clustertest, and no cluster test writes it
+// again. It parses
 // every *_cluster_test.go outside test/clustertest (go/parser; no cluster, no type check) and
 // fails, naming file and line, where a file
 //
