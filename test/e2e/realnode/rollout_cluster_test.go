@@ -123,12 +123,18 @@ func testManagedRollout(t *testing.T, a *artifacts) {
 		if failed.Reason != "PodFailure" || !strings.Contains(failed.Message, realNode+": CrashLoopBackOff") {
 			t.Errorf("Failed condition %s: %s, want PodFailure naming %s: CrashLoopBackOff", failed.Reason, failed.Message, realNode)
 		}
-		pod := agentPods(t, ns)[realNode]
-		cs := pod.Status.ContainerStatuses[0]
-		if cs.State.Waiting == nil || cs.State.Waiting.Reason != "CrashLoopBackOff" || cs.RestartCount < 1 ||
-			cs.LastTerminationState.Terminated == nil || cs.LastTerminationState.Terminated.ExitCode != 1 {
-			t.Errorf("the crash pod on %s reports %+v, want the kubelet's CrashLoopBackOff after exit code 1", realNode, cs)
-		}
+		// Between two crashes the kubelet runs the container again for a moment, so its status
+		// alternates between Running and Waiting: wait for the kubelet's CrashLoopBackOff.
+		var cs corev1.ContainerStatus
+		cluster.WaitFor(t, time.Minute, "the kubelet's CrashLoopBackOff after exit code 1 on "+realNode, func(context.Context) (bool, string) {
+			pod := agentPods(t, ns)[realNode]
+			if pod == nil || len(pod.Status.ContainerStatuses) == 0 {
+				return false, "no container status yet"
+			}
+			cs = pod.Status.ContainerStatuses[0]
+			return cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff" && cs.RestartCount >= 1 &&
+				cs.LastTerminationState.Terminated != nil && cs.LastTerminationState.Terminated.ExitCode == 1, fmt.Sprintf("%+v", cs)
+		})
 		// The rest keep v2: the failure on the canary stopped the rollout before them.
 		waitAgents(t, ns, map[string]string{"control-plane-1": nodeimages.AgentV2, "control-plane-2": nodeimages.AgentV2})
 		for _, node := range controlPlaneNodes[1:] {
