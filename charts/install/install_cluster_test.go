@@ -95,6 +95,14 @@ func tryInstallChart(t *testing.T, name string, sets ...string) (*release, strin
 	return r, out, err
 }
 
+// in returns the release failing through t, a subtest's, so that a failure ends that subtest
+// and not its parent.
+func (r *release) in(t *testing.T) *release {
+	c := *r
+	c.t = t
+	return &c
+}
+
 func (r *release) helm(args ...string) string {
 	r.t.Helper()
 	out, err := r.Helm(args...)

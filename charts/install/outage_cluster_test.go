@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,12 @@ func TestNodeAgentsStartWhileDaemonguardIsDown(t *testing.T) {
 	})
 
 	t.Run("the webhook returns", func(t *testing.T) {
+		// On a new port, re-pointed by helm: the old one was free through the outage, and a
+		// process of another test package may have taken it meanwhile.
+		r := r.in(t)
+		r.webhookPort = harness.FreePort(t)
+		r.helm("upgrade", r.Name, chartDir(t), "--namespace", r.Namespace, "--reuse-values", "--wait", "--timeout", "3m",
+			"--set", "webhook.url=https://127.0.0.1:"+strconv.Itoa(r.webhookPort))
 		r.runWebhook(r.webhookPort)
 		waitAdmission(t, ns)
 		patch := []byte(`{"metadata":{"annotations":{"example.com/touched":"after-outage"}}}`)
