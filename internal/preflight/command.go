@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -45,10 +46,18 @@ var severity = []int{0, exitPlanGates, exitPlanNotFit, exitPlanDenied}
 // reached through connect (the client and the default namespace of the kubeconfig), then the
 // plan made and rendered, and the exit status says the most serious outcome. It lives with the
 // run it starts, so that a reader follows a plan from its flags to its report in one package.
-func NewPlanCommand(connect func() (kubernetes.Interface, string, error)) *cobra.Command {
+//
+// With WithContexts the command also plans over several kube contexts at once (--contexts): see
+// Fleet and PlanFleet.
+func NewPlanCommand(connect func() (kubernetes.Interface, string, error), opts ...PlanOption) *cobra.Command {
 	var files []string
 	var output, policyNamespace string
 	var prometheus promquery.Options
+	var o planOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var fleet Fleet
 	cmd := &cobra.Command{
 		Use:   "plan -f FILE|DIR|- [-f ...]",
 		Short: "Show what applying DaemonSet manifests would do, node by node, before they are applied",
@@ -80,6 +89,12 @@ Prometheus not answering), 1 the plan could not be made.
 			if output != "table" && output != "json" && output != "markdown" {
 				return fmt.Errorf("--output %q is not one of table, json, markdown", output)
 			}
+			if err := fleet.Validate(cmd.Flags()); err != nil {
+				return err
+			}
+			if fleet.On() && prometheus.Address != "" {
+				return fmt.Errorf("--prometheus-address with --contexts: one Prometheus does not answer for the nodes of several clusters; plan each context on its own with its Prometheus")
+			}
 			prom, err := promquery.New(prometheus)
 			if err != nil {
 				return err
@@ -90,6 +105,22 @@ Prometheus not answering), 1 the plan could not be made.
 			docs, err := manifest.Read(files, cmd.InOrStdin())
 			if err != nil {
 				return err
+			}
+			if fleet.On() {
+				plans := PlanFleet(cmd.Context(), fleet, func(ctx context.Context, kubeContext string) ([]Report, error) {
+					client, ns, err := o.connectTo(kubeContext)
+					if err != nil {
+						return nil, err
+					}
+					return PlanManifests(ctx, client, prom, ns, policyNamespace, docs, time.Now())
+				})
+				if err := RenderFleet(cmd.OutOrStdout(), output, plans); err != nil {
+					return err
+				}
+				if code := FleetExitStatus(plans); code != 0 {
+					return exitcode.Error{Code: code}
+				}
+				return nil
 			}
 			client, ns, err := connect()
 			if err != nil {
@@ -118,7 +149,140 @@ Prometheus not answering), 1 the plan could not be made.
 	cmd.Flags().StringVar(&prometheus.BearerTokenFile, "prometheus-bearer-token-file", "", "file of the bearer token sent to Prometheus")
 	cmd.Flags().DurationVar(&prometheus.Timeout, "prometheus-timeout", promquery.DefaultTimeout, "deadline of each gate's query")
 	cmd.Flags().StringVar(&prometheus.NamespaceLabel, "prometheus-namespace-label", rolloutanalysis.DefaultNamespaceLabel, "series label naming the namespace: outside namespaces marked for node agents a gate's query reads only series with this label set to its DaemonSet's namespace, as in the controller")
+	if o.connectTo != nil {
+		fleet.AddFlags(cmd.Flags(), defaultPlanClusterTimeout)
+	}
 	return cmd
+}
+
+// defaultPlanClusterTimeout bounds one cluster's plan in a fleet plan. A plan of a cluster of
+// 5,000 nodes and 150,000 pods takes about half a minute (docs/performance.md); ten times that
+// is a cluster that does not answer.
+const defaultPlanClusterTimeout = 5 * time.Minute
+
+// PlanOption adds to `rollout plan` what its caller can give.
+type PlanOption func(*planOptions)
+
+type planOptions struct {
+	connectTo func(kubeContext string) (kubernetes.Interface, string, error)
+}
+
+// WithContexts lets the plan run over several kube contexts (--contexts): connectTo reaches one
+// context of the kubeconfig and returns its client and namespace, as the connect of
+// NewPlanCommand does for the one context of --context.
+func WithContexts(connectTo func(kubeContext string) (kubernetes.Interface, string, error)) PlanOption {
+	return func(o *planOptions) { o.connectTo = connectTo }
+}
+
+// Fleet holds the flags of a verb run over several kube contexts at once: `rollout plan` and
+// `rollout status`.
+//
+// The contexts are one flag, --contexts a,b,c (comma-separated, repeatable), rather than a
+// repeatable --context: --context is kubectl's, a persistent flag of every rollout verb that
+// names one context, and undo, pause or restart over a fleet at once is not something to do by
+// a typo. Only the verbs that read take --contexts; the caller makes it exclusive with --context.
+type Fleet struct {
+	// Contexts are the kube contexts, in the order the report lists them; none means one cluster,
+	// the verb as without --contexts.
+	Contexts []string
+	// Parallel bounds the clusters read at once: each plan holds every pod of its cluster.
+	Parallel int
+	// ClusterTimeout bounds one cluster's work; a cluster past it is a row with the error.
+	ClusterTimeout time.Duration
+}
+
+// AddFlags registers --contexts, --parallel and --cluster-timeout (whose default is timeout).
+func (f *Fleet) AddFlags(fs *pflag.FlagSet, timeout time.Duration) {
+	fs.StringSliceVar(&f.Contexts, "contexts", nil, "kube contexts to report on at once, comma-separated or repeated (e.g. --contexts canary,prod-eu,prod-us); one row per cluster; a cluster that cannot be read is a row with its error")
+	fs.IntVar(&f.Parallel, "parallel", 4, "with --contexts: at most this many clusters read at once")
+	fs.DurationVar(&f.ClusterTimeout, "cluster-timeout", timeout, "with --contexts: give up on a cluster after this long (its row says so)")
+}
+
+// maxFleetContexts bounds --contexts: a fleet summary past it is no summary, and a mistaken glob
+// in a script should not open thousands of connections.
+const maxFleetContexts = 1000
+
+// Validate checks the fleet flags of fs: with --contexts, names given, none twice, a positive
+// bound and timeout.
+func (f *Fleet) Validate(fs *pflag.FlagSet) error {
+	switch {
+	case fs.Changed("contexts") && len(f.Contexts) == 0:
+		return fmt.Errorf("--contexts names no context")
+	case !f.On():
+		return nil // one cluster: --parallel and --cluster-timeout do not apply
+	}
+	if len(f.Contexts) > maxFleetContexts {
+		return fmt.Errorf("--contexts names %d contexts, more than %d", len(f.Contexts), maxFleetContexts)
+	}
+	seen := map[string]bool{}
+	for _, c := range f.Contexts {
+		switch {
+		case c == "":
+			return fmt.Errorf("--contexts has an empty context name")
+		case seen[c]:
+			return fmt.Errorf("--contexts names context %q twice", c)
+		}
+		seen[c] = true
+	}
+	if f.Parallel < 1 {
+		return fmt.Errorf("--parallel %d: must be at least 1", f.Parallel)
+	}
+	if f.ClusterTimeout <= 0 {
+		return fmt.Errorf("--cluster-timeout %s: must be positive", f.ClusterTimeout)
+	}
+	return nil
+}
+
+// On says whether the verb runs over the contexts of --contexts.
+func (f *Fleet) On() bool { return len(f.Contexts) > 0 }
+
+// ClusterPlan is one kube context's plan in a fleet plan: its reports, or why there are none.
+type ClusterPlan struct {
+	Context string   `json:"context"`
+	Items   []Report `json:"items"`
+	// Error is why the cluster could not be planned: unreachable, forbidden, past
+	// --cluster-timeout. Items is then empty.
+	Error string `json:"error,omitempty"`
+	// ExitCode is the cluster's own exit status, as `rollout plan --context` alone would exit.
+	ExitCode int `json:"exitCode"`
+}
+
+// PlanFleet plans every context of f with plan (which reaches the context and plans the
+// manifests in it), through EachContext, and returns one ClusterPlan per context in f's order.
+func PlanFleet(ctx context.Context, f Fleet, plan func(ctx context.Context, kubeContext string) ([]Report, error)) []ClusterPlan {
+	outcomes := EachContext(ctx, f, plan)
+	plans := make([]ClusterPlan, len(outcomes))
+	for i, o := range outcomes {
+		plans[i] = ClusterPlan{Context: o.Context, Items: o.Value, ExitCode: ExitStatus(o.Value)}
+		if plans[i].Items == nil {
+			plans[i].Items = []Report{}
+		}
+		if o.Err != nil {
+			plans[i].Error, plans[i].ExitCode = o.Err.Error(), 1
+		}
+	}
+	return plans
+}
+
+// FleetExitStatus is a fleet plan's exit status: the most serious of its clusters', in
+// ExitStatus's order, where a cluster that could not be planned (1) outranks every finding.
+func FleetExitStatus(plans []ClusterPlan) int {
+	code := 0
+	for _, p := range plans {
+		if p.ExitCode == 1 {
+			return 1
+		}
+		code = worse(code, p.ExitCode)
+	}
+	return code
+}
+
+// worse is the more serious of two finding exit statuses (severity's order).
+func worse(code, c int) int {
+	if slices.Index(severity, c) > slices.Index(severity, code) {
+		return c
+	}
+	return code
 }
 
 // Report is one DaemonSet's pre-flight: admission, then the plan when admitted.
@@ -254,22 +418,17 @@ func planDocument(ctx context.Context, client kubernetes.Interface, prom *promqu
 // fit, collide or preempt, 4 when an analysis gate would not pass today, else 0.
 func ExitStatus(reports []Report) int {
 	code := 0
-	worse := func(c int) {
-		if slices.Index(severity, c) > slices.Index(severity, code) {
-			code = c
-		}
-	}
 	for _, r := range reports {
 		switch {
 		case r.Error != "":
 			return 1
 		case !r.Admission.Allowed:
-			worse(exitPlanDenied)
+			code = worse(code, exitPlanDenied)
 		case r.Plan == nil:
 		case r.Plan.Summary.NotFit > 0 || r.Plan.Summary.Preempting > 0 || len(r.Plan.Problems) > 0:
-			worse(exitPlanNotFit)
+			code = worse(code, exitPlanNotFit)
 		case r.Plan.Analysis.finding():
-			worse(exitPlanGates)
+			code = worse(code, exitPlanGates)
 		}
 	}
 	return code

@@ -3,12 +3,14 @@ package preflight
 // This file reads the cluster once for every document of a run (readCluster): nodes, unfinished
 // pods (streamed and slimmed), pod disruption budgets, priority classes, daemonguard's DaemonSet
 // webhooks, found by their names, and the policy set they serve; namespaces' labels as documents
-// need them.
+// need them. Over a fleet, EachContext reads the clusters side by side, a bounded number at once.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -246,5 +248,57 @@ func ownedBy(pods []*corev1.Pod, uid types.UID) []*corev1.Pod {
 			out = append(out, p)
 		}
 	}
+	return out
+}
+
+// ContextOutcome is what one kube context's work returned.
+type ContextOutcome[T any] struct {
+	Context string
+	Value   T
+	Err     error
+}
+
+// EachContext runs work once for every context of f and returns the outcomes in f's order.
+//
+// Assumptions: work reaches only its own cluster, and returns when its ctx ends.
+// Invariants: at most f.Parallel calls of work run at once; each gets its own ctx, ended
+// f.ClusterTimeout after it starts, so one cluster that does not answer costs its row and one
+// slot for that long, never the fleet; a failure of one context is its outcome's Err and does not
+// stop the others. When the caller's ctx ends, the contexts not yet started are not started and
+// their Err says why.
+func EachContext[T any](ctx context.Context, f Fleet, work func(ctx context.Context, kubeContext string) (T, error)) []ContextOutcome[T] {
+	out := make([]ContextOutcome[T], len(f.Contexts))
+	slots := make(chan struct{}, max(f.Parallel, 1))
+	var wg sync.WaitGroup
+	for i, name := range f.Contexts {
+		out[i].Context = name
+		acquired := false
+		select {
+		case slots <- struct{}{}:
+			acquired = true
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			// A free slot and the end can be ready at once; the end wins.
+			if acquired {
+				<-slots
+			}
+			out[i].Err = fmt.Errorf("context %s: not started: %w", name, context.Cause(ctx))
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			timeout := fmt.Errorf("no answer within %s (--cluster-timeout)", f.ClusterTimeout)
+			cctx, cancel := context.WithTimeoutCause(ctx, f.ClusterTimeout, timeout)
+			defer cancel()
+			out[i].Value, out[i].Err = work(cctx, name)
+			if out[i].Err != nil && errors.Is(context.Cause(cctx), timeout) {
+				out[i].Err = fmt.Errorf("%w: %w", timeout, out[i].Err)
+			}
+		}()
+	}
+	wg.Wait()
 	return out
 }

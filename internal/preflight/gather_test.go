@@ -3,8 +3,10 @@ package preflight
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,5 +143,73 @@ func TestSlimPodKeepsWhatThePlanReads(t *testing.T) {
 	}
 	if len(want.Insufficient) == 0 || len(want.HostPortConflicts) == 0 {
 		t.Errorf("the case does not exercise requests and ports: %+v", want)
+	}
+}
+
+// TestEachContextBoundsTheClustersAtOnce: twelve contexts, three at once at most, each under its
+// own timeout; a cluster that never answers and one that fails are their own outcomes, the
+// others' values come back in the order of the contexts.
+func TestEachContextBoundsTheClustersAtOnce(t *testing.T) {
+	var contexts []string
+	for i := range 12 {
+		contexts = append(contexts, fmt.Sprintf("c%02d", i))
+	}
+	var running, most atomic.Int32
+	f := Fleet{Contexts: contexts, Parallel: 3, ClusterTimeout: 200 * time.Millisecond}
+	outcomes := EachContext(t.Context(), f, func(ctx context.Context, name string) (string, error) {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		switch name {
+		case "c03": // never answers: waits for its own deadline
+			<-ctx.Done()
+			return "", fmt.Errorf("list nodes: %w", ctx.Err())
+		case "c07":
+			return "", errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+		}
+		time.Sleep(10 * time.Millisecond) // long enough for the others to pile up
+		return "plan of " + name, nil
+	})
+	if got := most.Load(); got != 3 {
+		t.Errorf("at most %d clusters at once, want 3", got)
+	}
+	for i, o := range outcomes {
+		switch {
+		case o.Context != contexts[i]:
+			t.Errorf("outcome %d is %s's, want %s's", i, o.Context, contexts[i])
+		case o.Context == "c03":
+			if o.Err == nil || o.Err.Error() != "no answer within 200ms (--cluster-timeout): list nodes: context deadline exceeded" {
+				t.Errorf("the cluster that never answers: %v", o.Err)
+			}
+		case o.Context == "c07":
+			if o.Err == nil || !strings.Contains(o.Err.Error(), "connection refused") || strings.Contains(o.Err.Error(), "--cluster-timeout") {
+				t.Errorf("the cluster that fails: %v", o.Err)
+			}
+		case o.Err != nil || o.Value != "plan of "+o.Context:
+			t.Errorf("%s: %q, %v", o.Context, o.Value, o.Err)
+		}
+	}
+}
+
+// TestEachContextStartsNothingOnceCancelled: when the caller gives up (an interrupt), the
+// contexts not yet started say so instead of being read.
+func TestEachContextStartsNothingOnceCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	started := map[string]bool{}
+	f := Fleet{Contexts: []string{"a", "b", "c"}, Parallel: 1, ClusterTimeout: time.Minute}
+	outcomes := EachContext(ctx, f, func(ctx context.Context, name string) (int, error) {
+		started[name] = true // Parallel 1: one at a time
+		cancel()
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
+	if !started["a"] || started["b"] || started["c"] {
+		t.Errorf("started %v, want only a", started)
+	}
+	for _, o := range outcomes[1:] {
+		if o.Err == nil || o.Err.Error() != "context "+o.Context+": not started: context canceled" {
+			t.Errorf("%s: %v", o.Context, o.Err)
+		}
 	}
 }

@@ -1,12 +1,16 @@
 package preflight
 
 // This file writes `rollout plan` reports: a table for people, markdown for a pull-request
-// comment, JSON for programs (the schema is Report's, documented in docs/preflight.md).
+// comment, JSON for programs (the schema is Report's, documented in docs/preflight.md); over
+// several contexts (RenderFleet) a summary row per cluster and DaemonSet first, then the full
+// plan of each cluster with a finding, in the same words.
 
 import (
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +21,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/kubetext"
+	"github.com/daemonguard/daemonguard/internal/policy"
 	"github.com/daemonguard/daemonguard/internal/rolloutanalysis"
 )
 
@@ -27,9 +32,7 @@ const markdownNodeRows = 50
 func Render(w io.Writer, format string, reports []Report) error {
 	switch format {
 	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return writeJSON(w, struct {
 			Items    []Report `json:"items"`
 			ExitCode int      `json:"exitCode"`
 		}{reports, ExitStatus(reports)})
@@ -37,6 +40,13 @@ func Render(w io.Writer, format string, reports []Report) error {
 		return renderMarkdown(w, reports)
 	}
 	return renderTable(w, reports)
+}
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func renderTable(w io.Writer, reports []Report) error {
@@ -97,6 +107,12 @@ func renderMarkdown(w io.Writer, reports []Report) error {
 		_, err := fmt.Fprintln(w, "\nNo DaemonSet in the manifests.")
 		return err
 	}
+	return renderMarkdownReports(w, reports)
+}
+
+// renderMarkdownReports writes each DaemonSet's section of a plan, under the plan's heading or
+// a fleet's cluster.
+func renderMarkdownReports(w io.Writer, reports []Report) error {
 	for _, r := range reports {
 		fmt.Fprintf(w, "\n#### DaemonSet `%s/%s`\n\n", r.Namespace, r.Name)
 		if r.Error != "" {
@@ -143,6 +159,158 @@ func renderMarkdown(w io.Writer, reports []Report) error {
 		}
 	}
 	return nil
+}
+
+// RenderFleet writes a fleet plan as format: "table", "markdown" or "json". The table and the
+// markdown open with one summary row per DaemonSet and cluster (fleetRows), and then give the
+// full plan of each cluster with a finding, as Render gives one cluster's; a cluster without a
+// finding is its rows alone (-o json has every cluster's whole plan).
+func RenderFleet(w io.Writer, format string, plans []ClusterPlan) error {
+	rows := fleetRows(plans)
+	switch format {
+	case "json":
+		return writeJSON(w, struct {
+			Clusters []ClusterPlan `json:"clusters"`
+			ExitCode int           `json:"exitCode"`
+		}{plans, FleetExitStatus(plans)})
+	case "markdown":
+		fmt.Fprintf(w, "### daemonguard rollout plan over %s\n\n", count(len(plans), "cluster"))
+		fmt.Fprintf(w, "| %s |\n|%s\n", strings.ToLower(strings.Join(fleetHeader, " | ")), strings.Repeat("---|", len(fleetHeader)))
+		for _, row := range rows {
+			cells := make([]string, len(row))
+			for i, c := range row {
+				cells[i] = mdEscape(c)
+			}
+			fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+		}
+		for _, p := range plans {
+			if p.ExitCode == 0 || p.Error != "" {
+				continue
+			}
+			fmt.Fprintf(w, "\n<details><summary>%s: exit %d</summary>\n", html.EscapeString(p.Context), p.ExitCode)
+			if err := renderMarkdownReports(w, p.Items); err != nil {
+				return err
+			}
+			fmt.Fprintln(w, "\n</details>")
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(fleetHeader, "\t"))
+	for _, row := range rows {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range plans {
+		if p.ExitCode == 0 || p.Error != "" {
+			continue
+		}
+		fmt.Fprintf(w, "\n=== context %s: exit %d\n", p.Context, p.ExitCode)
+		if err := renderTable(w, p.Items); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fleetHeader names the columns of fleetRows.
+var fleetHeader = []string{"CONTEXT", "DAEMONSET", "GAIN", "LOSE", "REPLACE", "NOT FIT", "PREEMPTS", "DENIED BY", "GATES FAILING TODAY", "EXIT", "NOTE"}
+
+// fleetRows are a fleet plan's summary, one row of fleetHeader's cells per DaemonSet and
+// cluster, in the order of the contexts and of the manifests: the nodes that gain, lose or have
+// their pod replaced, those where the new pod does not fit or preempts, the policies that deny,
+// the analysis gates that would not pass today, and the exit status `rollout plan` gives for it.
+// A cluster that could not be planned is one row with its error; "-" is a count not made.
+func fleetRows(plans []ClusterPlan) [][]string {
+	var rows [][]string
+	for _, p := range plans {
+		switch {
+		case p.Error != "":
+			rows = append(rows, []string{p.Context, "-", "-", "-", "-", "-", "-", "-", "-", strconv.Itoa(p.ExitCode), "ERROR: " + p.Error})
+			continue
+		case len(p.Items) == 0:
+			rows = append(rows, []string{p.Context, "-", "-", "-", "-", "-", "-", "-", "-", strconv.Itoa(p.ExitCode), "no DaemonSet in the manifests"})
+			continue
+		}
+		for _, r := range p.Items {
+			row := []string{p.Context, r.Namespace + "/" + r.Name, "-", "-", "-", "-", "-", "-", "-", strconv.Itoa(ExitStatus([]Report{r})), ""}
+			switch {
+			case r.Error != "":
+				row[10] = "ERROR: " + r.Error
+			case !r.Admission.Allowed:
+				row[7], row[10] = deniedBy(r.Admission), "WOULD BE DENIED: nothing is applied"
+			case r.Plan != nil:
+				s := r.Plan.Summary
+				row[2], row[3], row[4], row[5], row[6] = strconv.Itoa(s.Gains), strconv.Itoa(s.Loses), strconv.Itoa(s.Replaced), strconv.Itoa(s.NotFit), strconv.Itoa(s.Preempting)
+				row[8], row[10] = gatesFailing(r.Plan.Analysis), fleetNote(r.Plan)
+			}
+			rows = append(rows, row)
+		}
+	}
+	// Each cell on one line: an error or a context's name with a line break or a tab would
+	// break the table's rows and columns.
+	oneLine := strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ", "\t", " ")
+	for _, row := range rows {
+		for i := range row {
+			row[i] = oneLine.Replace(row[i])
+		}
+	}
+	return rows
+}
+
+// deniedBy names the policies that deny, or says "denied" when none is named.
+func deniedBy(a AdmissionReport) string {
+	var names []string
+	for _, v := range a.Violations {
+		if v.Action == policy.Deny && !slices.Contains(names, v.Policy) {
+			names = append(names, v.Policy)
+		}
+	}
+	if len(names) == 0 {
+		return "denied"
+	}
+	return strings.Join(names, ", ")
+}
+
+// gatesFailing names the gates that would not pass today and why, "none" when every gate run
+// passes, "not run" when the queries were not run, "-" without gates.
+func gatesFailing(c *AnalysisCheck) string {
+	switch {
+	case c == nil || len(c.Gates) == 0 && c.Error == "":
+		return "-"
+	case c.Error != "":
+		return "check failed: " + c.Error
+	case !c.Ran:
+		return "not run"
+	}
+	why := map[string]string{GateFail: "would fail", GateMissing: "no series", GateError: "no answer"}
+	var out []string
+	for _, g := range c.Gates {
+		if w, ok := why[g.Result]; ok {
+			out = append(out, g.Name+" ("+w+")")
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+// fleetNote is a planned DaemonSet's note: what kind of change it is, and its problems.
+func fleetNote(p *Impact) string {
+	note := "new revision"
+	switch {
+	case !p.NewRevision:
+		note = "pod template unchanged: no pod is touched"
+	case p.Operation != "update":
+		note = "new DaemonSet"
+	}
+	for _, problem := range p.Problems {
+		note += "; PROBLEM: " + problem
+	}
+	return note
 }
 
 func admissionLines(r Report) []string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +164,126 @@ func TestRenderPlans(t *testing.T) {
 	}
 	if got := decoded.Items[0].Plan.Analysis; got == nil || !reflect.DeepEqual(*got, *plan.Analysis) {
 		t.Errorf("the analysis check does not survive JSON: %+v", got)
+	}
+}
+
+// fleetPlans is a fleet of four clusters: canary replaces every pod and its gates pass, prod-eu
+// would deny, prod|us (a pipe in its name) has a gate that already fails and a pod that does not
+// fit, and dead could not be planned.
+func fleetPlans() []ClusterPlan {
+	planned := func(s Summary, gates ...GateCheck) Report {
+		return Report{Namespace: "agents", Name: "agent", Admission: AdmissionReport{Allowed: true, Violations: []policy.Violation{}},
+			Plan: &Impact{Operation: "update", NewRevision: true, Summary: s, Rollout: Rollout{Summary: "daemonguard replaces 4 nodes"},
+				Analysis: &AnalysisCheck{Ran: true, Revision: "r1", Gates: gates}}}
+	}
+	canary := planned(Summary{Nodes: 4, Replaced: 4}, GateCheck{Name: "errors", Result: GatePass})
+	denied := Report{Namespace: "agents", Name: "agent", Admission: AdmissionReport{Validation: "webhook", Violations: []policy.Violation{
+		{Policy: "budget", Action: policy.Deny, Message: "maxUnavailable 50% is above 25%"},
+		{Policy: "budget", Action: policy.Deny, Message: "again"},
+		{Policy: "images", Action: policy.Warn, Message: "latest tag"},
+	}}}
+	failing := planned(Summary{Nodes: 3, Gains: 1, Loses: 1, Replaced: 1, NotFit: 1}, GateCheck{Name: "errors", Result: GateFail}, GateCheck{Name: "drops", Result: GateMissing}, GateCheck{Name: "ok", Result: GatePass})
+	return []ClusterPlan{
+		{Context: "canary", Items: []Report{canary}, ExitCode: ExitStatus([]Report{canary})},
+		{Context: "prod-eu", Items: []Report{denied}, ExitCode: ExitStatus([]Report{denied})},
+		{Context: "prod|us", Items: []Report{failing}, ExitCode: ExitStatus([]Report{failing})},
+		{Context: "dead", Items: []Report{}, Error: "list nodes: Get \"https://127.0.0.1:1/api/v1/nodes\": dial tcp 127.0.0.1:1: connect: connection refused\nretrying | not", ExitCode: 1},
+	}
+}
+
+func TestRenderFleet(t *testing.T) {
+	plans := fleetPlans()
+	tests := map[string]struct {
+		format string
+		want   []string // lines of the output, in order, each whole
+		absent []string // text the output must not hold
+	}{
+		"the table: one row per cluster and DaemonSet, then the plans with a finding": {
+			format: "table",
+			want: []string{
+				"CONTEXT  DAEMONSET     GAIN  LOSE  REPLACE  NOT FIT  PREEMPTS  DENIED BY  GATES FAILING TODAY                     EXIT  NOTE",
+				"canary   agents/agent  0     0     4        0        0         -          none                                    0     new revision",
+				"prod-eu  agents/agent  -     -     -        -        -         budget     -                                       2     WOULD BE DENIED: nothing is applied",
+				"prod|us  agents/agent  1     1     1        1        0         -          errors (would fail), drops (no series)  3     new revision",
+				`dead     -             -     -     -        -        -         -          -                                       1     ERROR: list nodes: Get "https://127.0.0.1:1/api/v1/nodes": dial tcp 127.0.0.1:1: connect: connection refused retrying | not`,
+				"=== context prod-eu: exit 2",
+				"DaemonSet agents/agent ()",
+				"  WOULD BE DENIED: nothing is applied",
+				"=== context prod|us: exit 3",
+			},
+			absent: []string{"=== context canary", "=== context dead"},
+		},
+		"markdown: cells escaped, the plans with a finding folded": {
+			format: "markdown",
+			want: []string{
+				"### daemonguard rollout plan over 4 clusters",
+				"| context | daemonset | gain | lose | replace | not fit | preempts | denied by | gates failing today | exit | note |",
+				"|---|---|---|---|---|---|---|---|---|---|---|",
+				"| canary | agents/agent | 0 | 0 | 4 | 0 | 0 | - | none | 0 | new revision |",
+				"| prod-eu | agents/agent | - | - | - | - | - | budget | - | 2 | WOULD BE DENIED: nothing is applied |",
+				`| prod\|us | agents/agent | 1 | 1 | 1 | 1 | 0 | - | errors (would fail), drops (no series) | 3 | new revision |`,
+				`| dead | - | - | - | - | - | - | - | - | 1 | ERROR: list nodes: Get "https://127.0.0.1:1/api/v1/nodes": dial tcp 127.0.0.1:1: connect: connection refused retrying \| not |`,
+				"<details><summary>prod-eu: exit 2</summary>",
+				"#### DaemonSet `agents/agent`",
+				"</details>",
+				"<details><summary>prod|us: exit 3</summary>",
+			},
+			absent: []string{"<summary>canary", "<summary>dead"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := RenderFleet(&buf, tc.format, plans); err != nil {
+				t.Fatal(err)
+			}
+			out := buf.String()
+			lines := strings.Split(out, "\n")
+			at := 0
+			for _, want := range tc.want {
+				i := slices.Index(lines[at:], want)
+				if i < 0 {
+					t.Fatalf("no line %q after line %d in:\n%s", want, at, out)
+				}
+				at += i + 1
+			}
+			for _, a := range tc.absent {
+				if strings.Contains(out, a) {
+					t.Errorf("holds %q:\n%s", a, out)
+				}
+			}
+		})
+	}
+
+	var js bytes.Buffer
+	if err := RenderFleet(&js, "json", plans); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Clusters []ClusterPlan `json:"clusters"`
+		ExitCode int           `json:"exitCode"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.ExitCode != 1 || !reflect.DeepEqual(doc.Clusters, plans) {
+		t.Errorf("json does not carry the fleet whole:\n%s", js.String())
+	}
+}
+
+// The markdown of a cluster alone is unchanged by the fleet: a fleet's folded section of a
+// cluster is that cluster's plan below its heading.
+func TestFleetMarkdownFoldsTheClustersOwnPlan(t *testing.T) {
+	plans := fleetPlans()
+	var one, fleet bytes.Buffer
+	if err := Render(&one, "markdown", plans[2].Items); err != nil {
+		t.Fatal(err)
+	}
+	if err := RenderFleet(&fleet, "markdown", plans); err != nil {
+		t.Fatal(err)
+	}
+	body := strings.TrimPrefix(one.String(), "### daemonguard rollout plan\n")
+	if !strings.Contains(fleet.String(), "<details><summary>prod|us: exit 3</summary>\n"+body+"\n</details>\n") {
+		t.Errorf("the fleet's section of prod|us is not its plan:\n%s\n---\n%s", fleet.String(), one.String())
 	}
 }

@@ -28,6 +28,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/daemonguard/daemonguard/internal/exitcode"
 	"github.com/daemonguard/daemonguard/internal/kubetext"
 	"github.com/daemonguard/daemonguard/internal/preflight"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
@@ -38,12 +39,18 @@ type kubeFlags struct {
 	kubeconfig, context, namespace string
 }
 
-// connect returns a client and the namespace: --namespace, else the kubeconfig context's
-// namespace, else "default" (the service account's namespace in a pod).
+// connect returns a client and the namespace of --context: see connectTo.
 func (k *kubeFlags) connect() (kubernetes.Interface, string, error) {
+	return k.connectTo(k.context)
+}
+
+// connectTo returns a client of the kubeconfig's context kubeContext ("" is the current context)
+// and the namespace: --namespace, else the context's namespace, else "default" (the service
+// account's namespace in a pod).
+func (k *kubeFlags) connectTo(kubeContext string) (kubernetes.Interface, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = k.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.context}
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubeContext}
 	overrides.Context.Namespace = k.namespace
 	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
 	cfg, err := loader.ClientConfig()
@@ -106,21 +113,28 @@ and behave as with kubectl.`,
 	pf.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig path (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
 	pf.StringVar(&k.context, "context", "", "kubeconfig context to use (default: the current context)")
 	pf.StringVarP(&k.namespace, "namespace", "n", "", "namespace of the DaemonSet (default: the context's namespace)")
+	status, plan := newStatusCommand(k), preflight.NewPlanCommand(k.connect, preflight.WithContexts(k.connectTo))
 	cmd.AddCommand(
-		newStatusCommand(k),
+		status,
 		newHistoryCommand(k),
 		newUndoCommand(k),
 		newPauseCommand(k),
 		newResumeCommand(k),
 		newRestartCommand(k),
-		preflight.NewPlanCommand(k.connect),
+		plan,
 	)
+	// The verbs that read take --contexts (preflight.Fleet says why not a repeatable --context);
+	// it names the clusters that --context would name one of.
+	for _, c := range []*cobra.Command{status, plan} {
+		c.MarkFlagsMutuallyExclusive("context", "contexts")
+	}
 	return cmd
 }
 
 func newStatusCommand(k *kubeFlags) *cobra.Command {
 	var watch bool
 	var timeout time.Duration
+	var fleet preflight.Fleet
 	cmd := &cobra.Command{
 		Use:   "status ds/NAME",
 		Short: "Follow a DaemonSet's rollout until it completes (exit 0), fails or times out (exit 1)",
@@ -132,10 +146,17 @@ are followed as kubectl rollout status does. An unmanaged OnDelete DaemonSet is 
 anyone: status says so and exits 0.
 
 On a terminal a single progress line is redrawn in place; otherwise a line is printed whenever the
-status changes.`,
+status changes.
+
+With --contexts a,b,c status reads the DaemonSet in every context once and prints one line per
+cluster: its current revision, phase, updated/desired nodes, step and message; a cluster that
+cannot be read is a line with its error. Exit status: 0 every cluster complete (or not rolled out
+by anyone), 1 some rollout failed or some cluster could not be read, 2 otherwise (some rollout is
+still progressing, paused or waiting): run it again to wait.`,
 		Example: `  daemonguard rollout status ds/node-agent -n monitoring
   daemonguard rollout status ds/node-agent --timeout=10m
-  daemonguard rollout status node-agent --watch=false`,
+  daemonguard rollout status node-agent --watch=false
+  daemonguard rollout status ds/node-agent -n monitoring --contexts canary,prod-eu,prod-us`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := ParseArgs(args)
@@ -144,6 +165,22 @@ status changes.`,
 			}
 			if timeout < 0 {
 				return fmt.Errorf("--timeout must not be negative")
+			}
+			if err := fleet.Validate(cmd.Flags()); err != nil {
+				return err
+			}
+			if fleet.On() {
+				if watch && cmd.Flags().Changed("watch") || cmd.Flags().Changed("timeout") {
+					return fmt.Errorf("--contexts reads each cluster's status once: --watch and --timeout do not apply (--cluster-timeout bounds each cluster)")
+				}
+				rows := FleetStatus(cmd.Context(), fleet, k.connectTo, name)
+				if err := RenderFleetStatus(cmd.OutOrStdout(), rows); err != nil {
+					return err
+				}
+				if code := FleetStatusExit(rows); code != 0 {
+					return exitcode.Error{Code: code}
+				}
+				return nil
 			}
 			c, ns, err := k.connect()
 			if err != nil {
@@ -164,8 +201,12 @@ status changes.`,
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", true, "follow the rollout until it ends; false prints the status once")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (e.g. 5m); 0 waits forever")
+	fleet.AddFlags(cmd.Flags(), defaultStatusClusterTimeout)
 	return cmd
 }
+
+// defaultStatusClusterTimeout bounds reading one cluster's DaemonSet and revisions: two requests.
+const defaultStatusClusterTimeout = 30 * time.Second
 
 // terminal tells whether out is a terminal, and its width.
 func terminal(out io.Writer) (bool, int) {
