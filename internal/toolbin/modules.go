@@ -167,8 +167,8 @@ var toolModules = []toolModule{
 		files:   map[string]moduleFolder{CertManagerCRDs: {module: "github.com/cert-manager/cert-manager", dir: "deploy/crds"}},
 	},
 	{
-		// Argo CD's application controller and repo server in one binary (see tools/argocd), and
-		// the CRDs of exactly that version.
+		// Argo CD's application controller, repo server and ApplicationSet controller in one binary
+		// (see tools/argocd), and the CRDs of exactly that version.
 		dir:     "argocd",
 		ldflags: "-s -w",
 		sets: []outputSet{{name: "Argo CD", outputs: map[string]string{
@@ -195,7 +195,8 @@ func withEtcd(set map[string]string) map[string]string {
 	return set
 }
 
-// ArgoCDBinary names the binary of Argo CD's application controller and repo server.
+// ArgoCDBinary names the binary of Argo CD's application controller, repo server and
+// ApplicationSet controller.
 const ArgoCDBinary = "argocd"
 
 // ArgoCDCRDs names the folder of Argo CD's CRDs built with the argocd binary.
