@@ -83,7 +83,16 @@ Exit status: 0 fine, 2 some DaemonSet would be denied, 3 some new pod would not 
 other pods, 4 some analysis gate would not pass today (a node out of bounds or without a series,
 Prometheus not answering), 1 the plan could not be made.
 
-  helm template my-release ./chart | daemonguard rollout plan -f - -o markdown`,
+With --contexts a,b,c the manifests are planned in every context, --parallel clusters at once,
+each within --cluster-timeout, and the report opens with one summary row per cluster and
+DaemonSet (nodes that gain, lose or are replaced, where the new pod does not fit or preempts,
+the policies that deny, the gates that would fail today), then the whole plan of each cluster
+with a finding. A cluster that cannot be read is a row with its error. The exit status is the
+most serious cluster's, 1 when one could not be planned. The gates' queries are not run
+(--prometheus-address is one cluster's Prometheus).
+
+  helm template my-release ./chart | daemonguard rollout plan -f - -o markdown
+  helm template my-release ./chart | daemonguard rollout plan -f - -o markdown --contexts canary,prod-eu,prod-us`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "table" && output != "json" && output != "markdown" {

@@ -7,8 +7,9 @@
 // command.go is the cobra command tree (NewCommand) and the kubectl-style connection flags;
 // ref.go parses the DaemonSet argument; status.go evaluates a rollout's state, watch.go watches
 // it, follow.go follows it to the end and progress.go draws it; history.go reads revisions and
-// chooses what undo restores; ops.go pauses, resumes and restarts. `rollout plan` is
-// internal/preflight's command (NewPlanCommand), which NewCommand adds beside the other verbs.
+// chooses what undo restores; ops.go pauses, resumes and restarts; fleet.go is status over
+// several kube contexts (--contexts). `rollout plan` is internal/preflight's command
+// (NewPlanCommand), which NewCommand adds beside the other verbs.
 package rolloutcli
 
 import (
