@@ -79,7 +79,9 @@ const revisionPending = time.Second
 //   - A reconcile that changes the analysis (a wave whose analysis starts, a measurement taken)
 //     writes the report at once: when the wave's analysis started, the measurements' results and
 //     when the next ones are due are the controller's memory, and a deferred report would start
-//     the analysis again a moment later, or measure again without counting what it saw.
+//     the analysis again a moment later, or measure again without counting what it saw. So does
+//     one that changes the completion time a bake runs from (StatusCompletedAt): deferred, the
+//     next reconcile would take its own now for it, and the bake would end later.
 //   - A plan that rolls back names the ControllerRevision to put back, found among Revisions by
 //     its hash (the planner picks only a revision that is kept); apply puts it back before it
 //     writes the report (a failed write is retried by measuring again; once the report says the
@@ -107,7 +109,8 @@ func decide(f Facts) Decision {
 		annotations[rolloutapi.StatusStep] != plan.Status.Step.String() || annotations[rolloutapi.StatusRevision] != plan.Status.Revision
 	changes := rolloutapi.StatusChanges(annotations, plan.Status)
 	_, analysisChanged := changes[rolloutapi.StatusAnalysis]
-	if !transition && !analysisChanged && f.Now.Sub(f.LastReport) < reportInterval {
+	_, completionChanged := changes[rolloutapi.StatusCompletedAt]
+	if !transition && !analysisChanged && !completionChanged && f.Now.Sub(f.LastReport) < reportInterval {
 		d.RequeueAfter = reportInterval
 		return d
 	}

@@ -71,6 +71,13 @@ func TestDecide(t *testing.T) {
 	slowPods := progressing
 	slowPods.MinReadySeconds = 30
 
+	// baking has every node updated under a bake of 5m; bakingShown is what its first report
+	// shows, but for the completion time, which a lagging cache does not show yet.
+	baking := complete
+	baking.Settings.Bake = 5 * time.Minute
+	bakingShown, bakingConditions := shown(t, baking)
+	delete(bakingShown, rolloutapi.StatusCompletedAt)
+
 	shownAnnotations, shownConditions := shown(t, progressing)
 	invalid := errors.New(`daemonguard.io/steps: the last step that is not a pause must be 100%, got "50%"`)
 	invalidShown := rolloutConditions(shownConditions, rolloutapi.PhaseFailed, rolloutapi.ReasonInvalidSettings, InvalidSettingsMessage(invalid), t0.Add(-time.Hour))
@@ -119,6 +126,15 @@ func TestDecide(t *testing.T) {
 		"a new phase right after a report: written at once, with an Event": {
 			facts:           reportedAt(factsOf(complete, shownAnnotations, shownConditions), t0),
 			wantAnnotations: true, wantCondition: "Complete/RolloutComplete", wantEvent: "RolloutComplete", wantReported: true,
+		},
+		"a bake begins right after a report: Progressing/Baking written at once, with an Event, back at the bake's end": {
+			facts:           reportedAt(factsOf(baking, shownAnnotations, shownConditions), t0),
+			wantAnnotations: true, wantCondition: "Progressing/Baking", wantEvent: "RolloutProgressing", wantReported: true,
+			wantRequeue: 5 * time.Minute,
+		},
+		"a bake shown without its completion time, right after a report: the time written at once, no Event": {
+			facts:           reportedAt(factsOf(baking, bakingShown, bakingConditions), t0),
+			wantAnnotations: true, wantReported: true, wantRequeue: 5 * time.Minute,
 		},
 		"a failing new pod: a Failed condition and a warning Event counted as a failure": {
 			facts:           reportedAt(factsOf(failing, shownAnnotations, shownConditions), t0),

@@ -128,7 +128,8 @@ type planner struct {
 // Invariants:
 //   - A new template (TargetRevision other than Status.Revision) restarts at the first step; a
 //     failure of an older revision no longer applies, since rolling forward is how a failed
-//     rollout is fixed, but FailedRevision is kept for the record.
+//     rollout is fixed, but FailedRevision is kept for the record. CompletedAt is cleared: a
+//     new revision during a bake starts a normal rollout, and bakes again once it completes.
 //   - Unreachable nodes, and nodes whose only pods are stuck terminating, are Skipped: they count
 //     neither as desired nor as unavailable, so they cannot block the rollout, and a node counts
 //     at most once against the budget whatever pods it holds.
@@ -148,6 +149,11 @@ func newPlanner(in RolloutState) *planner {
 	}
 	if len(in.Settings.Gates) == 0 {
 		p.status.Analysis = nil
+	}
+	if in.Settings.Bake == 0 {
+		// Without a bake nothing is held after completion, and the status is what it was
+		// before bakes existed; a bake added later runs from the next completed plan.
+		p.status.CompletedAt = time.Time{}
 	}
 	p.views, p.plan.Skipped = p.classifyNodes()
 	if restarted && p.status.Analysis != nil && p.oldRevision() == "" {
@@ -238,12 +244,65 @@ func (p *planner) classifyNodes() ([]nodeView, []string) {
 }
 
 // complete ends a rollout whose every reachable node runs an available pod of the target
-// revision: every step is done, and a failure recorded for the revision is cleared.
+// revision (and, with gates, whose last wave passed them): every step is done, and a failure
+// recorded for the revision is cleared. With a bake (Settings.Bake) the rollout is Complete
+// only once the bake has passed (see bake).
 func (p *planner) complete() Plan {
 	p.status.Step.Index = len(p.in.Settings.Steps)
 	p.status.FailedRevision = ""
 	msg := fmt.Sprintf("%d of %d nodes run revision %s", p.plan.Updated, p.plan.Desired, p.in.TargetRevision)
+	if p.in.Settings.Bake > 0 {
+		if left, baking := p.bake(); baking {
+			p.plan.RequeueAfter = left
+			return p.finish(rolloutapi.PhaseProgressing, rolloutapi.ReasonBaking, msg+bakingNote(left, p.in.Settings.Bake, p.status.CompletedAt)+skippedNote(p.plan.Skipped))
+		}
+		msg += fmt.Sprintf("; baked %s since %s", p.in.Settings.Bake, formatUTC(p.status.CompletedAt))
+	}
 	return p.finish(rolloutapi.PhaseComplete, rolloutapi.ReasonComplete, msg+skippedNote(p.plan.Skipped))
+}
+
+// bake says how long a completed rollout is still held by its bake, and whether it is; it
+// records when the rollout completed (Status.CompletedAt), from which the bake runs.
+//
+// Assumptions:
+//   - Settings.Bake > 0 (complete calls bake only then).
+//   - Status.CompletedAt is zero (the revision never completed; newPlanner clears it for a new
+//     revision), or was written by an earlier plan of this revision, to the second. A malformed
+//     annotation reaches the planner as zero (DecodeStatus leaves it out and names it).
+//   - Now and CompletedAt may come from different clocks: another replica took the lead, or
+//     the node's clock was stepped.
+//
+// Invariants:
+//   - CompletedAt is set once per revision, the first time every node runs it and its gates
+//     have passed, and kept while the revision stays: a node that joins later, or a pod that
+//     restarts, is rolled as usual but does not bake the revision again, so Argo CD's health
+//     does not go back to Progressing for a bake per node added. A zero CompletedAt (never
+//     completed, or malformed) is read as "completed now": the full bake runs from now.
+//   - A CompletedAt after Now (clock skew, a hand edit) is moved back to Now: the rollout stays
+//     baking, for at most Bake from this reconcile, and never waits on a time in the future.
+//   - With end = CompletedAt + Bake: baking while Now < end, with left = end - Now in
+//     (0, Bake], and the plan asks to come back after left (RequeueAfter); Complete once
+//     Now >= end. No arithmetic here can overflow: Bake <= MaxBake (24h), and CompletedAt is
+//     at most Now.
+func (p *planner) bake() (left time.Duration, baking bool) {
+	now := p.in.Now
+	if p.status.CompletedAt.IsZero() || p.status.CompletedAt.After(now) {
+		p.status.CompletedAt = now
+	}
+	left = p.status.CompletedAt.Add(p.in.Settings.Bake).Sub(now)
+	return left, left > 0
+}
+
+// bakingNote is the message's account of a bake under way: the time left, rounded up to the
+// second so that it never says "0s", and the bake it is part of.
+func bakingNote(left, bake time.Duration, since time.Time) string {
+	shown := (left + time.Second - 1).Truncate(time.Second)
+	return fmt.Sprintf("; baking %s more (%s %s since %s)", shown, rolloutapi.AnnotationBake, bake, formatUTC(since))
+}
+
+// formatUTC is t as the status annotations write times: RFC 3339 in UTC, to the second.
+func formatUTC(t time.Time) string {
+	return t.UTC().Truncate(time.Second).Format(time.RFC3339)
 }
 
 // failed halts the rollout when a new pod fails, or keeps it halted when an earlier reconcile

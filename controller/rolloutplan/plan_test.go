@@ -313,41 +313,9 @@ func TestComputeIsDeterministic(t *testing.T) {
 // or failed, and never takes more nodes down than the budget allows.
 func TestComputePropertiesHoldForRandomStates(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	states := []string{"ready", "ready", "ready", "notready", "terminating", "stuck", "failing"}
 	for i := range 5000 {
-		n := 1 + rng.IntN(30)
-		var nodes []NodeState
-		for j := range n {
-			var opts []nodeOpt
-			if rng.IntN(8) == 0 {
-				opts = append(opts, unreachable)
-			}
-			if rng.IntN(6) == 0 {
-				opts = append(opts, controlPlane)
-			}
-			opts = append(opts, zone(fmt.Sprintf("z%d", rng.IntN(3))))
-			for range rng.IntN(3) { // 0, 1 or 2 pods
-				rev := oldRev
-				if rng.IntN(3) == 0 {
-					rev = newRev
-				}
-				opts = append(opts, pod(rev, states[rng.IntN(len(states))]))
-			}
-			nodes = append(nodes, node(fmt.Sprintf("n%02d", j), opts...))
-		}
-		s := settings([]string{"1", "2", "5", "10%", "50%"}[rng.IntN(5)], []string{"", "1,pause,100%", "25%,pause:1m,100%", "3,50%,100%"}[rng.IntN(4)])
-		s.Paused = rng.IntN(10) == 0
-		if rng.IntN(3) == 0 {
-			s.TopologyKey = "zone"
-		}
-		state := rolloutapi.Status{Revision: newRev, Step: rolloutapi.StepPosition{Index: rng.IntN(len(s.Steps) + 1)}, StepStarted: t0.Add(-time.Duration(rng.IntN(20)) * time.Minute), Progress: t0.Add(-time.Duration(rng.IntN(20)) * time.Minute)}
-		if rng.IntN(10) == 0 {
-			state.FailedRevision = newRev
-		}
-		if rng.IntN(5) == 0 {
-			state = rolloutapi.Status{}
-		}
-		in := RolloutState{TargetRevision: newRev, Nodes: nodes, Settings: s, Status: state, Now: t0}
+		in := randomState(rng)
+		nodes, s := in.Nodes, in.Settings
 		p := Compute(in)
 
 		byUID := map[string]struct {
@@ -398,4 +366,44 @@ func TestComputePropertiesHoldForRandomStates(t *testing.T) {
 			t.Fatalf("case %d: %d unavailable + %d available pods deleted exceeds budget %d: %s\nnodes: %+v", i, p.Unavailable, availableDeleted, p.Budget, p.Message, nodes)
 		}
 	}
+}
+
+// randomState is a random rollout at t0 toward newRev: up to 30 nodes, some unreachable or
+// control-plane, each with up to two pods of either revision in any state; random budgets,
+// steps, pauses and topology; a status at any step, failed or fresh.
+func randomState(rng *rand.Rand) RolloutState {
+	states := []string{"ready", "ready", "ready", "notready", "terminating", "stuck", "failing"}
+	n := 1 + rng.IntN(30)
+	var nodes []NodeState
+	for j := range n {
+		var opts []nodeOpt
+		if rng.IntN(8) == 0 {
+			opts = append(opts, unreachable)
+		}
+		if rng.IntN(6) == 0 {
+			opts = append(opts, controlPlane)
+		}
+		opts = append(opts, zone(fmt.Sprintf("z%d", rng.IntN(3))))
+		for range rng.IntN(3) { // 0, 1 or 2 pods
+			rev := oldRev
+			if rng.IntN(3) == 0 {
+				rev = newRev
+			}
+			opts = append(opts, pod(rev, states[rng.IntN(len(states))]))
+		}
+		nodes = append(nodes, node(fmt.Sprintf("n%02d", j), opts...))
+	}
+	s := settings([]string{"1", "2", "5", "10%", "50%"}[rng.IntN(5)], []string{"", "1,pause,100%", "25%,pause:1m,100%", "3,50%,100%"}[rng.IntN(4)])
+	s.Paused = rng.IntN(10) == 0
+	if rng.IntN(3) == 0 {
+		s.TopologyKey = "zone"
+	}
+	state := rolloutapi.Status{Revision: newRev, Step: rolloutapi.StepPosition{Index: rng.IntN(len(s.Steps) + 1)}, StepStarted: t0.Add(-time.Duration(rng.IntN(20)) * time.Minute), Progress: t0.Add(-time.Duration(rng.IntN(20)) * time.Minute)}
+	if rng.IntN(10) == 0 {
+		state.FailedRevision = newRev
+	}
+	if rng.IntN(5) == 0 {
+		state = rolloutapi.Status{}
+	}
+	return RolloutState{TargetRevision: newRev, Nodes: nodes, Settings: s, Status: state, Now: t0}
 }

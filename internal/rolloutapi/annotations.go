@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 )
@@ -31,7 +32,17 @@ const (
 	AnnotationProgressDeadline = "daemonguard.io/progress-deadline"
 	// AnnotationTopologyKey rolls one topology domain (node label value) at a time.
 	AnnotationTopologyKey = "daemonguard.io/topology-key"
+	// AnnotationBake is how long (Go duration, above 0 and at most MaxBake) a rollout stays
+	// Progressing with ReasonBaking once every node runs the revision and its gates have passed,
+	// before it is Complete: what Argo CD waits on before the next step of a fleet rollout.
+	// None by default: the rollout is Complete at once.
+	AnnotationBake = "daemonguard.io/bake"
 )
+
+// MaxBake bounds AnnotationBake: a bake is a soak measured in minutes or hours, and a rollout
+// held for days is a pause, not a bake. The rollout_annotations policy's max_bake is the same
+// bound at admission (a test holds the two equal).
+const MaxBake = 24 * time.Hour
 
 // Status annotations the controller writes (prefix status.daemonguard.io/, ignored by the
 // admission policies). They are the controller's memory across restarts as well as its report;
@@ -57,6 +68,9 @@ const (
 	StatusProgress = StatusPrefix + "progress"
 	// StatusFailedRevision is the revision whose rollout failed; a new revision clears it.
 	StatusFailedRevision = StatusPrefix + "failed-revision"
+	// StatusCompletedAt is when every node first ran the revision and its gates had passed (RFC
+	// 3339), written only under AnnotationBake: the bake runs from it. A new revision clears it.
+	StatusCompletedAt = StatusPrefix + "completed-at"
 )
 
 // Condition types set in DaemonSet.status.conditions. Exactly one of them is True at a time on a
@@ -90,6 +104,9 @@ const (
 const (
 	// ReasonProgressing (Progressing): pods are being replaced within the budget and the step.
 	ReasonProgressing = "RolloutProgressing"
+	// ReasonBaking (Progressing): every node runs the revision and its gates have passed, and
+	// AnnotationBake has not yet passed since StatusCompletedAt.
+	ReasonBaking = "Baking"
 	// ReasonPausedByAnnotation (Paused): AnnotationPaused is "true".
 	ReasonPausedByAnnotation = "PausedByAnnotation"
 	// ReasonTimedPause (Paused): a "pause:<duration>" step has not ended.
@@ -188,6 +205,7 @@ var annotationLimits = map[string]int{
 	AnnotationResume:            limitToken,
 	AnnotationProgressDeadline:  limitToken,
 	AnnotationTopologyKey:       limitLabelKey,
+	AnnotationBake:              limitToken,
 	AnnotationAnalysis:          limitAnalysis,
 	AnnotationOnAnalysisFailure: limitToken,
 	AnnotationInject:            limitToken,
@@ -201,6 +219,7 @@ var annotationLimits = map[string]int{
 	StatusNextNodes:      limitStatusNextNodes,
 	StatusProgress:       limitToken,
 	StatusFailedRevision: limitToken,
+	StatusCompletedAt:    limitToken,
 	StatusAnalysis:       limitStatusAnalysis,
 }
 

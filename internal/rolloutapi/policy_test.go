@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/rego"
 	appsv1 "k8s.io/api/apps/v1"
@@ -91,9 +92,27 @@ func TestPolicyKnowsEveryRolloutSetting(t *testing.T) {
 	for _, key := range []string{
 		rolloutapi.AnnotationRollout, rolloutapi.AnnotationMaxUnavailable, rolloutapi.AnnotationSteps, rolloutapi.AnnotationPaused,
 		rolloutapi.AnnotationResume, rolloutapi.AnnotationProgressDeadline, rolloutapi.AnnotationTopologyKey,
+		rolloutapi.AnnotationBake,
 	} {
 		if _, ok := known[key]; !ok {
 			t.Errorf("rollout_annotations does not know %s", key)
 		}
+	}
+}
+
+// The policy bounds daemonguard.io/bake with max_bake, rolloutapi.ParseBake with MaxBake: the two
+// are one bound, spelt once in each language.
+func TestMaxBakeMatchesRolloutAPI(t *testing.T) {
+	q := builtinQuery(t, "data.daemonguard.policies.rollout_annotations.max_bake")
+	rs, err := q.Eval(context.Background(), rego.EvalInput(review(t, &appsv1.DaemonSet{})))
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("max_bake: %v %v", rs, err)
+	}
+	v, ok := rs[0].Expressions[0].Value.(string)
+	if !ok {
+		t.Fatalf("max_bake is %T, want a duration string", rs[0].Expressions[0].Value)
+	}
+	if d, err := time.ParseDuration(v); err != nil || d != rolloutapi.MaxBake {
+		t.Errorf("rollout_annotations.max_bake = %q (%v, %v), rolloutapi.MaxBake = %v", v, d, err, rolloutapi.MaxBake)
 	}
 }

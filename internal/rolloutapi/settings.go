@@ -22,6 +22,8 @@ type Settings struct {
 	Gates []Gate
 	// RollbackOnAnalysisFailure is AnnotationOnAnalysisFailure "rollback".
 	RollbackOnAnalysisFailure bool
+	// Bake is AnnotationBake; 0 without the annotation (no bake).
+	Bake time.Duration
 }
 
 // DefaultProgressDeadline bounds each step of a DaemonSet without AnnotationProgressDeadline.
@@ -68,6 +70,11 @@ func ParseSettings(annotations map[string]string) (Settings, error) {
 		}
 		s.ProgressDeadline = d
 	}
+	if v, ok := annotations[AnnotationBake]; ok {
+		if s.Bake, err = ParseBake(v); err != nil {
+			return s, err
+		}
+	}
 	if s.Gates, err = ParseGates(annotations[AnnotationAnalysis]); err != nil {
 		return s, fmt.Errorf("%s: %w", AnnotationAnalysis, err)
 	}
@@ -75,6 +82,15 @@ func ParseSettings(annotations map[string]string) (Settings, error) {
 		return s, err
 	}
 	return s, nil
+}
+
+// ParseBake reads AnnotationBake: a Go duration above 0 and at most MaxBake.
+func ParseBake(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 || d > MaxBake {
+		return 0, fmt.Errorf("%s %q: must be a Go duration above 0s and at most %gh (e.g. \"10m\")", AnnotationBake, v, MaxBake.Hours())
+	}
+	return d, nil
 }
 
 // ResolveMaxUnavailable turns the budget into a node count against desired, rounding a percent up

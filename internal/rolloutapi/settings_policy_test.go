@@ -105,6 +105,8 @@ func canonical(t testing.TB, key, value string) string {
 		return s.MaxUnavailable.String()
 	case rolloutapi.AnnotationProgressDeadline:
 		return s.ProgressDeadline.String()
+	case rolloutapi.AnnotationBake:
+		return s.Bake.String()
 	case rolloutapi.AnnotationPaused:
 		return strconv.FormatBool(s.Paused)
 	case rolloutapi.AnnotationOnAnalysisFailure:
@@ -268,6 +270,14 @@ func TestSettingsPolicyAndParserAgreeOnKnownValues(t *testing.T) {
 		"a deadline that is not a duration":           {rolloutapi.AnnotationProgressDeadline, "soon", none},
 		"a zero deadline":                             {rolloutapi.AnnotationProgressDeadline, "0s", none},
 		"a deadline below minProgressDeadlineSeconds": {rolloutapi.AnnotationProgressDeadline, "5s", goOnly},
+		"a bake of 10m":                               {rolloutapi.AnnotationBake, "10m", both},
+		"the longest bake, 24h":                       {rolloutapi.AnnotationBake, "24h", both},
+		"the shortest bake, 1ns":                      {rolloutapi.AnnotationBake, "1ns", both},
+		"a bake of 24h and a second":                  {rolloutapi.AnnotationBake, "24h1s", none},
+		"a zero bake":                                 {rolloutapi.AnnotationBake, "0s", none},
+		"a sub-nanosecond bake":                       {rolloutapi.AnnotationBake, "0.5ns", none},
+		"a bake in days":                              {rolloutapi.AnnotationBake, "1d", none},
+		"a signed bake":                               {rolloutapi.AnnotationBake, "+5m", goOnly},
 		"paused":                                      {rolloutapi.AnnotationPaused, "true", both},
 		"paused, misspelt: read as not paused":        {rolloutapi.AnnotationPaused, "yes", goOnly},
 		"a resume token":                              {rolloutapi.AnnotationResume, "2026-11-25", both},
@@ -463,6 +473,8 @@ func TestSettingsPolicyAndParserAgreeOnGeneratedValues(t *testing.T) {
 		for _, unit := range units {
 			p.agree(t, rolloutapi.AnnotationProgressDeadline, n+unit)
 			p.agree(t, rolloutapi.AnnotationProgressDeadline, "1h"+n+unit)
+			p.agree(t, rolloutapi.AnnotationBake, n+unit)
+			p.agree(t, rolloutapi.AnnotationBake, "23h"+n+unit)
 		}
 	}
 }
@@ -504,6 +516,7 @@ func FuzzSettingsAgree(f *testing.F) {
 		}
 		p.agree(t, rolloutapi.AnnotationMaxUnavailable, budget)
 		p.agree(t, rolloutapi.AnnotationProgressDeadline, deadline)
+		p.agree(t, rolloutapi.AnnotationBake, deadline)
 		_, denials := p.agree(t, rolloutapi.AnnotationTopologyKey, topologyKey)
 		if errs := validation.IsQualifiedName(topologyKey); (len(denials) == 0) != (len(errs) == 0) {
 			t.Errorf("topology key %q: the policy says %q, Kubernetes says %q", topologyKey, denials, errs)

@@ -75,8 +75,15 @@ func TestParseSettings(t *testing.T) {
 		check       func(Settings) bool
 	}{
 		"defaults": {annotations: map[string]string{}, check: func(s Settings) bool {
-			return s.MaxUnavailable == intstr.FromInt32(1) && len(s.Steps) == 1 && s.ProgressDeadline == DefaultProgressDeadline
+			return s.MaxUnavailable == intstr.FromInt32(1) && len(s.Steps) == 1 && s.ProgressDeadline == DefaultProgressDeadline && s.Bake == 0
 		}},
+		"a bake":                  {annotations: map[string]string{AnnotationBake: "1h30m"}, check: func(s Settings) bool { return s.Bake == 90*time.Minute }},
+		"the longest bake":        {annotations: map[string]string{AnnotationBake: "24h"}, check: func(s Settings) bool { return s.Bake == MaxBake }},
+		"a bake over 24h":         {annotations: map[string]string{AnnotationBake: "24h0m1s"}, wantErr: `daemonguard.io/bake "24h0m1s": must be a Go duration above 0s and at most 24h`},
+		"a zero bake":             {annotations: map[string]string{AnnotationBake: "0s"}, wantErr: "above 0s"},
+		"a negative bake":         {annotations: map[string]string{AnnotationBake: "-5m"}, wantErr: "above 0s"},
+		"a bake in days":          {annotations: map[string]string{AnnotationBake: "1d"}, wantErr: AnnotationBake},
+		"an empty bake":           {annotations: map[string]string{AnnotationBake: ""}, wantErr: AnnotationBake},
 		"percent budget":          {annotations: map[string]string{AnnotationMaxUnavailable: "10%"}, check: func(s Settings) bool { return ResolveMaxUnavailable(s.MaxUnavailable, 1000) == 100 }},
 		"steps":                   {annotations: map[string]string{AnnotationSteps: "1, pause:5m ,25%,pause,100%"}, check: func(s Settings) bool { return len(s.Steps) == 5 && s.Steps[1].Duration == 5*time.Minute }},
 		"zero budget":             {annotations: map[string]string{AnnotationMaxUnavailable: "0"}, wantErr: "at least 1"},

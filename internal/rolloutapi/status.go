@@ -26,6 +26,9 @@ type Status struct {
 	ProgressUpdated int
 	// Analysis is StatusAnalysis; nil when absent.
 	Analysis *AnalysisStatus
+	// CompletedAt is StatusCompletedAt, to the second: when the revision's rollout first
+	// completed, under AnnotationBake; zero otherwise.
+	CompletedAt time.Time
 }
 
 // Counts is "<updated>/<desired>" nodes: reachable nodes whose pod runs the target revision and
@@ -72,7 +75,7 @@ func (p StepPosition) String() string {
 // statusKeys are the keys EncodeStatus may write, so that StatusChanges can remove stale ones.
 var statusKeys = []string{
 	StatusRevision, StatusStep, StatusStepStarted, StatusPauseToken, StatusUpdated,
-	StatusNextNodes, StatusProgress, StatusFailedRevision, StatusAnalysis,
+	StatusNextNodes, StatusProgress, StatusFailedRevision, StatusAnalysis, StatusCompletedAt,
 }
 
 // EncodeStatus renders s as status annotations; zero fields are left out.
@@ -102,6 +105,7 @@ func EncodeStatus(s Status) map[string]string {
 	}
 	set(StatusFailedRevision, s.FailedRevision)
 	set(StatusAnalysis, encodeAnalysis(s.Analysis))
+	set(StatusCompletedAt, formatTime(s.CompletedAt))
 	return a
 }
 
@@ -144,13 +148,16 @@ func DecodeStatus(a map[string]string) (Status, error) {
 		}
 		s.Step = p
 	}
-	if v, ok := a[StatusStepStarted]; ok {
-		t, err := parseTime(v)
-		if err != nil {
-			fail(StatusStepStarted, "want an RFC 3339 time")
+	readTime := func(key string, t *time.Time) {
+		if v, ok := a[key]; ok {
+			if at, err := parseTime(v); err != nil {
+				fail(key, "want an RFC 3339 time")
+			} else {
+				*t = at
+			}
 		}
-		s.StepStarted = t
 	}
+	readTime(StatusStepStarted, &s.StepStarted)
 	if v, ok := a[StatusUpdated]; ok {
 		if u, d, ok := parseFraction(v); ok {
 			s.Counts = &Counts{Updated: u, Desired: d}
@@ -178,6 +185,7 @@ func DecodeStatus(a map[string]string) (Status, error) {
 		}
 		s.Analysis = analysis
 	}
+	readTime(StatusCompletedAt, &s.CompletedAt)
 	return s, errors.Join(errs...)
 }
 

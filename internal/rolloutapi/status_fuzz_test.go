@@ -27,7 +27,7 @@ func FuzzStatusCodec(f *testing.F) {
 				values[i] = v
 			}
 		}
-		f.Add(present, values[0], values[1], values[2], values[3], values[4], values[5], values[6], values[7], values[8])
+		f.Add(present, values[0], values[1], values[2], values[3], values[4], values[5], values[6], values[7], values[8], values[9])
 	}
 	// What the controller writes (status_test.go's randomStatus), and the spellings of TestDecodeStatus.
 	r := rand.New(rand.NewPCG(3, 4))
@@ -46,12 +46,14 @@ func FuzzStatusCodec(f *testing.F) {
 	add(map[string]string{StatusAnalysis: `{"verifiedAt":"2026-11-23T11:00:00.5+01:00","wave":2,"gates":[{"name":"errors","passed":1,"next":"2026-11-23T10:00:30Z","last":{"at":"2026-11-23T10:00:00Z","result":"Passed","message":"ok"}}]}`})
 	add(map[string]string{StatusAnalysis: `{"gates":[]}`})
 	add(map[string]string{StatusAnalysis: `not json`})
-	if len(statusKeys) != 9 {
-		f.Fatalf("the target takes 9 values, there are %d status keys", len(statusKeys))
+	add(map[string]string{StatusCompletedAt: "2026-11-23T11:00:00.5+01:00"})
+	add(map[string]string{StatusCompletedAt: "just now"})
+	if len(statusKeys) != 10 {
+		f.Fatalf("the target takes 10 values, there are %d status keys", len(statusKeys))
 	}
-	f.Fuzz(func(t *testing.T, present uint16, v0, v1, v2, v3, v4, v5, v6, v7, v8 string) {
+	f.Fuzz(func(t *testing.T, present uint16, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9 string) {
 		a := map[string]string{}
-		for i, v := range []string{v0, v1, v2, v3, v4, v5, v6, v7, v8} {
+		for i, v := range []string{v0, v1, v2, v3, v4, v5, v6, v7, v8, v9} {
 			if present&(1<<i) != 0 {
 				a[statusKeys[i]] = v
 			}

@@ -24,12 +24,12 @@ func TestDecodeStatus(t *testing.T) {
 			annotations: map[string]string{
 				StatusRevision: "abc", StatusStep: "3/5: 25%", StatusStepStarted: "2026-11-23T10:00:00Z",
 				StatusPauseToken: "t1", StatusUpdated: "9/20", StatusNextNodes: "worker-3,worker-4 (workers first)",
-				StatusProgress: "9@2026-11-23T10:00:00Z", StatusFailedRevision: "old",
+				StatusProgress: "9@2026-11-23T10:00:00Z", StatusFailedRevision: "old", StatusCompletedAt: "2026-11-23T10:00:00Z",
 			},
 			want: Status{
 				Revision: "abc", Step: StepPosition{Index: 2, Count: 5, Spec: "25%"}, StepStarted: t0, PauseToken: "t1",
 				Counts: &Counts{Updated: 9, Desired: 20}, NextNodes: []string{"worker-3", "worker-4"}, NextReason: "workers first",
-				Progress: t0, ProgressUpdated: 9, FailedRevision: "old",
+				Progress: t0, ProgressUpdated: 9, FailedRevision: "old", CompletedAt: t0,
 			},
 		},
 		"done: the index is past the last step": {
@@ -58,10 +58,11 @@ func TestDecodeStatus(t *testing.T) {
 		"malformed values are named and left out, the rest is decoded": {
 			annotations: map[string]string{
 				StatusRevision: "abc", StatusStep: "x/5: 25%", StatusStepStarted: "yesterday",
-				StatusUpdated: "9 of 20", StatusProgress: "9@noon",
+				StatusUpdated: "9 of 20", StatusProgress: "9@noon", StatusCompletedAt: "just now",
 			},
-			want:    Status{Revision: "abc"},
-			wantErr: []string{StatusStep + ` "x/5: 25%"`, StatusStepStarted + ` "yesterday"`, StatusUpdated + ` "9 of 20"`, StatusProgress + ` "9@noon"`},
+			want: Status{Revision: "abc"},
+			wantErr: []string{StatusStep + ` "x/5: 25%"`, StatusStepStarted + ` "yesterday"`, StatusUpdated + ` "9 of 20"`, StatusProgress + ` "9@noon"`,
+				StatusCompletedAt + ` "just now": want an RFC 3339 time`},
 		},
 		"a step index beyond the count is malformed": {
 			annotations: map[string]string{StatusStep: "6/5: 25%"},
@@ -115,6 +116,10 @@ func TestEncodeStatus(t *testing.T) {
 		"progress with no pod updated yet": {
 			status: Status{Progress: t0},
 			want:   map[string]string{StatusProgress: "0@2026-11-23T10:00:00Z"},
+		},
+		"a completion time, in UTC to the second": {
+			status: Status{CompletedAt: t0.Add(500 * time.Millisecond).In(time.FixedZone("CET", 3600))},
+			want:   map[string]string{StatusCompletedAt: "2026-11-23T10:00:00Z"},
 		},
 	}
 	for name, tc := range tests {
@@ -176,6 +181,7 @@ func randomStatus(r *rand.Rand) Status {
 		}
 		s.Analysis = a
 	}
+	s.CompletedAt = at()
 	return s
 }
 

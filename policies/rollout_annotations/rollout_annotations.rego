@@ -18,6 +18,7 @@ known := {
 	"daemonguard.io/resume": `any non-empty token of at most 63 characters`,
 	"daemonguard.io/progress-deadline": sprintf(`a Go duration from %vs to 8760h (e.g. "10m", "1h30m")`, [min_progress_deadline]),
 	"daemonguard.io/topology-key": `a label key such as "topology.kubernetes.io/zone"`,
+	"daemonguard.io/bake": sprintf(`a Go duration above 0s and at most %s (e.g. "10m", "1h")`, [max_bake]),
 	"daemonguard.io/on-delete-exempt": `a non-empty reason`,
 	"daemonguard.io/inject": `"true" or "false"`,
 	"daemonguard.io/analysis": `a YAML list of analysis gates, each an object with a name, a query, max, min or both, and optionally interval, count, nodeLabel and baseline`,
@@ -96,6 +97,11 @@ valid("daemonguard.io/progress-deadline", value) if {
 
 valid("daemonguard.io/topology-key", value) if lib.is_qualified_name(value)
 
+valid("daemonguard.io/bake", value) if {
+	go_positive(value)
+	lib.duration_ns(value) <= lib.duration_ns(max_bake)
+}
+
 valid("daemonguard.io/on-delete-exempt", value) if trim_space(value) != ""
 
 valid("daemonguard.io/on-analysis-failure", value) if value in {"halt", "rollback"}
@@ -108,6 +114,11 @@ valid("daemonguard.io/analysis", _) := true
 min_progress_deadline := n if {
 	n := lib.param_number("rollout_annotations", "minProgressDeadlineSeconds")
 } else := 30
+
+# max_bake bounds daemonguard.io/bake: a bake is a soak of minutes or hours, a longer hold is a
+# pause. The Go twin is rolloutapi.MaxBake (internal/rolloutapi/annotations.go);
+# TestMaxBakeMatchesRolloutAPI in internal/rolloutapi holds the two equal.
+max_bake := "24h"
 
 # node_count_or_percent(s) holds for "1".."999999999" and "1%".."100%".
 node_count_or_percent(s) if parse_step(s).type in {"count", "percent"}

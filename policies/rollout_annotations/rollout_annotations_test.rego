@@ -56,6 +56,7 @@ test_allows_every_known_annotation if {
 		"daemonguard.io/paused": "false",
 		"daemonguard.io/resume": "2024-05-01T10:00:00Z",
 		"daemonguard.io/progress-deadline": "10m",
+		"daemonguard.io/bake": "30m",
 		"daemonguard.io/topology-key": "topology.kubernetes.io/zone",
 		"daemonguard.io/on-delete-exempt": "replaced during node maintenance",
 		"daemonguard.io/inject": "true",
@@ -70,7 +71,7 @@ test_denies_unknown_daemonguard_annotation if {
 	vs := violation with input as review({"daemonguard.io/stpes": "1,100%"})
 	vs == {{
 		"field": `metadata.annotations["daemonguard.io/stpes"]`,
-		"msg": `unknown daemonguard annotation "daemonguard.io/stpes" (a typo?); known annotations: daemonguard.io/analysis, daemonguard.io/inject, daemonguard.io/max-unavailable, daemonguard.io/on-analysis-failure, daemonguard.io/on-delete-exempt, daemonguard.io/paused, daemonguard.io/progress-deadline, daemonguard.io/resume, daemonguard.io/rollout, daemonguard.io/steps, daemonguard.io/topology-key`,
+		"msg": `unknown daemonguard annotation "daemonguard.io/stpes" (a typo?); known annotations: daemonguard.io/analysis, daemonguard.io/bake, daemonguard.io/inject, daemonguard.io/max-unavailable, daemonguard.io/on-analysis-failure, daemonguard.io/on-delete-exempt, daemonguard.io/paused, daemonguard.io/progress-deadline, daemonguard.io/resume, daemonguard.io/rollout, daemonguard.io/steps, daemonguard.io/topology-key`,
 	}}
 }
 
@@ -161,6 +162,22 @@ test_progress_deadline_parameter if {
 	some v in vs
 	contains(v.msg, "a Go duration from 60s to 8760h")
 	valid_value("daemonguard.io/progress-deadline", "45s")
+}
+
+# --- daemonguard.io/bake -------------------------------------------------------------------------
+
+test_bake_valid if {
+	every value in ["1ns", "30s", "0.5m", "10m", "1h30m", "24h", "23h59m60s", "24h0.4ns"] {
+		valid_value("daemonguard.io/bake", value)
+	}
+}
+
+test_bake_invalid if {
+	every value in ["0s", "0", "0.5ns", "10", "10 m", "1d", "-10m", "+10m", "", "24h1ns", "25h", "8760h", "99999999999999999999h"] {
+		invalid_value("daemonguard.io/bake", value)
+	}
+	some v in violations_of("daemonguard.io/bake", "2d")
+	v.msg == `value "2d" is not allowed: it must be a Go duration above 0s and at most 24h (e.g. "10m", "1h")`
 }
 
 # --- daemonguard.io/topology-key, daemonguard.io/on-delete-exempt -------------------------------
