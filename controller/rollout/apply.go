@@ -43,6 +43,9 @@ func (r *Reconciler) apply(ctx context.Context, log logr.Logger, ds *appsv1.Daem
 	if err := r.writeAnnotations(ctx, ds, d.Annotations); err != nil {
 		return err
 	}
+	if e := d.Rewritten; e != nil {
+		r.Recorder.Eventf(ds, nil, e.Type, e.Reason, "Rollout", "%s", e.Note)
+	}
 	if err := r.writeConditions(ctx, ds, d.Conditions); err != nil {
 		return err
 	}
@@ -194,10 +197,12 @@ func (r *Reconciler) rollBack(ctx context.Context, log logr.Logger, ds *appsv1.D
 	return nil
 }
 
-// Reasons of the rollback's Events.
+// Reasons of the rollback's Events, and of the Event that says malformed status annotations
+// were written anew (Decision.Rewritten).
 const (
-	reasonRolledBack     = "RolloutRolledBack"
-	reasonRollbackFailed = "RolloutRollbackFailed"
+	reasonRolledBack      = "RolloutRolledBack"
+	reasonRollbackFailed  = "RolloutRollbackFailed"
+	reasonStatusRewritten = "RolloutStatusRewritten"
 )
 
 // writeAnnotations patches the status annotation changes, if any. The patch touches only

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,6 +21,10 @@ type Facts struct {
 	SettingsErr error
 	// LastReport is when this process last reported the DaemonSet's progress; zero if never.
 	LastReport time.Time
+	// StatusErr names the status annotations that did not decode (DecodeStatus): the planner
+	// went on without them (a malformed completion time reads as "completed now"), and the next
+	// report writes them anew.
+	StatusErr error
 }
 
 // Decision is every write of one reconcile, decided from Facts alone; apply performs it.
@@ -28,6 +33,9 @@ type Decision struct {
 	Annotations map[string]*string          // status annotation changes (nil removes); empty: none
 	Conditions  []appsv1.DaemonSetCondition // the DaemonSet's new conditions; nil: unchanged
 	Event       *rolloutplan.Event          // the Event to record; nil: none
+	// Rewritten is the warning Event that says malformed status annotations were replaced by
+	// this report (Facts.StatusErr); nil: none.
+	Rewritten *rolloutplan.Event
 	// Reported says the progress report is written now: apply records Facts.Now as the last one.
 	Reported bool
 	// Rollback is the template to put back after a failed analysis; nil: none.
@@ -87,6 +95,8 @@ const revisionPending = time.Second
 //     writes the report (a failed write is retried by measuring again; once the report says the
 //     revision failed, the plan no longer rolls back).
 //   - Annotations and conditions are written only where they differ from the DaemonSet's.
+//   - Status annotations that did not decode (Facts.StatusErr) are never fatal: the plan goes on
+//     without them, and the report that writes them anew records a warning Event naming them.
 func decide(f Facts) Decision {
 	annotations, conditions := f.DaemonSet.Annotations, f.DaemonSet.Status.Conditions
 	if f.SettingsErr != nil {
@@ -116,6 +126,10 @@ func decide(f Facts) Decision {
 	}
 	d.Reported = true
 	d.Annotations = changes
+	if f.StatusErr != nil && len(changes) > 0 {
+		d.Rewritten = &rolloutplan.Event{Type: corev1.EventTypeWarning, Reason: reasonStatusRewritten,
+			Note: "ignored malformed status annotations and wrote them anew from this plan: " + strings.ReplaceAll(f.StatusErr.Error(), "\n", "; ")}
+	}
 	d.Conditions = rolloutConditions(conditions, plan.Phase, plan.Reason, plan.Message, f.Now)
 	if transition || plan.CauseChanged {
 		d.Event = &plan.Event

@@ -186,6 +186,39 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// A malformed completion time is never fatal: the rollout bakes again in full from now, and the
+// report that writes the time anew says so in a warning Event naming the value; well-formed
+// status annotations record no such Event.
+func TestDecideRewritesMalformedStatusWithAWarning(t *testing.T) {
+	in := rolloutplan.RolloutState{TargetRevision: newRev, Nodes: workers("new ready", "new ready"), Now: t0,
+		Settings: rolloutapi.Settings{Steps: []rolloutapi.Step{{Kind: rolloutapi.StepPercent, Value: 100, Text: "100%"}}, Bake: 5 * time.Minute}}
+	annotations, conditions := shown(t, in)
+	annotations[rolloutapi.StatusCompletedAt] = "yesterday"
+	status, err := rolloutapi.DecodeStatus(annotations)
+	if err == nil {
+		t.Fatal("a malformed completion time decodes without an error")
+	}
+	in.Status = status
+	f := factsOf(in, annotations, conditions)
+	f.StatusErr = err
+	d := decide(f)
+	if d.Plan == nil || d.Plan.Reason != rolloutapi.ReasonBaking || d.RequeueAfter != 5*time.Minute {
+		t.Fatalf("plan %+v, requeue %v; want Baking for the full 5m", d.Plan, d.RequeueAfter)
+	}
+	if got := d.Annotations[rolloutapi.StatusCompletedAt]; got == nil || *got != "2026-11-23T10:00:00Z" {
+		t.Errorf("completion time written as %v, want now", got)
+	}
+	if d.Rewritten == nil || d.Rewritten.Type != corev1.EventTypeWarning || d.Rewritten.Reason != reasonStatusRewritten ||
+		!strings.Contains(d.Rewritten.Note, rolloutapi.StatusCompletedAt+` "yesterday"`) {
+		t.Errorf("warning Event %+v, want %s naming %s \"yesterday\"", d.Rewritten, reasonStatusRewritten, rolloutapi.StatusCompletedAt)
+	}
+
+	f.StatusErr = nil
+	if d := decide(f); d.Rewritten != nil {
+		t.Errorf("an Event %+v without malformed status annotations", d.Rewritten)
+	}
+}
+
 // trueMessage is the message of the True rollout condition of conds; "" for none.
 func trueMessage(conds []appsv1.DaemonSetCondition) string {
 	if c := rolloutplan.ActiveCondition(conds); c != nil {

@@ -122,7 +122,7 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 		// fresh start of that part of its state.
 		log.Info("Ignored malformed status annotations", "err", err)
 	}
-	f.Status = status
+	f.Status, f.StatusErr = status, err
 	// Unknown until the DaemonSet controller has observed the generation and created the
 	// revision of the new template.
 	if f.Revisions, err = r.revisions(ctx, ds); err != nil {
