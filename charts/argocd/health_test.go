@@ -19,10 +19,16 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/admission"
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 const (
@@ -304,6 +310,71 @@ func testFixtures(t *testing.T, check healthCheck) {
 	for _, s := range check.statuses {
 		if !seen[s] {
 			t.Errorf("no %s fixture expects %s", check.kind, s)
+		}
+	}
+}
+
+// The bake as the planner reports it: a managed DaemonSet whose every pod runs the revision is
+// Progressing while daemonguard.io/bake runs, with the planner's message (reason Baking, the
+// revision and the time left), and Healthy only once the planner says Complete, so that a fleet's
+// RollingSync step waits for the bake.
+func TestHealthWaitsForTheBake(t *testing.T) {
+	const revision = "6b8c9d7f5"
+	settings, err := rolloutapi.ParseSettings(map[string]string{rolloutapi.AnnotationBake: "5m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 11, 29, 2, 30, 0, 0, time.UTC)
+	in := rolloutplan.RolloutState{
+		Name: "agent", Namespace: "node-agents", TargetRevision: revision, Settings: settings, Now: start,
+		Nodes: []rolloutplan.NodeState{{Name: "worker-0", Reachable: true, Pods: []rolloutplan.PodState{
+			{Name: "agent-x", UID: "u", Revision: revision, Ready: true, ReadySince: start.Add(-time.Minute)},
+		}}},
+		Status: rolloutapi.Status{Revision: revision},
+	}
+	in.Status = rolloutplan.Compute(in).Status // the rollout completes at start
+	for _, tc := range []struct {
+		after                  time.Duration
+		wantReason, wantStatus string
+	}{
+		{0, rolloutapi.ReasonBaking, "Progressing"},
+		{3 * time.Minute, rolloutapi.ReasonBaking, "Progressing"},
+		{5 * time.Minute, rolloutapi.ReasonComplete, "Healthy"},
+	} {
+		in.Now = start.Add(tc.after)
+		plan := rolloutplan.Compute(in)
+		if plan.Reason != tc.wantReason {
+			t.Fatalf("at +%v the planner says %s: %s, want %s", tc.after, plan.Reason, plan.Message, tc.wantReason)
+		}
+		ds := &appsv1.DaemonSet{
+			TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+			ObjectMeta: metav1.ObjectMeta{Name: in.Name, Namespace: in.Namespace, Generation: 2,
+				Annotations: rolloutapi.EncodeStatus(plan.Status)},
+			Spec: appsv1.DaemonSetSpec{UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}},
+			Status: appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 1, UpdatedNumberScheduled: 1, NumberAvailable: 1,
+				NumberReady: 1, CurrentNumberScheduled: 1},
+		}
+		ds.Annotations[rolloutapi.AnnotationRollout] = rolloutapi.RolloutManaged
+		ds.Annotations[rolloutapi.AnnotationBake] = "5m"
+		for _, c := range rolloutapi.RolloutConditions {
+			cond := appsv1.DaemonSetCondition{Type: c, Status: corev1.ConditionFalse}
+			if string(c) == string(plan.Phase) {
+				cond.Status, cond.Reason, cond.Message = corev1.ConditionTrue, plan.Reason, plan.Message
+			}
+			ds.Status.Conditions = append(ds.Status.Conditions, cond)
+		}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, set := range libSets {
+			status, message, err := runHealth(HealthLua, obj, set.libs)
+			if err != nil {
+				t.Fatalf("%s: %v", set.name, err)
+			}
+			if status != tc.wantStatus || message != plan.Message {
+				t.Errorf("at +%v (%s, %s): health %s %q, want %s %q", tc.after, plan.Reason, set.name, status, message, tc.wantStatus, plan.Message)
+			}
 		}
 	}
 }
