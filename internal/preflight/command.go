@@ -58,6 +58,7 @@ func NewPlanCommand(connect func() (kubernetes.Interface, string, error), opts .
 		opt(&o)
 	}
 	var fleet Fleet
+	var prometheusOf map[string]string // --prometheus-addresses: the Prometheus of each context
 	cmd := &cobra.Command{
 		Use:   "plan -f FILE|DIR|- [-f ...]",
 		Short: "Show what applying DaemonSet manifests would do, node by node, before they are applied",
@@ -88,8 +89,9 @@ each within --cluster-timeout, and the report opens with one summary row per clu
 DaemonSet (nodes that gain, lose or are replaced, where the new pod does not fit or preempts,
 the policies that deny, the gates that would fail today), then the whole plan of each cluster
 with a finding. A cluster that cannot be read is a row with its error. The exit status is the
-most serious cluster's, 1 when one could not be planned. The gates' queries are not run
-(--prometheus-address is one cluster's Prometheus).
+most serious cluster's, 1 when one could not be planned. Each cluster's gates are checked against
+its own Prometheus, named with --prometheus-addresses CONTEXT=URL (--prometheus-address is one
+cluster's); a context without one has its gates listed, not run.
 
   helm template my-release ./chart | daemonguard rollout plan -f - -o markdown
   helm template my-release ./chart | daemonguard rollout plan -f - -o markdown --contexts canary,prod-eu,prod-us`,
@@ -101,10 +103,16 @@ most serious cluster's, 1 when one could not be planned. The gates' queries are 
 			if err := fleet.Validate(cmd.Flags()); err != nil {
 				return err
 			}
-			if fleet.On() && prometheus.Address != "" {
-				return fmt.Errorf("--prometheus-address with --contexts: one Prometheus does not answer for the nodes of several clusters; plan each context on its own with its Prometheus")
+			var prom *promquery.Client
+			var proms map[string]*promquery.Client
+			var err error
+			if fleet.On() {
+				proms, err = fleetPrometheus(prometheus, fleet.Contexts, prometheusOf)
+			} else if len(prometheusOf) > 0 {
+				err = fmt.Errorf("--prometheus-addresses names the Prometheus of each context of --contexts; for one cluster use --prometheus-address")
+			} else {
+				prom, err = promquery.New(prometheus)
 			}
-			prom, err := promquery.New(prometheus)
 			if err != nil {
 				return err
 			}
@@ -121,7 +129,7 @@ most serious cluster's, 1 when one could not be planned. The gates' queries are 
 					if err != nil {
 						return nil, err
 					}
-					return PlanManifests(ctx, client, prom, ns, policyNamespace, docs, time.Now())
+					return PlanManifests(ctx, client, proms[kubeContext], ns, policyNamespace, docs, time.Now())
 				})
 				if err := RenderFleet(cmd.OutOrStdout(), output, plans); err != nil {
 					return err
@@ -160,8 +168,39 @@ most serious cluster's, 1 when one could not be planned. The gates' queries are 
 	cmd.Flags().StringVar(&prometheus.NamespaceLabel, "prometheus-namespace-label", rolloutanalysis.DefaultNamespaceLabel, "series label naming the namespace: outside namespaces marked for node agents a gate's query reads only series with this label set to its DaemonSet's namespace, as in the controller")
 	if o.connectTo != nil {
 		fleet.AddFlags(cmd.Flags(), defaultPlanClusterTimeout)
+		cmd.Flags().StringToStringVar(&prometheusOf, "prometheus-addresses", nil, "with --contexts: CONTEXT=URL of each cluster's Prometheus (comma-separated, repeatable), with the other --prometheus-* flags; a context without one has its gates listed, not run")
 	}
 	return cmd
+}
+
+// fleetPrometheus makes the Prometheus client of each context of a fleet plan: each cluster's
+// controller measures with its own Prometheus, so --prometheus-addresses names one per context,
+// with the other flags of opts; a context without one gets a client without an address (the
+// gates listed, not run). opts.Address, one Prometheus for every cluster, is refused: it does not
+// answer for the nodes of several clusters (node names repeat across clusters, its series carry no
+// cluster the query selects).
+func fleetPrometheus(opts promquery.Options, contexts []string, addresses map[string]string) (map[string]*promquery.Client, error) {
+	if opts.Address != "" {
+		return nil, fmt.Errorf("--prometheus-address with --contexts: one Prometheus does not answer for the nodes of several clusters; name each context's with --prometheus-addresses CONTEXT=URL")
+	}
+	for name := range addresses {
+		if !slices.Contains(contexts, name) {
+			return nil, fmt.Errorf("--prometheus-addresses names context %q, which --contexts does not", name)
+		}
+	}
+	clients := make(map[string]*promquery.Client, len(contexts))
+	for _, name := range contexts {
+		o := opts
+		if o.Address = addresses[name]; o.Address == "" {
+			o.CAFile, o.BearerTokenFile = "", ""
+		}
+		c, err := promquery.New(o)
+		if err != nil {
+			return nil, fmt.Errorf("the Prometheus of context %s: %w", name, err)
+		}
+		clients[name] = c
+	}
+	return clients, nil
 }
 
 // defaultPlanClusterTimeout bounds one cluster's plan in a fleet plan. A plan of a cluster of

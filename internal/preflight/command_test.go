@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,31 +156,16 @@ func TestPlanOverContexts(t *testing.T) {
 		}
 		return nil, "", fmt.Errorf("load kubeconfig: context %q does not exist", kubeContext)
 	}
-	one := func() (kubernetes.Interface, string, error) { return agentCluster(true), "agents", nil }
 	run := func(args ...string) (string, int) {
-		cmd := NewPlanCommand(one, WithContexts(connectTo))
-		cmd.SilenceUsage, cmd.SilenceErrors = true, true
-		var out bytes.Buffer
-		cmd.SetIn(strings.NewReader(agentManifest))
-		cmd.SetOut(&out)
-		cmd.SetErr(new(bytes.Buffer))
-		cmd.SetArgs(append([]string{"-f", "-"}, args...))
-		err := cmd.ExecuteContext(t.Context())
-		var code exitcode.Error
-		if err != nil && !errors.As(err, &code) {
+		out, code, err := runFleetPlan(t, connectTo, args...)
+		if err != nil {
 			t.Fatalf("rollout plan %v: %v", args, err)
 		}
-		return out.String(), code.Code
+		return out, code
 	}
 
 	out, code := run("--contexts", "canary,locked", "--contexts", "gone", "-o", "json")
-	var doc struct {
-		Clusters []ClusterPlan `json:"clusters"`
-		ExitCode int           `json:"exitCode"`
-	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatalf("decode: %v\n%s", err, out)
-	}
+	doc := decodeFleet(t, out)
 	if code != 1 || doc.ExitCode != 1 || len(doc.Clusters) != 3 {
 		t.Fatalf("exit %d, exitCode %d, %d clusters, want 1, 1, 3:\n%s", code, doc.ExitCode, len(doc.Clusters), out)
 	}
@@ -222,4 +208,82 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 		t.Fatal(err)
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+// runFleetPlan runs `rollout plan -f - ARGS` on agentManifest, --context's connect reaching
+// agentCluster(true) and --contexts' reaching connectTo, as the root command runs it; it returns
+// stdout and the exit status, or the error that is no exit status.
+func runFleetPlan(t *testing.T, connectTo func(string) (kubernetes.Interface, string, error), args ...string) (string, int, error) {
+	t.Helper()
+	one := func() (kubernetes.Interface, string, error) { return agentCluster(true), "agents", nil }
+	cmd := NewPlanCommand(one, WithContexts(connectTo))
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	var out bytes.Buffer
+	cmd.SetIn(strings.NewReader(agentManifest))
+	cmd.SetOut(&out)
+	cmd.SetErr(new(bytes.Buffer))
+	cmd.SetArgs(append([]string{"-f", "-"}, args...))
+	err := cmd.ExecuteContext(t.Context())
+	var code exitcode.Error
+	if err != nil && !errors.As(err, &code) {
+		return out.String(), 0, err
+	}
+	return out.String(), code.Code, nil
+}
+
+// fleetDoc is the JSON of a fleet plan.
+type fleetDoc struct {
+	Clusters []ClusterPlan `json:"clusters"`
+	ExitCode int           `json:"exitCode"`
+}
+
+func decodeFleet(t *testing.T, out string) fleetDoc {
+	t.Helper()
+	var doc fleetDoc
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("decode: %v\n%s", err, out)
+	}
+	return doc
+}
+
+// TestPlanOverContextsChecksEachClustersPrometheus: --prometheus-addresses gives each context its
+// own Prometheus. Canary's does not answer, so its gates are findings (exit 4) while the context
+// without one has them listed, not run; one Prometheus for the fleet, or one for a context not in
+// it, is refused before any cluster is read.
+func TestPlanOverContextsChecksEachClustersPrometheus(t *testing.T) {
+	var reached atomic.Int32
+	connectTo := func(string) (kubernetes.Interface, string, error) {
+		reached.Add(1)
+		return agentCluster(true), "agents", nil
+	}
+	out, code, err := runFleetPlan(t, connectTo, "--contexts", "canary,rest", "--prometheus-addresses", "canary=http://127.0.0.1:1", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := decodeFleet(t, out)
+	if code != exitPlanGates || doc.ExitCode != exitPlanGates || len(doc.Clusters) != 2 {
+		t.Fatalf("exit %d, exitCode %d, want %d:\n%s", code, doc.ExitCode, exitPlanGates, out)
+	}
+	canary, rest := doc.Clusters[0], doc.Clusters[1]
+	if got := gatesFailing(canary.Items[0].Plan.Analysis); canary.ExitCode != exitPlanGates || got != "errors (no answer), latency (no answer), broken (no answer)" {
+		t.Errorf("canary: exit %d, gates failing %q", canary.ExitCode, got)
+	}
+	if got := gatesFailing(rest.Items[0].Plan.Analysis); rest.ExitCode != 0 || got != "not run" {
+		t.Errorf("rest: exit %d, gates failing %q", rest.ExitCode, got)
+	}
+
+	reached.Store(0)
+	for args, wantErr := range map[string]string{
+		"--contexts a,b --prometheus-address http://prometheus:9090":     "one Prometheus does not answer for the nodes of several clusters",
+		"--contexts a,b --prometheus-addresses c=http://prometheus:9090": `--prometheus-addresses names context "c", which --contexts does not`,
+		"--prometheus-addresses a=http://prometheus:9090":                "for one cluster use --prometheus-address",
+		"--contexts a --prometheus-addresses a=prometheus:9090":          "the Prometheus of context a: Prometheus address",
+	} {
+		if _, _, err := runFleetPlan(t, connectTo, strings.Fields(args)...); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%s: error %v, want %q", args, err, wantErr)
+		}
+	}
+	if n := reached.Load(); n != 0 {
+		t.Errorf("refused flags reached %d clusters", n)
+	}
 }
