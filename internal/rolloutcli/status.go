@@ -35,7 +35,8 @@ type StatusReport struct {
 	ControllerCounts            bool
 	// Reported is, with ControllerCounts, the state the status annotations report: "failed"
 	// (status.daemonguard.io/failed-revision names the revision), "paused" (at a pause step, or
-	// daemonguard.io/paused) or "".
+	// daemonguard.io/paused), "baking until <RFC 3339 time>" (the Progressing condition's reason
+	// is Baking: status.daemonguard.io/completed-at plus daemonguard.io/bake) or "".
 	Reported string
 	// Step is the managed rollout's current step as "<index>/<count>" and StepSpec the step
 	// itself ("25%", "pause", "pause:5m"), from status.daemonguard.io/step.
@@ -201,6 +202,9 @@ func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *StatusRepo
 			ds.Name, st.UpdatedNumberScheduled, st.DesiredNumberScheduled, st.NumberAvailable)
 	case progressing != nil:
 		reported()
+		if progressing.Reason == rolloutapi.ReasonBaking {
+			s.Reported = bakingState(rep, a[rolloutapi.AnnotationBake])
+		}
 		s.Phase = rolloutapi.PhaseProgressing
 		if progressing.Message != "" {
 			s.Message = fmt.Sprintf("Waiting for daemon set %q rollout to finish: %s...", ds.Name, progressing.Message)
@@ -214,6 +218,17 @@ func evaluateManaged(ds *appsv1.DaemonSet, currentRevision string, s *StatusRepo
 			s.Message += "; the rollout is set to pause (" + rolloutapi.AnnotationPaused + ": \"true\")"
 		}
 	}
+}
+
+// bakingState is the progress line's word for a bake: until when it runs, from the completion
+// time the controller wrote and the bake the DaemonSet sets, so that it holds whenever it is read;
+// "baking" when either is missing or malformed.
+func bakingState(rep rolloutapi.Status, bake string) string {
+	d, err := rolloutapi.ParseBake(bake)
+	if err != nil || rep.CompletedAt.IsZero() {
+		return "baking"
+	}
+	return "baking until " + rep.CompletedAt.Add(d).UTC().Format(time.RFC3339)
 }
 
 func first(a, b string) string {

@@ -117,6 +117,21 @@ func TestEvaluate(t *testing.T) {
 			want: StatusReport{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 9, Desired: 20, ControllerCounts: true, Step: "3/5", StepSpec: "25%", Next: "worker-3, worker-4", NextReason: "workers before control-plane nodes, then by name"},
 			msg:  []string{`Waiting for daemon set "agent" rollout to finish: step 3/5 (25%): 9 of 20 nodes updated, 1 unavailable of budget 2; next: worker-3, worker-4...`},
 		},
+		"managed, baking: the condition's message with the time left, and until when on the progress line": {
+			ds: fixture(managed, counts(20, 20, 20), annotate(rolloutapi.AnnotationBake, "5m", rolloutapi.StatusStep, "1/1: done", rolloutapi.StatusUpdated, "20/20",
+				rolloutapi.StatusCompletedAt, "2026-11-29T02:30:00Z"),
+				cond(rolloutapi.ConditionProgressing, rolloutapi.ReasonBaking, "20 of 20 nodes run revision abc; baking 3m0s more (daemonguard.io/bake 5m0s since 2026-11-29T02:30:00Z)")),
+			revision: "abc",
+			want: StatusReport{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 20, Desired: 20, ControllerCounts: true, Step: "1/1", StepSpec: "done",
+				Reported: "baking until 2026-11-29T02:35:00Z"},
+			msg:    []string{`Waiting for daemon set "agent" rollout to finish: 20 of 20 nodes run revision abc; baking 3m0s more`},
+			notMsg: []string{"successfully"},
+		},
+		"managed, baking with the completion time not written yet: baking, no end": {
+			ds: fixture(managed, annotate(rolloutapi.AnnotationBake, "5m", rolloutapi.StatusStep, "1/1: done", rolloutapi.StatusUpdated, "4/4"),
+				cond(rolloutapi.ConditionProgressing, rolloutapi.ReasonBaking, "4 of 4 nodes run revision abc; baking 5m0s more")),
+			want: StatusReport{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 4, Desired: 4, ControllerCounts: true, Step: "1/1", StepSpec: "done", Reported: "baking"},
+		},
 		"managed, progressing condition without a message: the reason, no counts": {
 			ds:     fixture(managed, cond(rolloutapi.ConditionProgressing, "RolloutProgressing", "")),
 			want:   StatusReport{Managed: true, Phase: rolloutapi.PhaseProgressing, Updated: 4, Available: 4, Desired: 4},
