@@ -129,7 +129,9 @@ cluster's); a context without one has its gates listed, not run.
 					if err != nil {
 						return nil, err
 					}
-					return PlanManifests(ctx, client, proms[kubeContext], ns, policyNamespace, docs, time.Now())
+					reports, err := PlanManifests(ctx, client, proms[kubeContext], ns, policyNamespace, docs, time.Now())
+					notRunInFleet(reports, kubeContext)
+					return reports, err
 				})
 				if err := RenderFleet(cmd.OutOrStdout(), output, plans); err != nil {
 					return err
@@ -171,6 +173,16 @@ cluster's); a context without one has its gates listed, not run.
 		cmd.Flags().StringToStringVar(&prometheusOf, "prometheus-addresses", nil, "with --contexts: CONTEXT=URL of each cluster's Prometheus (comma-separated, repeatable), with the other --prometheus-* flags; a context without one has its gates listed, not run")
 	}
 	return cmd
+}
+
+// notRunInFleet rewords why a cluster's gates were not run, for a fleet plan: there the flag that
+// runs them is --prometheus-addresses, not --prometheus-address (refused with --contexts).
+func notRunInFleet(reports []Report, kubeContext string) {
+	for _, r := range reports {
+		if r.Plan != nil && r.Plan.Analysis != nil && r.Plan.Analysis.NotRun == gatesNotRun {
+			r.Plan.Analysis.NotRun = fmt.Sprintf("no --prometheus-addresses %s=URL: name the Prometheus this cluster's controller measures with to run each gate's query once against the revision the pods run today", kubeContext)
+		}
+	}
 }
 
 // fleetPrometheus makes the Prometheus client of each context of a fleet plan: each cluster's

@@ -184,7 +184,13 @@ func TestPlanOverContexts(t *testing.T) {
 		t.Errorf("contexts reached %q", reached)
 	}
 
+	// The same plan but for the flag that would run the gates, which a fleet names per context.
 	single, singleCode := run("-o", "json")
+	if a := canary.Items[0].Plan.Analysis; a == nil || !strings.HasPrefix(a.NotRun, "no --prometheus-addresses canary=URL: ") {
+		t.Errorf("canary's gates not run: %+v", a)
+	} else {
+		a.NotRun = gatesNotRun
+	}
 	fleet, _ := json.Marshal(canary.Items)
 	var items struct {
 		Items json.RawMessage `json:"items"`
@@ -270,6 +276,9 @@ func TestPlanOverContextsChecksEachClustersPrometheus(t *testing.T) {
 	}
 	if got := gatesFailing(rest.Items[0].Plan.Analysis); rest.ExitCode != 0 || got != "not run" {
 		t.Errorf("rest: exit %d, gates failing %q", rest.ExitCode, got)
+	}
+	if why := rest.Items[0].Plan.Analysis.NotRun; !strings.HasPrefix(why, "no --prometheus-addresses rest=URL: ") {
+		t.Errorf("rest's gates were not run because %q, want the flag that runs them in a fleet", why)
 	}
 
 	reached.Store(0)

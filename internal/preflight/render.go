@@ -183,9 +183,14 @@ func RenderFleet(w io.Writer, format string, plans []ClusterPlan) error {
 			}
 			fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 		}
+		folded := 0
 		for _, p := range plans {
-			if p.ExitCode == 0 || p.Error != "" {
+			if !p.finding() {
 				continue
+			}
+			if folded++; folded > markdownFleetPlans {
+				fmt.Fprintf(w, "\n… and the plans of %s with a finding (`-o json` has every cluster's plan).\n", count(findings(plans)-markdownFleetPlans, "more cluster"))
+				break
 			}
 			fmt.Fprintf(w, "\n<details><summary>%s: exit %d</summary>\n", html.EscapeString(p.Context), p.ExitCode)
 			if err := renderMarkdownReports(w, p.Items); err != nil {
@@ -204,7 +209,7 @@ func RenderFleet(w io.Writer, format string, plans []ClusterPlan) error {
 		return err
 	}
 	for _, p := range plans {
-		if p.ExitCode == 0 || p.Error != "" {
+		if !p.finding() {
 			continue
 		}
 		fmt.Fprintf(w, "\n=== context %s: exit %d\n", p.Context, p.ExitCode)
@@ -213,6 +218,24 @@ func RenderFleet(w io.Writer, format string, plans []ClusterPlan) error {
 		}
 	}
 	return nil
+}
+
+// markdownFleetPlans bounds the clusters whose whole plan a pull-request comment folds in: each
+// can hold markdownNodeRows nodes and a diff, and a comment holds 65,536 characters.
+const markdownFleetPlans = 10
+
+// finding says the cluster was planned and its plan has a finding (exit 2, 3 or 4).
+func (p ClusterPlan) finding() bool { return p.ExitCode != 0 && p.Error == "" }
+
+// findings counts the clusters planned with a finding.
+func findings(plans []ClusterPlan) int {
+	n := 0
+	for _, p := range plans {
+		if p.finding() {
+			n++
+		}
+	}
+	return n
 }
 
 // fleetHeader names the columns of fleetRows.

@@ -3,6 +3,7 @@ package preflight
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -285,5 +286,26 @@ func TestFleetMarkdownFoldsTheClustersOwnPlan(t *testing.T) {
 	body := strings.TrimPrefix(one.String(), "### daemonguard rollout plan\n")
 	if !strings.Contains(fleet.String(), "<details><summary>prod|us: exit 3</summary>\n"+body+"\n</details>\n") {
 		t.Errorf("the fleet's section of prod|us is not its plan:\n%s\n---\n%s", fleet.String(), one.String())
+	}
+}
+
+// A pull-request comment folds in the plans of markdownFleetPlans clusters with a finding at
+// most, and counts the rest; every cluster keeps its summary row.
+func TestFleetMarkdownBoundsTheFoldedPlans(t *testing.T) {
+	denied := fleetPlans()[1]
+	var plans []ClusterPlan
+	for i := range markdownFleetPlans + 2 {
+		p := denied
+		p.Context = fmt.Sprintf("c%02d", i)
+		plans = append(plans, p)
+	}
+	var buf bytes.Buffer
+	if err := RenderFleet(&buf, "markdown", plans); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	rows, folded := strings.Count(out, " | agents/agent | "), strings.Count(out, "<details><summary>c")
+	if rows != markdownFleetPlans+2 || folded != markdownFleetPlans || !strings.HasSuffix(out, "\n… and the plans of 2 more clusters with a finding (`-o json` has every cluster's plan).\n") {
+		t.Errorf("%d rows, %d plans folded in:\n%s", rows, folded, out)
 	}
 }
