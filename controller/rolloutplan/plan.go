@@ -344,7 +344,8 @@ func (p *planner) failed() (Plan, bool) {
 //     differs from the one it started with.
 //   - Every step entered starts now: its StepStarted, Progress and PauseToken are reset.
 //   - The rollout is not complete here, so the step index stays on a step: past the last one
-//     (a node added after every step was done) it stays on the last step, which targets 100%.
+//     (a node added after every step was done) it stays on the last step, which targets 100%,
+//     and the rollout of that node starts now (Progress).
 func (p *planner) advanceSteps() {
 	steps, s := p.in.Settings.Steps, p.in.Settings
 	for p.status.Step.Index < len(steps) {
@@ -367,7 +368,11 @@ func (p *planner) advanceSteps() {
 		p.status.PauseToken = s.ResumeToken
 	}
 	if p.status.Step.Index >= len(steps) {
+		// Every step was done: the rollout had completed, and a node has joined or lost its new
+		// pod since. Rolling it starts now, so the progress deadline runs from now, not from the
+		// last growth before the completion (which would fail the rollout at once).
 		p.status.Step.Index = len(steps) - 1
+		p.status.Progress = p.in.Now
 	}
 }
 

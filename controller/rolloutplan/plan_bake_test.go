@@ -102,7 +102,7 @@ func TestBake(t *testing.T) {
 			nodes: []NodeState{node("a", pod(newRev, "ready")), node("b", pod(oldRev, "ready"))}, settings: baking("5m"),
 			status:    completedAt(t0.Add(-2 * time.Minute)),
 			wantPhase: rolloutapi.PhaseProgressing, wantReason: rolloutapi.ReasonProgressing, wantDelete: []string{"b"},
-			wantRequeue: rolloutapi.DefaultProgressDeadline - time.Minute, wantCompletedAt: t0.Add(-2 * time.Minute),
+			wantRequeue: rolloutapi.DefaultProgressDeadline, wantCompletedAt: t0.Add(-2 * time.Minute),
 		},
 		"a new pod failing during the bake fails the rollout": {
 			nodes: []NodeState{node("a", pod(newRev, "ready")), node("b", pod(newRev, "failing"))}, settings: baking("5m"),

@@ -194,6 +194,11 @@ func TestCompute(t *testing.T) {
 			settings: settings("1", "1,100%"), state: rolloutapi.Status{Revision: newRev, Step: rolloutapi.StepPosition{Index: 2}, StepStarted: t0, Progress: t0},
 			wantPhase: rolloutapi.PhaseProgressing, wantUpdated: 1,
 		},
+		"a node added long after completion: its pod gets the progress deadline from now": {
+			nodes:    []NodeState{node("a", pod(newRev, "ready")), node("joined", pod(newRev, "notready"))},
+			settings: settings("1", ""), state: rolloutapi.Status{Revision: newRev, Step: rolloutapi.StepPosition{Index: 1}, StepStarted: t0.Add(-48 * time.Hour), Progress: t0.Add(-48 * time.Hour), ProgressUpdated: 1},
+			wantPhase: rolloutapi.PhaseProgressing, wantReason: rolloutapi.ReasonProgressing, wantInMsg: "1 of 2 nodes updated, 1 unavailable of budget 1", wantUpdated: 1,
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
