@@ -111,6 +111,11 @@ func TestForecastRollout(t *testing.T) {
 			waves: []int{2, 2}, duration: 2 * (30 + 2*20) * time.Second, complete: true,
 		},
 		{
+			name:        "a bake adds its length after the last wave is ready",
+			annotations: map[string]string{rolloutapi.AnnotationMaxUnavailable: "4", rolloutapi.AnnotationBake: "10m"},
+			waves:       []int{4}, duration: 30*time.Second + 10*time.Minute, complete: true, outcome: "baked 10m0s since 2026-11-25T12:00:30Z",
+		},
+		{
 			name:        "the paused annotation stops it before any deletion",
 			annotations: map[string]string{rolloutapi.AnnotationPaused: "true"},
 			waves:       []int{}, outcome: "paused by",
