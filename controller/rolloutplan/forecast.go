@@ -3,6 +3,7 @@ package rolloutplan
 import (
 	"cmp"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"time"
@@ -100,12 +101,21 @@ const forecastRevision = "new"
 //     a timed pause ends, a deadline passes. So the forecast ends after a bounded number of
 //     planner runs (each either deletes, advances a step or waits for one of those moments).
 func Forecast(in ForecastInput) (Timeline, error) {
-	return forecast(in, false)
+	return forecast(in, forecastSeams{})
 }
 
-// forecast is Forecast; replanAlways (a test seam) plans again at the same moment after
-// every write, Ready replacements or not, which must not change the forecast.
-func forecast(in ForecastInput, replanAlways bool) (Timeline, error) {
+// forecastSeams are test seams of forecast, each a check of one of its shortcuts.
+type forecastSeams struct {
+	// replanAlways plans again at the same moment after every write, Ready replacements or not,
+	// which must not change the forecast.
+	replanAlways bool
+	// checkState compares, on every run, the state the simulation keeps pod by pod with StateOf
+	// over every pod, and fails the forecast where they differ.
+	checkState bool
+}
+
+// forecast is Forecast with test seams.
+func forecast(in ForecastInput, seams forecastSeams) (Timeline, error) {
 	settings, err := rolloutapi.ParseSettings(in.DaemonSet.Annotations)
 	if err != nil {
 		return Timeline{}, err
@@ -113,9 +123,8 @@ func forecast(in ForecastInput, replanAlways bool) (Timeline, error) {
 	ds := in.DaemonSet.DeepCopy()
 	ds.Status.Conditions = nil // the last rollout's report does not bear on the next
 	in.Pods, in.Nodes = stripped(in.Pods, StripPod), stripped(in.Nodes, nodes.Strip)
-	sim := newForecastSim(in, time.Duration(ds.Spec.MinReadySeconds)*time.Second)
 	seen := Observed{Now: in.Now, DaemonSet: ds, Settings: settings, TargetRevision: forecastRevision}
-	ordered := inRolloutOrder(seen, in.Nodes)
+	sim := newForecastSim(in, seen, time.Duration(ds.Spec.MinReadySeconds)*time.Second)
 	var out Timeline
 	lastStep := ""
 	measurements := 0
@@ -124,9 +133,12 @@ func forecast(in ForecastInput, replanAlways bool) (Timeline, error) {
 	}
 	runs := (8+measurements)*len(in.Nodes) + 4*len(settings.Steps) + 32
 	for range runs {
-		seen.Pods = sim.pods(seen.Now)
-		seen.Nodes = ordered
-		state := StateOf(seen)
+		state := sim.state(seen)
+		if seams.checkState {
+			if err := sim.check(seen, state); err != nil {
+				return out, err
+			}
+		}
 		if req := DueAnalysis(state); req != nil {
 			state.Measurements = passingMeasurements(settings.Gates, req)
 		}
@@ -180,8 +192,8 @@ func forecast(in ForecastInput, replanAlways bool) (Timeline, error) {
 		// replace them would count, and moves steps only on available pods and on time. So the
 		// planner, run again at this moment on replacements not yet Ready, deletes nothing more
 		// and moves no step: only pods Ready at once (ReadyAfter zero) call for a second run now.
-		created := sim.createMissing(state.Nodes, seen.Now)
-		if (created || len(plan.Delete) > 0) && (in.ReadyAfter == 0 || replanAlways) {
+		created := sim.createMissing(seen.Now)
+		if (created || len(plan.Delete) > 0) && (in.ReadyAfter == 0 || seams.replanAlways) {
 			continue // plan again at the same moment, on the pods as they are now
 		}
 		next, ok := sim.nextChange(seen.Now, plan.RequeueAfter)
@@ -237,54 +249,119 @@ func inRolloutOrder(o Observed, nodes []*corev1.Node) []*corev1.Node {
 	return out
 }
 
-// forecastSim is the modelled cluster: the live pods that remain and the new pods created.
+// forecastSim is the modelled cluster: the live pods that remain and the new pods created, and
+// the planner's state of them.
+//
+// The state is StateOf's once, at the start, and then kept up to date pod by pod: each pod the
+// simulation removes, creates or makes Ready changes its node's pods alone, and a changed pod is
+// classified by podState, as StateOf classifies it. A forecast of one node at a time runs the
+// planner about twice per node, so classifying every node and pod on every run would grow with
+// the square of the nodes.
+//
+// Invariants:
+//   - state(seen) equals StateOf(seen) over pods(seen.Now) and every node in rollout order (the
+//     checkState seam holds it on every run of the forecast tests).
+//   - created is in creation order, so in order of readiness: moments never go back and every
+//     new pod takes ReadyAfter.
 type forecastSim struct {
 	in       ForecastInput
 	start    time.Time
 	minReady time.Duration
-	removed  map[types.UID]bool
-	created  []simPod
-	// occupied counts the pods not terminating per node (the live ones not removed, and the
-	// created ones), kept up to date by remove and createMissing instead of counted per run.
-	occupied map[string]int
-	// liveNode is the node of each live pod not terminating.
-	liveNode map[types.UID]string
-	buf      []*corev1.Pod // what pods returns, reused: a planner run reads it before the next call
+	ordered  []*corev1.Node // every node, in rollout order (inRolloutOrder)
+	// nodes are the planner's NodeStates of the nodes the DaemonSet targets, in rollout order.
+	// A node's Pods are replaced, never changed in place, when one of its pods changes.
+	nodes  []NodeState
+	nodeAt map[string]int // index into nodes by node name
+	// removed are the live pods the planner deleted; they are gone at once.
+	removed map[types.UID]bool
+	created []simPod
+	readied int // created[:readied] are Ready
+	// occupied counts the pods not terminating per node of nodes (the live ones not removed, and
+	// the created ones), kept up to date by remove and createMissing instead of counted per run.
+	occupied []int
+	// liveNode is the node, an index into nodes, of each live pod not terminating on one of them.
+	liveNode map[types.UID]int
 }
 
-func newForecastSim(in ForecastInput, minReady time.Duration) *forecastSim {
+func newForecastSim(in ForecastInput, seen Observed, minReady time.Duration) *forecastSim {
 	s := &forecastSim{in: in, start: in.Now, minReady: minReady, removed: map[types.UID]bool{},
-		occupied: map[string]int{}, liveNode: map[types.UID]string{}}
+		liveNode: map[types.UID]int{}}
+	s.ordered = inRolloutOrder(seen, in.Nodes)
+	seen.Pods, seen.Nodes = in.Pods, s.ordered
+	s.nodes = StateOf(seen).Nodes
+	s.nodeAt = make(map[string]int, len(s.nodes))
+	for i, n := range s.nodes {
+		s.nodeAt[n.Name] = i
+	}
+	s.occupied = make([]int, len(s.nodes))
 	for _, p := range in.Pods {
-		if p.DeletionTimestamp == nil {
-			s.liveNode[p.UID] = nodes.OfPod(p)
-			s.occupied[nodes.OfPod(p)]++
+		if i, ok := s.nodeAt[nodes.OfPod(p)]; ok && p.DeletionTimestamp == nil {
+			s.liveNode[p.UID] = i
+			s.occupied[i]++
 		}
 	}
 	return s
 }
 
 type simPod struct {
-	at  time.Time
-	pod *corev1.Pod // made Ready in place once ReadyAfter has passed
+	at   time.Time
+	node int         // index into forecastSim.nodes
+	pod  *corev1.Pod // made Ready in place once ReadyAfter has passed
 }
 
-// pods are the DaemonSet's pods at now: the live ones not deleted, and the new ones, Ready
-// ReadyAfter after their creation.
-func (s *forecastSim) pods(now time.Time) []*corev1.Pod {
-	out := s.buf[:0]
+// state is the planner's state at seen.Now: StateOf for what is not a node (seen's DaemonSet,
+// settings and status change from run to run), and the nodes the simulation keeps, after the new
+// pods due by now became Ready.
+func (s *forecastSim) state(seen Observed) RolloutState {
+	for ; s.readied < len(s.created); s.readied++ {
+		c := s.created[s.readied]
+		readyAt := c.at.Add(s.in.ReadyAfter)
+		if seen.Now.Before(readyAt) {
+			break
+		}
+		c.pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(readyAt)}}
+		s.replacePods(c.node, func(pods []PodState) []PodState {
+			i := slices.IndexFunc(pods, func(p PodState) bool { return p.UID == string(c.pod.UID) })
+			pods[i] = podState(c.pod, nil)
+			return pods
+		})
+	}
+	seen.Pods, seen.Nodes = nil, nil
+	st := StateOf(seen)
+	st.Nodes = s.nodes
+	return st
+}
+
+// replacePods gives node i a new list of pods, change applied to a copy of its old one: a state
+// returned earlier keeps the pods it had.
+func (s *forecastSim) replacePods(i int, change func([]PodState) []PodState) {
+	pods := change(slices.Clone(s.nodes[i].Pods))
+	if len(pods) == 0 {
+		pods = nil // as StateOf leaves a node without pods
+	}
+	s.nodes[i].Pods = pods
+}
+
+// check fails when state is not StateOf over every pod and node as they are.
+func (s *forecastSim) check(seen Observed, state RolloutState) error {
+	seen.Pods, seen.Nodes = s.pods(), s.ordered
+	if want := StateOf(seen); !reflect.DeepEqual(state, want) {
+		return fmt.Errorf("the forecast's state at %s differs from StateOf:\n got %+v\nwant %+v", seen.Now.Sub(s.start), state, want)
+	}
+	return nil
+}
+
+// pods are the DaemonSet's pods: the live ones not deleted, and the new ones.
+func (s *forecastSim) pods() []*corev1.Pod {
+	var out []*corev1.Pod
 	for _, p := range s.in.Pods {
 		if !s.removed[p.UID] {
 			out = append(out, p)
 		}
 	}
 	for _, c := range s.created {
-		if readyAt := c.at.Add(s.in.ReadyAfter); c.pod.Status.Conditions == nil && !now.Before(readyAt) {
-			c.pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(readyAt)}}
-		}
 		out = append(out, c.pod)
 	}
-	s.buf = out
 	return out
 }
 
@@ -293,28 +370,33 @@ func (s *forecastSim) remove(uid types.UID) {
 		return
 	}
 	s.removed[uid] = true
-	if node, ok := s.liveNode[uid]; ok {
-		s.occupied[node]--
+	if i, ok := s.liveNode[uid]; ok {
+		s.occupied[i]--
+		s.replacePods(i, func(pods []PodState) []PodState {
+			return slices.DeleteFunc(pods, func(p PodState) bool { return p.UID == string(uid) })
+		})
 	}
 }
 
 // createMissing is the DaemonSet controller: a new pod on every node of the rollout without one.
 // It tells whether it created any.
-func (s *forecastSim) createMissing(nodes []NodeState, now time.Time) bool {
+func (s *forecastSim) createMissing(now time.Time) bool {
 	created := false
-	for _, n := range nodes {
-		if !n.Reachable || s.occupied[n.Name] > 0 {
+	for i, n := range s.nodes {
+		if !n.Reachable || s.occupied[i] > 0 {
 			continue
 		}
-		s.occupied[n.Name]++
+		s.occupied[i]++
 		name := fmt.Sprintf("forecast-%d", len(s.created))
-		s.created = append(s.created, simPod{at: now, pod: &corev1.Pod{
+		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: name, UID: types.UID(name), CreationTimestamp: metav1.NewTime(now),
 				Labels: map[string]string{revisionLabel: forecastRevision},
 			},
 			Spec: corev1.PodSpec{NodeName: n.Name},
-		}})
+		}
+		s.created = append(s.created, simPod{at: now, node: i, pod: pod})
+		s.replacePods(i, func(pods []PodState) []PodState { return append(pods, podState(pod, nil)) })
 		created = true
 	}
 	return created
@@ -329,10 +411,13 @@ func (s *forecastSim) nextChange(now time.Time, requeue time.Duration) (time.Tim
 			next = t
 		}
 	}
-	for _, c := range s.created {
-		ready := c.at.Add(s.in.ReadyAfter)
-		consider(ready)
-		consider(ready.Add(s.minReady))
+	// created is in order of readiness (see the invariants), so the first pod to become Ready,
+	// or available, after now is found by bisection.
+	for _, after := range []time.Duration{s.in.ReadyAfter, s.in.ReadyAfter + s.minReady} {
+		i := sort.Search(len(s.created), func(i int) bool { return s.created[i].at.Add(after).After(now) })
+		if i < len(s.created) {
+			consider(s.created[i].at.Add(after))
+		}
 	}
 	if requeue > 0 {
 		consider(now.Add(requeue))

@@ -14,14 +14,22 @@ import (
 )
 
 // BenchmarkForecastRollout is the forecast of `daemonguard rollout plan` for a managed DaemonSet
-// on 1,000 ready nodes, steps "1,10%,pause:5m,100%": with the default budget of one node the
-// planner runs about twice per node, with 10% about twice per wave. No cluster is needed:
+// on 1,000 and 5,000 ready nodes, steps "1,10%,pause:5m,100%": with the default budget of one
+// node the planner runs about twice per node, with 10% about twice per wave. No cluster is needed:
 //
 //	go test -short -run '^$' -bench Forecast -benchmem ./controller/rolloutplan/
 func BenchmarkForecastRollout(b *testing.B) {
-	for name, budget := range map[string]string{"budget=1": "", "budget=10%": "10%"} {
-		b.Run(name, func(b *testing.B) {
-			in := forecastInput(1000, budget)
+	for _, tc := range []struct {
+		name   string
+		nodes  int
+		budget string
+	}{
+		{"budget=1", 1000, ""},
+		{"budget=10%", 1000, "10%"},
+		{"nodes=5000/budget=1", 5000, ""},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			in := forecastInput(tc.nodes, tc.budget)
 			for b.Loop() {
 				f, err := Forecast(in)
 				if err != nil {

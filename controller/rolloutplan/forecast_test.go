@@ -50,11 +50,11 @@ func TestForecastSkipsNoReplanThatMatters(t *testing.T) {
 			if tt.change != nil {
 				tt.change(&in)
 			}
-			got, err := forecast(in, false)
+			got, err := forecast(in, forecastSeams{checkState: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := forecast(in, true)
+			want, err := forecast(in, forecastSeams{replanAlways: true, checkState: true})
 			if err != nil {
 				t.Fatal(err)
 			}
