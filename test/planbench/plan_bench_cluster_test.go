@@ -199,7 +199,7 @@ func seed(b *testing.B, c *localcluster.Cluster) {
 		clustertest.Kubectl(b, c, daemonSet(name, "agent:1", name == "managed"), "apply", "-f", "-")
 	}
 	for _, name := range []string{"rolling", "managed"} {
-		clustertest.WaitDaemonSet(b, c, benchNamespace, name, 15*time.Minute, "DaemonSet "+name+" running on every node", func(ds *appsv1.DaemonSet) (bool, string) {
+		clustertest.WaitDaemonSet(b, c, benchNamespace, name, seedTimeout(), "DaemonSet "+name+" running on every node", func(ds *appsv1.DaemonSet) (bool, string) {
 			s := ds.Status
 			return s.DesiredNumberScheduled == int32(nodeCount) && s.NumberAvailable == int32(nodeCount) && s.UpdatedNumberScheduled == int32(nodeCount), fmt.Sprintf("%+v", s)
 		})
@@ -218,13 +218,19 @@ func seed(b *testing.B, c *localcluster.Cluster) {
 		}
 	}
 	createAll(b, c.Client, pods)
-	c.WaitFor(b, 15*time.Minute, "the other pods running", func(ctx context.Context) (bool, string) {
+	c.WaitFor(b, seedTimeout(), "the other pods running", func(ctx context.Context) (bool, string) {
 		list, err := c.Client.CoreV1().Pods(workNamespace).List(ctx, metav1.ListOptions{FieldSelector: "status.phase=Running"})
 		if err != nil {
 			return false, err.Error()
 		}
 		return len(list.Items) == len(pods), fmt.Sprintf("%d of %d running", len(list.Items), len(pods))
 	})
+}
+
+// seedTimeout is how long a step of seed may take: 15 minutes for 1,000 nodes, on a loaded
+// 2-core machine; more in proportion beyond.
+func seedTimeout() time.Duration {
+	return max(15*time.Minute, time.Duration(nodeCount)*15*time.Minute/1000)
 }
 
 func workload(name, node, cpu, priorityClass string) *corev1.Pod {
