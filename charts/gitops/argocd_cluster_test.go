@@ -47,7 +47,7 @@ const (
 // and daemonguard's components on the host.
 type gitops struct {
 	argo      *localcluster.ArgoCD
-	repo      *gitRepo
+	repo      *localcluster.GitRepo
 	app       string // the Application's name
 	releaseNS string // the Application's destination namespace: daemonguard's release namespace
 	webhook   *localcluster.HostProcess
@@ -95,7 +95,7 @@ func setUp(t *testing.T) *gitops {
 	repo, first := newGitRepo(t)
 	g := &gitops{argo: argo, repo: repo}
 	webhookPort := harness.FreePort(t)
-	app := applicationFor(t, repo.url(), argo.Server, webhookPort)
+	app := applicationFor(t, repo.URL(), argo.Server, webhookPort)
 	g.app = app.GetName()
 	g.releaseNS, _, _ = unstructured.NestedString(app.Object, "spec", "destination", "namespace")
 	dyn, err := dynamic.NewForConfig(cluster.RESTConfig)
@@ -226,7 +226,7 @@ func (g *gitops) recordConfigMap(a *application) {
 // the new revision now instead of when the repo server's cache expires.
 func (g *gitops) commit(t *testing.T, msg string) string {
 	t.Helper()
-	sha := g.repo.commit(msg)
+	sha := g.repo.Commit(msg)
 	if err := g.argo.HardRefresh(context.Background(), g.app); err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func (g *gitops) testRolloutHealth(t *testing.T) {
 	}
 
 	gen := g.daemonSet(t, "node-agent").Generation
-	g.repo.edit(agentFile, "image: nginx:1.25.5", "image: nginx:1.27.0")
+	g.repo.Edit(agentFile, "image: nginx:1.25.5", "image: nginx:1.27.0")
 	sha := g.commit(t, "node-agent: nginx 1.27.0")
 	seen := g.observeRollout(t, "commit image nginx:1.27.0", sha, gen, 3*time.Minute, "node-agent rolls out nginx:1.27.0 and is Healthy", rolledOut("nginx:1.27.0"))
 	if !slices.ContainsFunc(seen, func(h healthStatus) bool { return h.Status == "Progressing" }) {
@@ -379,7 +379,7 @@ func (g *gitops) testRolloutHealth(t *testing.T) {
 	}
 
 	gen = g.daemonSet(t, "node-agent").Generation
-	g.repo.edit(agentFile, "image: nginx:1.27.0", "image: nginx:1.91")
+	g.repo.Edit(agentFile, "image: nginx:1.27.0", "image: nginx:1.91")
 	sha = g.commit(t, "node-agent: nginx 1.91, an image no node can pull")
 	seen = g.observeRollout(t, "commit image nginx:1.91", sha, gen, 3*time.Minute, "node-agent is Degraded with daemonguard's message", func(a *application, h healthStatus) bool {
 		return h.Status == "Degraded"
@@ -399,7 +399,7 @@ func (g *gitops) testRolloutHealth(t *testing.T) {
 
 	// daemonguard halts a failed rollout until the template changes: roll forward in git.
 	gen = g.daemonSet(t, "node-agent").Generation
-	g.repo.edit(agentFile, "image: nginx:1.91", "image: nginx:1.27.1")
+	g.repo.Edit(agentFile, "image: nginx:1.91", "image: nginx:1.27.1")
 	sha = g.commit(t, "node-agent: roll forward to nginx 1.27.1")
 	seen = g.observeRollout(t, "commit image nginx:1.27.1", sha, gen, 3*time.Minute, "node-agent rolls forward to nginx:1.27.1 and is Healthy", rolledOut("nginx:1.27.1"))
 	if last := seen[len(seen)-1]; last.Status != "Healthy" {
@@ -414,7 +414,7 @@ func (g *gitops) testPolicyCommits(t *testing.T) {
 		t.Fatalf("with the policy at warn, a DaemonSet without a team label is admitted with a warning; got err %v:\n%s", err, out)
 	}
 
-	g.repo.edit(policyFile, `enforcement := "warn"`, `enforcement := "deny"`)
+	g.repo.Edit(policyFile, `enforcement := "warn"`, `enforcement := "deny"`)
 	sha := g.commit(t, "require_team_label: deny")
 	committed := time.Now()
 	a := waitApp(t, g.argo, g.app, 2*time.Minute, "Argo CD syncs the policy commit", func(a *application) (bool, string) {
@@ -435,7 +435,7 @@ func (g *gitops) testPolicyCommits(t *testing.T) {
 	// succeeds depends on who is first: the webhook marking the ConfigMap Degraded, or Argo CD
 	// checking the health of wave -1 before the next wave (a Degraded resource fails the sync,
 	// and the Application's retry repeats it). Either way the live ConfigMap is git's.
-	g.repo.edit(policyFile, "    \tnot lib.labels.team\n    }\n", "    \tnot lib.labels.team\n    }\n\n    violation contains {\n")
+	g.repo.Edit(policyFile, "    \tnot lib.labels.team\n    }\n", "    \tnot lib.labels.team\n    }\n\n    violation contains {\n")
 	sha = g.commit(t, "require_team_label: broken Rego")
 	a = waitApp(t, g.argo, g.app, 2*time.Minute, "Argo CD applies the broken Rego", func(a *application) (bool, string) {
 		return a.Status.Sync.Status == "Synced" && slices.Contains(a.Status.Sync.Revisions, sha), "not synced at " + sha
@@ -524,7 +524,7 @@ func (g *gitops) testPolicyCommits(t *testing.T) {
 	// Fixing the Rego in git loads the set again: the annotation goes, the ConfigMap is Healthy.
 	// The sync of the broken commit may still be retrying; the Application's retry.refresh makes
 	// the next attempt use the fix.
-	g.repo.edit(policyFile, "    }\n\n    violation contains {\n", "    }\n")
+	g.repo.Edit(policyFile, "    }\n\n    violation contains {\n", "    }\n")
 	sha = g.commit(t, "require_team_label: fix the Rego")
 	a = waitApp(t, g.argo, g.app, 4*time.Minute, "Argo CD syncs the fix and shows the ConfigMap and the Application Healthy", func(a *application) (bool, string) {
 		_, h := a.resource("ConfigMap", g.releaseNS, "team-policies")

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,65 +21,18 @@ import (
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
-// gitRepo is the local config repository Argo CD syncs from, as a file:// URL.
-type gitRepo struct {
-	t   *testing.T
-	dir string
-}
-
 // newGitRepo creates a repository on branch main holding testdata/argocd/repo with the chart
 // copied to daemonguard/chart, and commits it.
-func newGitRepo(t *testing.T) (*gitRepo, string) {
+func newGitRepo(t *testing.T) (*localcluster.GitRepo, string) {
 	t.Helper()
-	r := &gitRepo{t: t, dir: filepath.Join(t.TempDir(), "cluster-config")}
-	if err := os.CopyFS(r.dir, os.DirFS(repoPath(t, "testdata/argocd/repo"))); err != nil {
+	dir := filepath.Join(t.TempDir(), "cluster-config")
+	if err := os.CopyFS(dir, os.DirFS(repoPath(t, "testdata/argocd/repo"))); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.CopyFS(filepath.Join(r.dir, "daemonguard", "chart"), os.DirFS(repoPath(t, "charts/daemonguard"))); err != nil {
+	if err := os.CopyFS(filepath.Join(dir, "daemonguard", "chart"), os.DirFS(repoPath(t, "charts/daemonguard"))); err != nil {
 		t.Fatal(err)
 	}
-	r.git("init", "-q", "-b", "main")
-	return r, r.commit("daemonguard, its policies and the node agents")
-}
-
-func (r *gitRepo) url() string { return "file://" + r.dir }
-
-func (r *gitRepo) git(args ...string) string {
-	r.t.Helper()
-	cmd := exec.Command("git", append([]string{"-c", "user.name=daemonguard e2e", "-c", "user.email=e2e@daemonguard.invalid",
-		"-c", "commit.gpgsign=false"}, args...)...)
-	cmd.Dir = r.dir
-	// The user's git configuration must not change what the test commits.
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		r.t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// edit replaces old by new in a file of the repository; old must occur exactly once.
-func (r *gitRepo) edit(rel, old, new string) {
-	r.t.Helper()
-	path := filepath.Join(r.dir, rel)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	if n := strings.Count(string(data), old); n != 1 {
-		r.t.Fatalf("%s holds %q %d times, want once", rel, old, n)
-	}
-	if err := os.WriteFile(path, []byte(strings.Replace(string(data), old, new, 1)), 0o644); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-// commit commits every change and returns the commit's hash.
-func (r *gitRepo) commit(msg string) string {
-	r.t.Helper()
-	r.git("add", "-A")
-	r.git("commit", "-q", "-m", msg)
-	return r.git("rev-parse", "HEAD")
+	return localcluster.NewGitRepo(t, dir, "daemonguard, its policies and the node agents")
 }
 
 func repoPath(t *testing.T, rel string) string {

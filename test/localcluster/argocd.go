@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -31,18 +32,20 @@ import (
 )
 
 // ArgoCD is a real Argo CD running as components of a Cluster: its CRDs of the version pinned in
-// tools/argocd/go.mod, the application controller and the repo server built from that module, and
-// Debian's redis-server as their cache. Argo CD's API server, UI, ApplicationSet controller and
-// Dex do not run: Applications are objects written with the cluster's clients.
+// tools/argocd/go.mod, the application controller and the repo server built from that module (and,
+// when asked, its ApplicationSet controller), and Debian's redis-server as their cache. Argo CD's
+// API server, UI and Dex do not run: Applications are objects written with the cluster's clients.
 type ArgoCD struct {
-	// Namespace is Argo CD's own namespace: Applications, argocd-cm, the cluster Secret.
+	// Namespace is Argo CD's own namespace: Applications, ApplicationSets, argocd-cm, the cluster
+	// Secrets.
 	Namespace string
 	// Server is the destination server of this cluster for Applications. Argo CD's in-cluster
 	// destination https://kubernetes.default.svc needs in-cluster credentials a process on the
 	// host lacks, so the local API server is registered as a cluster Secret under its own URL.
 	Server string
-	// ControllerLog and RepoServerLog are the components' log files.
-	ControllerLog, RepoServerLog string
+	// ControllerLog and RepoServerLog are the components' log files; ApplicationSetLog is the
+	// ApplicationSet controller's, "" unless ArgoCDOptions.ApplicationSets.
+	ControllerLog, RepoServerLog, ApplicationSetLog string
 
 	c        *Cluster
 	procs    []*process // redis, repo server, controller
@@ -53,6 +56,24 @@ type ArgoCD struct {
 type ArgoCDOptions struct {
 	// ConfigData is argocd-cm's data, e.g. resource.customizations.health.<group>_<kind> entries.
 	ConfigData map[string]string
+	// Clusters are the destination clusters registered in Argo CD, each as a cluster Secret with
+	// its name and labels (what an ApplicationSet's cluster generator selects on). The cluster
+	// that runs Argo CD may be one of them; empty registers that cluster alone, named "local".
+	Clusters []ArgoCDCluster
+	// ApplicationSets starts the ApplicationSet controller too, with progressive syncs
+	// (strategy RollingSync) enabled.
+	ApplicationSets bool
+}
+
+// ArgoCDCluster is a destination cluster registered in Argo CD.
+type ArgoCDCluster struct {
+	// Name is the cluster's name in Argo CD (the cluster generator's {{.name}}); unique.
+	Name string
+	// Cluster is the local cluster; Argo CD reaches its API server at Cluster.RESTConfig.Host.
+	Cluster *Cluster
+	// Labels are the cluster Secret's labels (the cluster generator's selector and
+	// {{.metadata.labels.<key>}}).
+	Labels map[string]string
 }
 
 // ErrRedisMissing is returned by StartArgoCD when Debian's redis-server is not installed; tests
@@ -64,18 +85,23 @@ var ErrRedisMissing = errors.New("redis-server is not on PATH: install Debian's 
 const ArgoCDNamespace = "argocd"
 
 const (
-	argoCDFieldManager  = "daemonguard-localcluster"
-	argoCDReadyTimeout  = 2 * time.Minute
-	argoCDControllerSA  = "argocd-application-controller"
-	argoCDClusterSecret = "cluster-local"
-	argoCDPartOfLabel   = "app.kubernetes.io/part-of"
+	argoCDFieldManager = "daemonguard-localcluster"
+	argoCDReadyTimeout = 2 * time.Minute
+	argoCDControllerSA = "argocd-application-controller"
+	// argoCDManagerSA is the ServiceAccount Argo CD uses in a destination cluster other than its
+	// own, in kube-system, as `argocd cluster add` creates it.
+	argoCDManagerSA   = "argocd-manager"
+	argoCDLocalName   = "local"
+	argoCDPartOfLabel = "app.kubernetes.io/part-of"
 )
 
 var appProjectResource = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "appprojects"}
 
-// StartArgoCD installs Argo CD's CRDs and the objects its API server would normally create
-// (argocd-cm, argocd-secret, the AppProject default, the cluster Secret of this cluster), starts
-// redis-server, the repo server and the application controller, and waits until each serves.
+// StartArgoCD installs Argo CD's CRDs (Application, AppProject, ApplicationSet) and the objects
+// its API server would normally create (argocd-cm, argocd-secret, the AppProject default, the
+// cluster Secrets of opts.Clusters or of this cluster), starts redis-server, the repo server, the
+// application controller and, with opts.ApplicationSets, the ApplicationSet controller, and waits
+// until each serves.
 // Logs are Dir/logs/argocd-*.log and redis.log; the processes die with the process that owns the
 // cluster and stop with Stop or Cluster.Stop. Start at most one per cluster.
 //
@@ -106,7 +132,7 @@ func (c *Cluster) StartArgoCD(ctx context.Context, opts ArgoCDOptions) (*ArgoCD,
 		return nil, fmt.Errorf("install Argo CD's objects: %w", err)
 	}
 
-	ports, err := freePorts(4)
+	ports, err := freePorts(7)
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +181,26 @@ func (c *Cluster) StartArgoCD(ctx context.Context, opts ArgoCDOptions) (*ArgoCD,
 	}
 	a.ControllerLog = a.procs[len(a.procs)-1].logPath
 	fmt.Fprintf(c.log, "Argo CD application controller and repo server ready (logs: %s, %s)\n", a.ControllerLog, a.RepoServerLog)
+	if !opts.ApplicationSets {
+		return a, nil
+	}
+	// Its manager reads the kubeconfig from KUBECONFIG (controller-runtime's own flag is not
+	// cobra's); the webhook server it always starts listens on loopback too.
+	appsetMetrics := "127.0.0.1:" + strconv.Itoa(ports[4])
+	appsetArgs := []string{"applicationset-controller", "--kubeconfig", c.KubeconfigPath, "--namespace", a.Namespace,
+		"--argocd-repo-server", repoAddr, "--repo-server-plaintext", "--enable-progressive-syncs",
+		"--metrics-addr", appsetMetrics, "--probe-addr", "127.0.0.1:" + strconv.Itoa(ports[5]),
+		"--webhook-addr", "127.0.0.1:" + strconv.Itoa(ports[6]),
+		// No SCM or pull-request generators here: nothing may call out.
+		"--enable-scm-providers=false", "--concurrent-reconciliations", "2",
+		"--logformat", "text", "--loglevel", "info"}
+	if err := a.start(ctx, "argocd-applicationset-controller", bins.Path(toolbin.ArgoCDBinary), appsetArgs,
+		append(env, "KUBECONFIG="+c.KubeconfigPath), logDir,
+		func(ctx context.Context) error { return httpOK(ctx, "http://"+appsetMetrics+"/metrics") }); err != nil {
+		return nil, err
+	}
+	a.ApplicationSetLog = a.procs[len(a.procs)-1].logPath
+	fmt.Fprintf(c.log, "Argo CD ApplicationSet controller ready, progressive syncs enabled (log: %s)\n", a.ApplicationSetLog)
 	return a, nil
 }
 
@@ -244,39 +290,68 @@ func (a *ArgoCD) installObjects(ctx context.Context, opts ArgoCDOptions) error {
 		return fmt.Errorf("create AppProject default: %w", err)
 	}
 
-	// The controller manages the destination with the token of its ServiceAccount, bound to
-	// cluster-admin as in Argo CD's own install (it applies whatever git holds).
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: argoCDControllerSA, Namespace: a.Namespace}}
-	if _, err := c.Client.CoreV1().ServiceAccounts(a.Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create ServiceAccount %s: %w", argoCDControllerSA, err)
+	clusters := opts.Clusters
+	if len(clusters) == 0 {
+		clusters = []ArgoCDCluster{{Name: argoCDLocalName, Cluster: c}}
+	}
+	names := map[string]bool{}
+	for _, dest := range clusters {
+		if dest.Name == "" || dest.Cluster == nil || names[dest.Name] {
+			return fmt.Errorf("cluster %q: every registered cluster needs a cluster and a unique name", dest.Name)
+		}
+		names[dest.Name] = true
+		if err := a.registerCluster(ctx, dest); err != nil {
+			return fmt.Errorf("register cluster %s: %w", dest.Name, err)
+		}
+	}
+	return nil
+}
+
+// registerCluster creates the cluster Secret of dest in Argo CD's namespace: its API server's
+// URL, its CA and the token of a ServiceAccount bound to cluster-admin in dest, as in Argo CD's
+// own install (the controller applies whatever git holds). In Argo CD's own cluster that is the
+// application controller's ServiceAccount; elsewhere kube-system/argocd-manager, as
+// `argocd cluster add` creates it.
+func (a *ArgoCD) registerCluster(ctx context.Context, dest ArgoCDCluster) error {
+	target := dest.Cluster
+	saNS, saName := metav1.NamespaceSystem, argoCDManagerSA
+	if target == a.c {
+		saNS, saName = a.Namespace, argoCDControllerSA
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: saName, Namespace: saNS}}
+	if _, err := target.Client.CoreV1().ServiceAccounts(saNS).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create ServiceAccount %s/%s: %w", saNS, saName, err)
 	}
 	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: argoCDControllerSA},
+		ObjectMeta: metav1.ObjectMeta{Name: saName},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: argoCDControllerSA, Namespace: a.Namespace}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: saName, Namespace: saNS}},
 	}
-	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create ClusterRoleBinding %s: %w", argoCDControllerSA, err)
+	if _, err := target.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create ClusterRoleBinding %s: %w", saName, err)
 	}
-	tr, err := c.Client.CoreV1().ServiceAccounts(a.Namespace).CreateToken(ctx, argoCDControllerSA, &authenticationv1.TokenRequest{
+	tr, err := target.Client.CoreV1().ServiceAccounts(saNS).CreateToken(ctx, saName, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(24 * 3600))},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("create token for %s: %w", argoCDControllerSA, err)
+		return fmt.Errorf("create token for %s/%s: %w", saNS, saName, err)
 	}
 	config, err := json.Marshal(map[string]any{
 		"bearerToken":     tr.Status.Token,
-		"tlsClientConfig": map[string]any{"caData": base64.StdEncoding.EncodeToString(c.pki.CACertPEM)},
+		"tlsClientConfig": map[string]any{"caData": base64.StdEncoding.EncodeToString(target.pki.CACertPEM)},
 	})
 	if err != nil {
 		return err
 	}
+	labels := map[string]string{}
+	maps.Copy(labels, dest.Labels)
+	labels["argocd.argoproj.io/secret-type"] = "cluster"
+	labels[argoCDPartOfLabel] = "argocd"
 	clusterSecret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: argoCDClusterSecret, Namespace: a.Namespace,
-			Labels: map[string]string{"argocd.argoproj.io/secret-type": "cluster", argoCDPartOfLabel: "argocd"}},
-		StringData: map[string]string{"name": "local", "server": a.Server, "config": string(config)},
+		ObjectMeta: metav1.ObjectMeta{Name: "cluster-" + dest.Name, Namespace: a.Namespace, Labels: labels},
+		StringData: map[string]string{"name": dest.Name, "server": target.RESTConfig.Host, "config": string(config)},
 	}
-	if _, err := c.Client.CoreV1().Secrets(a.Namespace).Create(ctx, clusterSecret, metav1.CreateOptions{}); err != nil {
+	if _, err := a.c.Client.CoreV1().Secrets(a.Namespace).Create(ctx, clusterSecret, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the cluster Secret: %w", err)
 	}
 	return nil
@@ -321,3 +396,6 @@ func (a *ArgoCD) HardRefresh(ctx context.Context, app string) error {
 
 // ApplicationResource is Argo CD's Application resource.
 var ApplicationResource = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "applications"}
+
+// ApplicationSetResource is Argo CD's ApplicationSet resource.
+var ApplicationSetResource = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "applicationsets"}
