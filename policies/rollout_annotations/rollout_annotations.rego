@@ -30,6 +30,26 @@ field(key) := sprintf("metadata.annotations[%q]", [key])
 # not_allowed(key, value) is the common message for a value outside what known[key] describes.
 not_allowed(key, value) := sprintf("value %s is not allowed: it must be %s", [lib.quote(value), known[key]])
 
+# The violations come in three groups, each evaluated only when the annotations it checks are
+# there: OPA evaluates every rule body of a set it is asked for, and a DaemonSet without
+# daemonguard.io/ annotations (most of them) then costs three tests instead of some thirty rule
+# bodies (docs/performance.md). Within a group, a rule that reports findings of a gate list first
+# tests that there is a list, for the same reason.
+violation contains v if {
+	count(ours) > 0
+	some v in key_violation
+}
+
+violation contains v if {
+	is_string(steps_value)
+	some v in steps_violation
+}
+
+violation contains v if {
+	is_string(analysis_value)
+	some v in analysis_violation
+}
+
 ours contains key if {
 	some key, _ in lib.annotations
 	startswith(key, prefix)
@@ -37,17 +57,11 @@ ours contains key if {
 
 # The rules that check each key of ours report the first lib.max_reported keys they find at fault
 # (sorted), and one violation on metadata.annotations counts the rest (key_findings).
-#
-# Every rule that reports findings first tests what its findings need (a daemonguard.io/ key, the
-# steps annotation, an analysis list): OPA evaluates every violation rule on every review, and
-# that test ends it before it builds lists that are empty on a DaemonSet without the annotation
-# (about 500 fewer allocations per review, docs/performance.md).
 
 # Values that are not strings (e.g. an unquoted true or 5 in YAML).
 non_string_keys := sort([key | some key in ours; not is_string(lib.annotations[key])])
 
-violation contains {"field": field(key), "msg": msg} if {
-	count(ours) > 0
+key_violation contains {"field": field(key), "msg": msg} if {
 	some key in lib.reported(non_string_keys)
 	msg := sprintf("value %s is not a string: annotation values are strings, quote it in YAML", [lib.quote(lib.annotations[key])])
 }
@@ -55,8 +69,7 @@ violation contains {"field": field(key), "msg": msg} if {
 # Unknown keys.
 unknown_keys := sort([key | some key in ours; not known[key]])
 
-violation contains {"field": field(key), "msg": msg} if {
-	count(ours) > 0
+key_violation contains {"field": field(key), "msg": msg} if {
 	some key in lib.reported(unknown_keys)
 	msg := sprintf("unknown daemonguard annotation %s (a typo?); known annotations: %s", [lib.quote(key), concat(", ", sort(object.keys(known)))])
 }
@@ -66,7 +79,7 @@ key_findings := {
 	"daemonguard.io/ annotations are unknown": unknown_keys,
 }
 
-violation contains {"field": "metadata.annotations", "msg": msg} if {
+key_violation contains {"field": "metadata.annotations", "msg": msg} if {
 	count(ours) > lib.max_reported
 	some what, findings in key_findings
 	msg := lib.more_msg(findings, what)
@@ -78,7 +91,7 @@ value_of(key) := v if {
 	is_string(v)
 }
 
-violation contains {"field": field(key), "msg": not_allowed(key, value)} if {
+key_violation contains {"field": field(key), "msg": not_allowed(key, value)} if {
 	some key in ours
 	value := value_of(key)
 	not valid(key, value)
@@ -193,7 +206,7 @@ parse_or_invalid(s) := p if {
 
 step_hint := `each step must be a node count from 1 (e.g. "1"), a percentage "N%" with N from 1 to 100, "pause" or "pause:<duration>" with a Go duration up to 8760h (e.g. "pause:5m")`
 
-violation contains {"field": field(steps_key), "msg": msg} if {
+steps_violation contains {"field": field(steps_key), "msg": msg} if {
 	trim_space(steps_value) == ""
 	msg := sprintf(`value %s is an empty list: list at least one step, ending with "100%%" (e.g. "1,25%%,100%%")`, [lib.quote(steps_value)])
 }
@@ -208,8 +221,7 @@ invalid_steps := [i |
 	p.type == "invalid"
 ]
 
-violation contains {"field": field(steps_key), "msg": msg} if {
-	is_string(steps_value)
+steps_violation contains {"field": field(steps_key), "msg": msg} if {
 	some i in lib.reported(invalid_steps)
 	msg := sprintf("step %d %s of %s is not valid: %s", [i + 1, lib.quote(steps[i]), lib.quote(steps_value), step_hint])
 }
@@ -231,8 +243,7 @@ decreasing_steps := [{"kind": kind, "step": same[j], "before": same[j - 1]} |
 	same[j].value < same[j - 1].value
 ]
 
-violation contains {"field": field(steps_key), "msg": msg} if {
-	is_string(steps_value)
+steps_violation contains {"field": field(steps_key), "msg": msg} if {
 	some d in lib.reported(decreasing_steps)
 	msg := sprintf(
 		"step %d %s of %s is smaller than step %d %s: %s steps must not decrease",
@@ -245,8 +256,7 @@ step_findings := {
 	"steps are smaller than the step of their kind before them": decreasing_steps,
 }
 
-violation contains {"field": field(steps_key), "msg": msg} if {
-	is_string(steps_value)
+steps_violation contains {"field": field(steps_key), "msg": msg} if {
 	some what, findings in step_findings
 	msg := lib.more_msg(findings, what)
 }
@@ -254,7 +264,7 @@ violation contains {"field": field(steps_key), "msg": msg} if {
 # The last step that is not a pause must be "100%", or the rollout never finishes.
 non_pause_steps := [p | some p in parsed_steps; p.type != "pause"]
 
-violation contains {"field": field(steps_key), "msg": msg} if {
+steps_violation contains {"field": field(steps_key), "msg": msg} if {
 	trim_space(steps_value) != ""
 	count(invalid_steps) == 0
 	not ends_at_100
@@ -331,17 +341,17 @@ gate_label(i) := sprintf("gate %d (%s)", [i + 1, lib.quote(gates[i].name)]) if {
 # gate_violation(i, msg) is a violation of gate i, prefixed with its label.
 gate_violation(i, msg) := {"field": analysis_field, "msg": sprintf("%s: %s", [gate_label(i), msg])}
 
-violation contains {"field": analysis_field, "msg": msg} if {
+analysis_violation contains {"field": analysis_field, "msg": msg} if {
 	not yaml.is_valid(analysis_value)
 	msg := sprintf("value %s is not valid YAML: it must be %s", [lib.quote(analysis_value), known[analysis_key]])
 }
 
-violation contains {"field": analysis_field, "msg": msg} if {
+analysis_violation contains {"field": analysis_field, "msg": msg} if {
 	analysis_doc in {null, []}
 	msg := sprintf("value %s lists no gate: list at least one, or remove the annotation", [lib.quote(analysis_value)])
 }
 
-violation contains {"field": analysis_field, "msg": msg} if {
+analysis_violation contains {"field": analysis_field, "msg": msg} if {
 	analysis_doc != null
 	not is_array(analysis_doc)
 	msg := sprintf("value %s is not a YAML list: it must be %s", [lib.quote(analysis_value), known[analysis_key]])
@@ -353,7 +363,7 @@ violation contains {"field": analysis_field, "msg": msg} if {
 # holds the two equal.
 max_gates := 10
 
-violation contains {"field": analysis_field, "msg": msg} if {
+analysis_violation contains {"field": analysis_field, "msg": msg} if {
 	is_array(analysis_doc)
 	count(analysis_doc) > max_gates
 	msg := sprintf("value lists %d gates: at most %d gates are allowed per DaemonSet (each is a Prometheus query at every interval)", [count(analysis_doc), max_gates])
@@ -369,7 +379,7 @@ non_object_gates := [i |
 	not is_object(g)
 ]
 
-violation contains {"field": analysis_field, "msg": msg} if {
+analysis_violation contains {"field": analysis_field, "msg": msg} if {
 	is_array(analysis_doc)
 	some i in lib.reported(non_object_gates)
 	msg := sprintf(
@@ -384,7 +394,7 @@ unknown_gate_fields := [[i, f] |
 	not gate_fields[f]
 ]
 
-violation contains gate_violation(i, msg) if {
+analysis_violation contains gate_violation(i, msg) if {
 	is_array(analysis_doc)
 	some [i, f] in lib.reported(unknown_gate_fields)
 	msg := sprintf("unknown field %s (a typo?); known fields: %s", [lib.quote(f), concat(", ", sort(object.keys(gate_fields)))])
@@ -396,7 +406,7 @@ missing_gate_fields := [[i, f] |
 	not f in object.keys(g)
 ]
 
-violation contains gate_violation(i, msg) if {
+analysis_violation contains gate_violation(i, msg) if {
 	is_array(analysis_doc)
 	some [i, f] in lib.reported(missing_gate_fields)
 	msg := sprintf("%s is missing: it must be %s", [f, gate_fields[f]])
@@ -409,7 +419,7 @@ invalid_gate_fields := [[i, f] |
 	not valid_gate_field(f, v)
 ]
 
-violation contains gate_violation(i, msg) if {
+analysis_violation contains gate_violation(i, msg) if {
 	is_array(analysis_doc)
 	some [i, f] in lib.reported(invalid_gate_fields)
 	msg := sprintf("%s %s is not allowed: it must be %s", [f, lib.quote(gates[i][f]), gate_fields[f]])
@@ -480,7 +490,7 @@ duplicate_gate_names := [i |
 	first_gate[name] != i
 ]
 
-violation contains gate_violation(i, msg) if {
+analysis_violation contains gate_violation(i, msg) if {
 	is_array(analysis_doc)
 	some i in lib.reported(duplicate_gate_names)
 	msg := sprintf("name %s is used by gate %d too: names must be unique", [lib.quote(gate_names[i]), first_gate[gate_names[i]] + 1])
@@ -494,7 +504,7 @@ unknown_placeholders := sort({[i, m[0]] |
 	not m[1] in placeholders
 })
 
-violation contains gate_violation(i, msg) if {
+analysis_violation contains gate_violation(i, msg) if {
 	is_array(analysis_doc)
 	some [i, placeholder] in lib.reported(unknown_placeholders)
 	msg := sprintf(
@@ -509,7 +519,7 @@ queries_without_nodes := [i |
 	not "nodes" in {m[1] | some m in regex.find_all_string_submatch_n(placeholder_regex, g.query, -1)}
 ]
 
-violation contains gate_violation(i, msg) if {
+analysis_violation contains gate_violation(i, msg) if {
 	is_array(analysis_doc)
 	some i in lib.reported(queries_without_nodes)
 	msg := sprintf(`query %s does not use {{ nodes }}: it must select the wave's nodes with it, e.g. node=~"{{ nodes }}"`, [lib.quote(gates[i].query)])
@@ -521,7 +531,7 @@ unbounded_gates := [i |
 	not "min" in object.keys(g)
 ]
 
-violation contains gate_violation(i, "neither max nor min is set: set one or both to bound each node's value") if {
+analysis_violation contains gate_violation(i, "neither max nor min is set: set one or both to bound each node's value") if {
 	is_array(analysis_doc)
 	some i in lib.reported(unbounded_gates)
 }
@@ -533,7 +543,7 @@ inverted_gates := [i |
 	g.min > g.max
 ]
 
-violation contains gate_violation(i, msg) if {
+analysis_violation contains gate_violation(i, msg) if {
 	is_array(analysis_doc)
 	some i in lib.reported(inverted_gates)
 	msg := sprintf("min %v is above max %v: min must be at most max", [gates[i].min, gates[i].max])
@@ -551,7 +561,7 @@ gate_findings := {
 	"gates have min above max": inverted_gates,
 }
 
-violation contains {"field": analysis_field, "msg": msg} if {
+analysis_violation contains {"field": analysis_field, "msg": msg} if {
 	is_array(analysis_doc)
 	some what, findings in gate_findings
 	msg := lib.more_msg(findings, what)
