@@ -25,6 +25,10 @@ type Facts struct {
 	// went on without them (a malformed completion time reads as "completed now"), and the next
 	// report writes them anew.
 	StatusErr error
+	// Memo is the DaemonSet's memo of classified pods and nodes from the last reconcile: what
+	// StateOf makes of Observed is the same with it or without (nil), at a cost that follows
+	// what changed since.
+	Memo *rolloutplan.Memo
 }
 
 // Decision is every write of one reconcile, decided from Facts alone; apply performs it.
@@ -69,7 +73,7 @@ const reportInterval = time.Second
 const revisionPending = time.Second
 
 // decide turns the facts of one reconcile into its writes: it classifies the nodes and pods
-// (rolloutplan.StateOf), plans (rolloutplan.Compute) and decides what of the plan to report now.
+// (rolloutplan.StateOf, through the memo), plans (rolloutplan.Compute) and decides what of the plan to report now.
 //
 // Invariants:
 //   - Settings that do not parse set the Failed condition (InvalidSettings, with a message that
@@ -106,7 +110,7 @@ func decide(f Facts) Decision {
 	if f.TargetRevision == "" {
 		return Decision{RequeueAfter: revisionPending}
 	}
-	in := rolloutplan.StateOf(f.Observed)
+	in := f.Memo.StateOf(f.Observed)
 	plan := rolloutplan.Compute(in)
 	d := Decision{Plan: &plan, Measured: measuredGates(plan.Status.Analysis, f.Now)}
 	// The planner rolls back only to a revision among f.Revisions, so the lookup finds it.

@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -52,6 +53,9 @@ type Reconciler struct {
 	reported map[types.NamespacedName]time.Time // last progress report per DaemonSet
 	// recorded is the last rollout Event recorded per DaemonSet (see sameEventAgain).
 	recorded map[types.NamespacedName]recordedEvent
+	// memos remember each managed DaemonSet's classification of its pods and the nodes from one
+	// reconcile to the next (rolloutplan.Memo), dropped once it is gone or no longer managed.
+	memos map[types.NamespacedName]*rolloutplan.Memo
 }
 
 // Reconcile implements reconcile.Reconciler: gather the facts, decide (pure), apply the writes.
@@ -59,9 +63,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	log := r.Log.WithValues("daemonset", req.NamespacedName)
 	var ds appsv1.DaemonSet
 	if err := r.Client.Get(ctx, req.NamespacedName, &ds); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forgetMemo(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !rolloutapi.IsManaged(&ds) || ds.DeletionTimestamp != nil {
+		r.forgetMemo(req.NamespacedName)
 		return reconcile.Result{}, nil
 	}
 	facts, err := r.gather(ctx, log, &ds)
@@ -109,9 +117,17 @@ type Store interface {
 // Settings that do not parse end the reading.
 func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.DaemonSet) (Facts, error) {
 	f := Facts{Observed: rolloutplan.Observed{Now: r.Clock.Now(), DaemonSet: ds}}
+	key := client.ObjectKeyFromObject(ds)
 	r.mu.Lock()
-	f.LastReport = r.reported[client.ObjectKeyFromObject(ds)]
+	f.LastReport = r.reported[key]
 	f.Deleted = maps.Clone(r.deleted)
+	if r.memos[key] == nil {
+		if r.memos == nil {
+			r.memos = map[types.NamespacedName]*rolloutplan.Memo{}
+		}
+		r.memos[key] = &rolloutplan.Memo{}
+	}
+	f.Memo = r.memos[key]
 	r.mu.Unlock()
 	if f.Settings, f.SettingsErr = rolloutapi.ParseSettings(ds.Annotations); f.SettingsErr != nil {
 		return f, nil
@@ -140,13 +156,21 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	// Measured here, with the reconcile's context, so that decide stays pure: the planner asks
 	// from the same state what Compute will judge.
 	if len(f.Settings.Gates) > 0 {
-		if req := rolloutplan.DueAnalysis(rolloutplan.StateOf(f.Observed)); req != nil {
+		if req := rolloutplan.DueAnalysis(f.Memo.StateOf(f.Observed)); req != nil {
 			marked := r.Marks != nil && r.Marks.Marked(ctx, ds.Namespace)
 			a := r.analyzer()
 			f.Measurements = a.Measure(ctx, *req, a.Scope(ds.Namespace, marked))
 		}
 	}
 	return f, nil
+}
+
+// forgetMemo drops the memo of a DaemonSet that is gone or no longer managed, and with it what it
+// remembered of the DaemonSet's pods and of every node.
+func (r *Reconciler) forgetMemo(key types.NamespacedName) {
+	r.mu.Lock()
+	delete(r.memos, key)
+	r.mu.Unlock()
 }
 
 func (r *Reconciler) analyzer() Analyzer {

@@ -102,6 +102,38 @@ var failureReasons = map[string]bool{
 // StateOf classifies what was read into the planner's RolloutState: the nodes the DaemonSet should
 // run on (eligible), whether each is reachable, and each pod's revision, readiness and failure.
 func StateOf(o Observed) RolloutState {
+	return stateOf(o, plainClassifier{matcher: nodes.NewMatcher(&o.DaemonSet.Spec.Template.Spec), topologyKey: o.Settings.TopologyKey})
+}
+
+// classifier classifies one pod or node of a StateOf: directly (plainClassifier) or from what a
+// Memo remembers of the same object, which plainClassifier classified.
+type classifier interface {
+	// pod is podState(p, nil) and the node p belongs to (nodes.OfPod).
+	pod(p *corev1.Pod) (PodState, string)
+	// node is nodeState of n, without its pods.
+	node(n *corev1.Node) (NodeState, bool)
+}
+
+// plainClassifier classifies every object it is given.
+type plainClassifier struct {
+	matcher     *nodes.Matcher
+	topologyKey string
+}
+
+func (c plainClassifier) pod(p *corev1.Pod) (PodState, string) {
+	nodeName := nodes.OfPod(p)
+	if nodeName == "" {
+		return PodState{}, ""
+	}
+	return podState(p, nil), nodeName
+}
+
+func (c plainClassifier) node(n *corev1.Node) (NodeState, bool) {
+	return nodeState(c.matcher, n, c.topologyKey)
+}
+
+// stateOf is StateOf with the classification of pods and nodes given.
+func stateOf(o Observed, c classifier) RolloutState {
 	ds := o.DaemonSet
 	in := RolloutState{
 		Name: ds.Name, Namespace: ds.Namespace,
@@ -124,8 +156,9 @@ func StateOf(o Observed) RolloutState {
 	podsByNode := make(map[string][]PodState, len(o.Nodes))
 	states := make([]PodState, len(o.Pods))
 	for i, p := range o.Pods {
-		if nodeName := nodes.OfPod(p); nodeName != "" {
-			states[i] = podState(p, o.Deleted)
+		var nodeName string
+		if states[i], nodeName = c.pod(p); nodeName != "" {
+			states[i] = markDeleted(states[i], o.Deleted)
 			if onNode, ok := podsByNode[nodeName]; ok {
 				podsByNode[nodeName] = append(onNode, states[i])
 			} else {
@@ -133,19 +166,24 @@ func StateOf(o Observed) RolloutState {
 			}
 		}
 	}
-	matcher := nodes.NewMatcher(&ds.Spec.Template.Spec)
 	in.Nodes = make([]NodeState, 0, len(o.Nodes))
 	for _, n := range o.Nodes {
-		if !eligible(matcher, n) {
-			continue
+		if st, ok := c.node(n); ok {
+			st.Pods = podsByNode[n.Name]
+			in.Nodes = append(in.Nodes, st)
 		}
-		_, cp := n.Labels["node-role.kubernetes.io/control-plane"]
-		in.Nodes = append(in.Nodes, NodeState{
-			Name: n.Name, ControlPlane: cp, Reachable: Reachable(n),
-			Domain: topologyDomain(n, o.Settings.TopologyKey), Pods: podsByNode[n.Name],
-		})
 	}
 	return in
+}
+
+// nodeState is the planner's NodeState of n, without its pods, and whether the DaemonSet of m
+// targets n at all (eligible).
+func nodeState(m *nodes.Matcher, n *corev1.Node, topologyKey string) (NodeState, bool) {
+	if !eligible(m, n) {
+		return NodeState{}, false
+	}
+	_, cp := n.Labels["node-role.kubernetes.io/control-plane"]
+	return NodeState{Name: n.Name, ControlPlane: cp, Reachable: Reachable(n), Domain: topologyDomain(n, topologyKey)}, true
 }
 
 // podState is what the planner knows of p; a pod in deleted counts as terminating since then.
@@ -153,8 +191,6 @@ func podState(p *corev1.Pod, deleted map[types.UID]time.Time) PodState {
 	s := PodState{Name: p.Name, UID: string(p.UID), Revision: p.Labels[revisionLabel]}
 	if p.DeletionTimestamp != nil {
 		s.Terminating, s.DeletedAt = true, p.DeletionTimestamp.Time
-	} else if at, ok := deleted[p.UID]; ok {
-		s.Terminating, s.DeletedAt = true, at
 	}
 	s.NotReadySince = p.CreationTimestamp.Time
 	for _, c := range p.Status.Conditions {
@@ -173,6 +209,15 @@ func podState(p *corev1.Pod, deleted map[types.UID]time.Time) PodState {
 				s.Failure = w.Reason
 			}
 		}
+	}
+	return markDeleted(s, deleted)
+}
+
+// markDeleted is s of a pod that deleted holds counting as terminating since it was deleted,
+// until the cache shows its own deletionTimestamp.
+func markDeleted(s PodState, deleted map[types.UID]time.Time) PodState {
+	if at, ok := deleted[types.UID(s.UID)]; ok && !s.Terminating {
+		s.Terminating, s.DeletedAt = true, at
 	}
 	return s
 }

@@ -1,0 +1,243 @@
+package rolloutplan
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// memoCluster is a small cluster that changes as an API server changes it: every write is a new
+// object with a new resourceVersion, the old one left as it was (as an informer cache holds it).
+type memoCluster struct {
+	rng   *rand.Rand
+	rv    int
+	ds    *appsv1.DaemonSet
+	topo  string
+	nodes []*corev1.Node
+	pods  []*corev1.Pod
+	// deleted are the pods "this process" deleted (Observed.Deleted).
+	deleted map[types.UID]time.Time
+	created int
+}
+
+func (c *memoCluster) nextRV() string {
+	c.rv++
+	return strconv.Itoa(c.rv)
+}
+
+func newMemoCluster(seed uint64, n int) *memoCluster {
+	c := &memoCluster{rng: rand.New(rand.NewPCG(seed, seed)), deleted: map[types.UID]time.Time{}}
+	c.ds = &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "platform", UID: "ds-uid"}}
+	for i := range n {
+		name := fmt.Sprintf("node-%d", i)
+		c.nodes = append(c.nodes, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name), ResourceVersion: c.nextRV(),
+				Labels: map[string]string{"zone": fmt.Sprintf("z%d", i%3), "pool": "a"}},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+		})
+		c.addPod(name)
+	}
+	return c
+}
+
+func (c *memoCluster) addPod(node string) {
+	c.created++
+	name := fmt.Sprintf("agent-%d", c.created)
+	c.pods = append(c.pods, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name), ResourceVersion: c.nextRV(),
+			Labels: map[string]string{revisionLabel: oldRev}, CreationTimestamp: metav1.NewTime(t0)},
+		Spec: corev1.PodSpec{NodeName: node},
+	})
+}
+
+// change makes one random write, or a change of what the controller holds (deleted, the
+// topology key), and names it.
+func (c *memoCluster) change(now time.Time) string {
+	pod := func() (int, *corev1.Pod) {
+		i := c.rng.IntN(len(c.pods))
+		p := c.pods[i].DeepCopy()
+		p.ResourceVersion = c.nextRV()
+		c.pods[i] = p
+		return i, p
+	}
+	node := func() *corev1.Node {
+		i := c.rng.IntN(len(c.nodes))
+		n := c.nodes[i].DeepCopy()
+		n.ResourceVersion = c.nextRV()
+		c.nodes[i] = n
+		return n
+	}
+	switch c.rng.IntN(14) {
+	case 0:
+		_, p := pod()
+		status := corev1.ConditionTrue
+		if len(p.Status.Conditions) > 0 && p.Status.Conditions[0].Status == corev1.ConditionTrue {
+			status = corev1.ConditionFalse
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.NewTime(now)}}
+		return "a pod's readiness flipped"
+	case 1:
+		_, p := pod()
+		p.DeletionTimestamp = &metav1.Time{Time: now}
+		return "a pod started terminating"
+	case 2:
+		i := c.rng.IntN(len(c.pods))
+		c.pods = append(c.pods[:i:i], c.pods[i+1:]...)
+		return "a pod was deleted"
+	case 3:
+		c.addPod(c.nodes[c.rng.IntN(len(c.nodes))].Name)
+		return "a pod was created"
+	case 4:
+		_, p := pod()
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "agent", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}
+		return "a pod's container crash-looped"
+	case 5:
+		_, p := pod()
+		p.Labels = map[string]string{revisionLabel: newRev}
+		return "a pod's revision changed"
+	case 6:
+		c.deleted[c.pods[c.rng.IntN(len(c.pods))].UID] = now
+		return "the controller deleted a pod"
+	case 7:
+		clear(c.deleted)
+		return "the controller forgot its deletions"
+	case 8:
+		n := node()
+		n.Labels["zone"] = fmt.Sprintf("z%d", c.rng.IntN(4))
+		if c.rng.IntN(2) == 0 {
+			n.Labels["pool"] = "b"
+		} else {
+			n.Labels["pool"] = "a"
+		}
+		return "a node's labels changed"
+	case 9:
+		n := node()
+		if len(n.Spec.Taints) > 0 {
+			n.Spec.Taints = nil
+		} else {
+			key := []string{corev1.TaintNodeUnreachable, "dedicated"}[c.rng.IntN(2)]
+			n.Spec.Taints = []corev1.Taint{{Key: key, Effect: corev1.TaintEffectNoSchedule}}
+		}
+		return "a node's taints changed"
+	case 10:
+		n := node()
+		n.Status.Conditions[0].Status = map[corev1.ConditionStatus]corev1.ConditionStatus{
+			corev1.ConditionTrue: corev1.ConditionFalse, corev1.ConditionFalse: corev1.ConditionTrue}[n.Status.Conditions[0].Status]
+		return "a node's readiness flipped"
+	case 13:
+		_, p := pod()
+		if p.Spec.NodeName == "" {
+			p.Spec.NodeName = c.nodes[c.rng.IntN(len(c.nodes))].Name
+		} else {
+			p.Spec.NodeName = ""
+		}
+		return "a pod lost or found its node"
+	case 11:
+		// A new template: another node selector or tolerations, in a new object as the
+		// controller Gets it on each reconcile.
+		ds := c.ds.DeepCopy()
+		switch c.rng.IntN(3) {
+		case 0:
+			ds.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "a"}
+		case 1:
+			ds.Spec.Template.Spec.NodeSelector = nil
+		default:
+			ds.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
+		}
+		c.ds = ds
+		return "the template changed"
+	default:
+		c.topo = []string{"", "zone"}[c.rng.IntN(2)]
+		return "the topology key changed"
+	}
+}
+
+func (c *memoCluster) observed(now time.Time) Observed {
+	o := Observed{Now: now, DaemonSet: c.ds, TargetRevision: newRev, Deleted: c.deleted}
+	o.Settings.TopologyKey = c.topo
+	// Lists in a new order each time, as an informer's store lists them.
+	o.Pods, o.Nodes = append([]*corev1.Pod(nil), c.pods...), append([]*corev1.Node(nil), c.nodes...)
+	c.rng.Shuffle(len(o.Pods), func(i, j int) { o.Pods[i], o.Pods[j] = o.Pods[j], o.Pods[i] })
+	c.rng.Shuffle(len(o.Nodes), func(i, j int) { o.Nodes[i], o.Nodes[j] = o.Nodes[j], o.Nodes[i] })
+	return o
+}
+
+// TestMemoStateOfIsStateOf holds the Memo to its promise: over random sequences of writes to
+// pods and nodes, template and topology-key changes and the controller's own deletions, the
+// memoised StateOf equals StateOf of the same objects, and the memo holds no more entries than
+// the last call read.
+func TestMemoStateOfIsStateOf(t *testing.T) {
+	for seed := range uint64(40) {
+		c := newMemoCluster(seed, 12)
+		var m Memo
+		now := t0
+		for step := range 60 {
+			var done []string
+			for range 1 + c.rng.IntN(3) {
+				done = append(done, c.change(now))
+			}
+			now = now.Add(time.Second)
+			o := c.observed(now)
+			got, want := podsByName(m.StateOf(o)), podsByName(StateOf(o))
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("seed %d, step %d, after %v: memoised StateOf differs:\n got %+v\nwant %+v", seed, step, done, got, want)
+			}
+			if len(m.pods) > len(o.Pods) || len(m.nodes) > len(o.Nodes) {
+				t.Fatalf("seed %d, step %d: the memo keeps %d pods and %d nodes for %d and %d read", seed, step, len(m.pods), len(m.nodes), len(o.Pods), len(o.Nodes))
+			}
+		}
+	}
+}
+
+// TestMemoClassifiesObjectsWithoutVersion: objects built by hand, without a resourceVersion,
+// have no identity to remember, so a change made in place is seen.
+func TestMemoClassifiesObjectsWithoutVersion(t *testing.T) {
+	c := newMemoCluster(1, 3)
+	for _, p := range c.pods {
+		p.ResourceVersion = ""
+	}
+	for _, n := range c.nodes {
+		n.ResourceVersion = ""
+	}
+	var m Memo
+	m.StateOf(c.observed(t0))
+	c.pods[0].Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	c.nodes[0].Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule}}
+	o := c.observed(t0)
+	if got, want := podsByName(m.StateOf(o)), podsByName(StateOf(o)); !reflect.DeepEqual(got, want) {
+		t.Fatalf("memoised StateOf differs:\n got %+v\nwant %+v", got, want)
+	}
+	// Two pods of one name, as no cache holds them.
+	twin := c.pods[1].DeepCopy()
+	twin.UID, twin.Spec.NodeName = "twin", c.nodes[2].Name
+	o.Pods = append(o.Pods, twin)
+	if got, want := podsByName(m.StateOf(o)), podsByName(StateOf(o)); !reflect.DeepEqual(got, want) {
+		t.Fatalf("memoised StateOf of two pods of one name differs:\n got %+v\nwant %+v", got, want)
+	}
+	var nilMemo *Memo
+	if got, want := nilMemo.StateOf(o), StateOf(o); !reflect.DeepEqual(got, want) {
+		t.Fatalf("a nil memo's StateOf differs:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// podsByName is st with each node's pods sorted by name, in new slices: StateOf takes their order
+// from its list of pods, in no fixed order.
+func podsByName(st RolloutState) RolloutState {
+	st.Nodes = slices.Clone(st.Nodes)
+	for i := range st.Nodes {
+		if st.Nodes[i].Pods != nil {
+			st.Nodes[i].Pods = slices.SortedFunc(slices.Values(st.Nodes[i].Pods), func(a, b PodState) int { return strings.Compare(a.Name+a.UID, b.Name+b.UID) })
+		}
+	}
+	return st
+}
