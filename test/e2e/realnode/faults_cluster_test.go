@@ -1,6 +1,7 @@
 package realnode
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/test/clustertest"
 	"github.com/daemonguard/daemonguard/test/nodeimages"
+	"github.com/daemonguard/daemonguard/test/webhookreg"
 )
 
 // testFaults breaks what the chart runs on, for real, with DaemonSet writes flowing, and counts
@@ -55,6 +57,7 @@ func testFaults(t *testing.T, a *artifacts, in *installed) {
 			}
 			return l.Spec.RenewTime != nil && l.Spec.RenewTime.After(restarted.Add(-time.Second)), fmt.Sprintf("renewed %v", l.Spec.RenewTime)
 		})
+		waitProbedSinceRestart(t, append(webhooks, controllers...))
 		webhooks, controllers = waitChartPods(t, image)
 		waitSeedReady(t, ns)
 		t.Logf("kubelet stopped for %s; the chart's pods and the seed's pod Ready again %s after the stop", stopped, since(start))
@@ -121,6 +124,43 @@ func testFaults(t *testing.T, a *artifacts, in *installed) {
 		waitChartPods(t, image)
 		load := startWrites(t, 2)
 		load.finish(t, "the return of the webhook")
+	})
+}
+
+// waitProbedSinceRestart waits until the restarted kubelet has passed a readiness probe of every
+// pod: until then it holds each container not Ready, and it may post that status after the pods
+// already read Ready from before the restart, so a later subtest would meet a replica that leaves
+// the webhook Service's endpoints (both at once, in a drain). The kubelet's probe counters
+// (/metrics/probes, read through the API server's node proxy) start again with the process.
+func waitProbedSinceRestart(t *testing.T, pods []corev1.Pod) {
+	t.Helper()
+	cluster.WaitFor(t, time.Minute, "the restarted kubelet passes a readiness probe of every chart pod", func(ctx context.Context) (bool, string) {
+		raw, err := cluster.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", realNode, "proxy/metrics/probes").DoRaw(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		families, err := webhookreg.ParseMetrics(bytes.NewReader(raw))
+		if err != nil {
+			return false, err.Error()
+		}
+		passed := map[string]bool{}
+		if f := families["prober_probe_total"]; f != nil {
+			for _, m := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["probe_type"] == "Readiness" && labels["result"] == "successful" && m.GetCounter().GetValue() > 0 {
+					passed[labels["namespace"]+"/"+labels["pod"]] = true
+				}
+			}
+		}
+		for _, p := range pods {
+			if !passed[p.Namespace+"/"+p.Name] {
+				return false, "no readiness probe of " + p.Name + " passed since the restart"
+			}
+		}
+		return true, ""
 	})
 }
 
