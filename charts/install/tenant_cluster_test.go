@@ -150,6 +150,12 @@ func TestHostileTenantChangesNothing(t *testing.T) {
 		_, err := cluster.Client.AppsV1().DaemonSets(agents).Create(ctx, wideAgent("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err != nil && strings.Contains(err.Error(), "rolling_update_budget"), fmt.Sprintf("dry-run create: %v", err)
 	})
+	// The label guard is a ValidatingAdmissionPolicy, which the API server starts to enforce a
+	// moment after helm created it (on 1.33 a tenant's first label got through in one run).
+	cluster.WaitFor(t, 2*time.Minute, "the API server enforces the chart's label guard", func(context.Context) (bool, string) {
+		out, err := clustertest.KubectlAs(cluster, tn.kubeconfig, "", "label", "namespace", tn.namespace, admission.NodeAgentsLabel+"=true", "--dry-run=server")
+		return err != nil && strings.Contains(out, "nodeAgents.labelGuard"), fmt.Sprintf("a server-side dry run of the label as the tenant: %v: %s", err, out)
+	})
 
 	t.Run("its DaemonSet gets no critical priority and no control-plane toleration", func(t *testing.T) {
 		ds, err := tn.client.AppsV1().DaemonSets(tn.namespace).Create(ctx, agentDaemonSet("agent"), metav1.CreateOptions{})
