@@ -95,24 +95,36 @@ func RunComponentBinary(t testing.TB, c *localcluster.Cluster, bin string, dep *
 	if err != nil {
 		t.Fatal(err)
 	}
-	comp := &Component{HealthAddr: "127.0.0.1:" + strconv.Itoa(FreePort(t)), MetricsAddr: "127.0.0.1:" + strconv.Itoa(FreePort(t))}
-	args = append(args, "--kubeconfig="+kubeconfig, "--health-probe-bind-address="+comp.HealthAddr,
-		"--metrics-bind-address="+comp.MetricsAddr)
-	args = append(args, overrides...)
-	name := fmt.Sprintf("%s-%d", dep.Name, time.Now().UnixNano())
-	comp.Proc, err = c.StartHostProcess(name, bin, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(comp.Proc.Stop)
-	t.Logf("started %s: daemonguard %s (log %s)", dep.Name, strings.Join(args, " "), comp.Proc.LogPath())
-	c.WaitFor(t, 2*time.Minute, dep.Name+" ready", func(ctx context.Context) (bool, string) {
-		if err := comp.Proc.Exited(); err != nil {
-			t.Fatalf("%s exited: %v", dep.Name, err)
+	// Another test process may take a port between FreePort choosing it and the component binding
+	// it; such a start is retried on other ports.
+	const attempts = 5
+	for attempt := 1; ; attempt++ {
+		comp := &Component{HealthAddr: "127.0.0.1:" + strconv.Itoa(FreePort(t)), MetricsAddr: "127.0.0.1:" + strconv.Itoa(FreePort(t))}
+		full := append(append([]string{}, args...), "--kubeconfig="+kubeconfig, "--health-probe-bind-address="+comp.HealthAddr,
+			"--metrics-bind-address="+comp.MetricsAddr)
+		full = append(full, overrides...)
+		name := fmt.Sprintf("%s-%d", dep.Name, time.Now().UnixNano())
+		comp.Proc, err = c.StartHostProcess(name, bin, full...)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return Ready(ctx, comp.HealthAddr)
-	})
-	return comp
+		t.Cleanup(comp.Proc.Stop)
+		t.Logf("started %s: daemonguard %s (log %s)", dep.Name, strings.Join(full, " "), comp.Proc.LogPath())
+		c.WaitFor(t, 2*time.Minute, dep.Name+" ready", func(ctx context.Context) (bool, string) {
+			if comp.Proc.Exited() != nil {
+				return true, ""
+			}
+			return Ready(ctx, comp.HealthAddr)
+		})
+		exited := comp.Proc.Exited()
+		if exited == nil {
+			return comp
+		}
+		if !comp.Proc.LostPortRace() || attempt == attempts {
+			t.Fatalf("%s exited: %v", dep.Name, exited)
+		}
+		t.Logf("%s lost a port to another process, starting it again on other ports", dep.Name)
+	}
 }
 
 // Ready asks a daemonguard component's health probe server at addr whether it is ready, as the

@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,6 +36,14 @@ func (h *HostProcess) Stop() { h.p.stop(10 * time.Second) }
 
 // Exited returns an error with the end of the log if the process has exited, nil while it runs.
 func (h *HostProcess) Exited() error { return h.p.exitedErr() }
+
+// LostPortRace tells that the process exited because an address it was given to listen on was
+// taken between the test choosing the port and the process binding it, so starting it again
+// on other ports may succeed.
+func (h *HostProcess) LostPortRace() bool {
+	var e *exitError
+	return errors.As(h.p.exitedErr(), &e) && e.portTaken()
+}
 
 // PID is the process's ID, to read its memory and CPU time from /proc.
 func (h *HostProcess) PID() int { return h.p.cmd.Process.Pid }
