@@ -72,8 +72,9 @@ func benchHandlers(b *testing.B, nodes int) (*Handlers, []fixture.Case) {
 		Engine:           policy.NewEngine(set),
 		ExemptNamespaces: []string{"daemonguard-system", "kube-system"},
 		FailureMode:      admission.FailClosed,
-		Lookups:          admission.Lookups{NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(nodes))},
-		Log:              log.WithName("admission"),
+		// The nodes as the production cache lists them, shared by the reviews until they change.
+		Lookups: admission.Lookups{NamespaceLabels: fixture.NamespaceLabeler(), Nodes: admission.NewNodeSnapshot(fixture.NodeLister(fixture.Nodes(nodes))).Nodes},
+		Log:     log.WithName("admission"),
 	}, cases
 }
 

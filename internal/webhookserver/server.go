@@ -167,6 +167,17 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("watch %T: %w", obj, err)
 		}
 	}
+	// Reviews share one list of the nodes, listed again after the node informer reports a change.
+	lookups := admission.ReaderLookups(reader)
+	nodeSnapshot := admission.NewNodeSnapshot(lookups.Nodes)
+	lookups.Nodes = nodeSnapshot.Nodes
+	nodeInformer, err := reader.GetInformer(ctx, &corev1.Node{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("watch nodes: %w", err)
+	}
+	if _, err := nodeInformer.AddEventHandler(nodeSnapshot.EventHandler()); err != nil {
+		return fmt.Errorf("watch nodes: %w", err)
+	}
 	exempt := admission.ExemptNamespaces(opts.Namespace, opts.ExemptNamespaces)
 	stop := &gracefulStop{}
 	handlers := &webhook.Handlers{
@@ -174,7 +185,7 @@ func Run(ctx context.Context, opts Options) error {
 		ExemptNamespaces: exempt,
 		FailureMode:      opts.FailureMode,
 		Log:              log.WithName("admission"),
-		Lookups:          admission.ReaderLookups(reader),
+		Lookups:          lookups,
 		Bounds:           opts.EvaluationBounds,
 		// Set from ctx's end, before the server shuts down and ends the requests in flight.
 		Stopping: stop.stopping.Load,

@@ -112,7 +112,8 @@ type ServerOptions struct {
 
 // DaemonguardHandlers returns daemonguard's handlers wired as internal/webhookserver wires them: every built-in
 // policy, daemonguard's own namespace and kube-system exempt, fail closed, and cluster facts of a
-// cluster of opts.Nodes nodes read the way the production cache reads them (see fixture.NodeLister).
+// cluster of opts.Nodes nodes read the way the production cache reads them (see fixture.NodeLister),
+// through the snapshot the reviews share (admission.NodeSnapshot).
 func DaemonguardHandlers(ctx context.Context, opts ServerOptions, log logr.Logger) (*webhook.Handlers, error) {
 	modules, params, err := policy.Builtin()
 	if err != nil {
@@ -127,7 +128,7 @@ func DaemonguardHandlers(ctx context.Context, opts ServerOptions, log logr.Logge
 		ExemptNamespaces: []string{"daemonguard-system", "kube-system"},
 		FailureMode:      admission.FailClosed,
 		Lookups: admission.Lookups{
-			NamespaceLabels: fixture.NamespaceLabeler(), Nodes: fixture.NodeLister(fixture.Nodes(opts.Nodes)),
+			NamespaceLabels: fixture.NamespaceLabeler(), Nodes: admission.NewNodeSnapshot(fixture.NodeLister(fixture.Nodes(opts.Nodes))).Nodes,
 		},
 		Log: log.WithName("admission"),
 	}, nil
