@@ -9,6 +9,8 @@
 //     rollout controller's status-only update that admission skips (StatusOnlyUpdateCEL), and
 //     the Verdict, including what a review whose policies could not be evaluated comes to under
 //     each FailureMode.
+//   - nodesnapshot.go: the list of nodes the webhook's reviews share until a node changes
+//     (NodeSnapshot), so that a review does not copy the cache's nodes.
 //   - bounds.go: the bounds on what a tenant writes and what admission answers: a daemonguard
 //     annotation past its size limit is denied before any policy runs (AnnotationLimitsPolicy),
 //     and a verdict's messages are bounded whatever its violations (MaxAnswerMessage).
