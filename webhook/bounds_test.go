@@ -40,12 +40,19 @@ func blockingHandlers(t *testing.T, mode admission.FailureMode, b Bounds) (*Hand
 // received waits for the next blocked evaluation's context.
 func received(t *testing.T, entered <-chan context.Context) context.Context {
 	t.Helper()
+	return within(t, entered, "no evaluation began")
+}
+
+// within is the next value on ch, failing the test with "<what> within 10s" when none comes.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
 	select {
-	case ctx := <-entered:
-		return ctx
+	case v := <-ch:
+		return v
 	case <-time.After(10 * time.Second):
-		t.Fatal("no evaluation began within 10s")
-		return nil
+		t.Fatal(what + " within 10s")
+		var zero T
+		return zero
 	}
 }
 
@@ -155,7 +162,8 @@ func TestReviewsBeyondTheConcurrencyLimitGetTheFailureMode(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			h, entered := blockingHandlers(t, tc.mode, Bounds{Timeout: time.Minute, MaxConcurrent: 2})
+			// No review waits: the third is answered at once.
+			h, entered := blockingHandlers(t, tc.mode, Bounds{Timeout: time.Minute, MaxConcurrent: 2, MaxWaiting: -1})
 			eps := h.Endpoints()
 			ctx, cancel := context.WithCancel(context.Background())
 			finished := make(chan struct{}, 2)
@@ -192,6 +200,188 @@ func TestReviewsBeyondTheConcurrencyLimitGetTheFailureMode(t *testing.T) {
 				t.Errorf("a review after the others ended: HTTP %d, %+v", code, resp)
 			}
 		})
+	}
+}
+
+// A review beyond the concurrency limit waits for an evaluation to end: it is evaluated when one
+// does; it is answered by the failure mode, naming the bound, when the queue is full, when no
+// evaluation ended within a quarter of the deadline, or when the heap passes its limit while it
+// waits. Each refusal is counted.
+func TestReviewsWaitBrieflyForAnEvaluationToEnd(t *testing.T) {
+	// start serves a validation whose client hangs up when stop is called; its answer arrives
+	// on the returned channel.
+	start := func(h http.Handler) (stop func(), answered <-chan *admissionv1.AdmissionResponse) {
+		ctx, cancel := context.WithCancel(context.Background())
+		ch := make(chan *admissionv1.AdmissionResponse, 1)
+		go func() {
+			req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(string(validateBody))).WithContext(ctx)
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			var ar admissionv1.AdmissionReview
+			_ = json.Unmarshal(rec.Body.Bytes(), &ar)
+			ch <- ar.Response
+		}()
+		return cancel, ch
+	}
+	// answer is the answer that arrives on ch within 10s.
+	answer := func(t *testing.T, ch <-chan *admissionv1.AdmissionResponse) *admissionv1.AdmissionResponse {
+		t.Helper()
+		return within(t, ch, "no answer")
+	}
+	refused := func(t *testing.T, resp *admissionv1.AdmissionResponse, want string) {
+		t.Helper()
+		if resp == nil || resp.Allowed || !strings.Contains(message(resp), want) {
+			t.Errorf("answered %+v, want a denial containing %q", resp, want)
+		}
+	}
+
+	// busy is a gate whose one slot an evaluation holds, blocked until its client hangs up
+	// (stop, or the test's end) or its deadline passes.
+	type busy struct {
+		g       *gate
+		eps     map[string]http.Handler
+		entered chan context.Context
+		stop    func()
+		first   <-chan *admissionv1.AdmissionResponse // the blocked evaluation's answer
+	}
+	// oneEvaluating is busy under bounds b (MaxConcurrent 1); tune sets the gate's test seams.
+	oneEvaluating := func(t *testing.T, b Bounds, tune func(*gate)) busy {
+		t.Helper()
+		b.MaxConcurrent = 1
+		h, entered := blockingHandlers(t, admission.FailClosed, b)
+		g := newGate(h.Bounds, h.Log)
+		if tune != nil {
+			tune(g)
+		}
+		eps := h.endpoints(g)
+		stop, first := start(eps[ValidateDaemonSetPath])
+		t.Cleanup(stop)
+		received(t, entered)
+		return busy{g: g, eps: eps, entered: entered, stop: stop, first: first}
+	}
+
+	t.Run("a waiting review is evaluated when an evaluation ends", func(t *testing.T) {
+		b := oneEvaluating(t, Bounds{Timeout: time.Minute, MaxWaiting: 1}, nil)
+		stopSecond, _ := start(b.eps[MutateDaemonSetPath])
+		defer stopSecond()
+		waiting(t, b.g, 1)
+		b.stop()
+		answer(t, b.first)
+		received(t, b.entered) // the second one's evaluation began
+		waiting(t, b.g, 0)
+	})
+
+	t.Run("a review beyond the queue is refused at once, naming the queue's bound", func(t *testing.T) {
+		b := oneEvaluating(t, Bounds{Timeout: time.Minute, MaxWaiting: 1}, nil)
+		stopSecond, _ := start(b.eps[ValidateDaemonSetPath])
+		defer stopSecond()
+		waiting(t, b.g, 1)
+		before := testutil.ToFloat64(rejectedTotal.WithLabelValues(rejectedConcurrency))
+		_, resp := serve(b.eps[ValidateDaemonSetPath], validateBody)
+		refused(t, resp, "--max-waiting-evaluations")
+		if got := testutil.ToFloat64(rejectedTotal.WithLabelValues(rejectedConcurrency)); got != before+1 {
+			t.Errorf("rejected{concurrency} = %v, want %v", got, before+1)
+		}
+	})
+
+	t.Run("a review that waited a quarter of the deadline is refused, naming the wait", func(t *testing.T) {
+		// The evaluation ahead blocks until the deadline, 400ms; the review behind it waits 100ms.
+		b := oneEvaluating(t, Bounds{Timeout: 400 * time.Millisecond, MaxWaiting: 1}, nil)
+		began := time.Now()
+		_, resp := serve(b.eps[ValidateDaemonSetPath], validateBody)
+		refused(t, resp, "none of them ended within 100ms")
+		if took := time.Since(began); took < 100*time.Millisecond {
+			t.Errorf("refused after %s, before its wait of 100ms", took)
+		}
+		refused(t, answer(t, b.first), "deadline")
+		waiting(t, b.g, 0)
+	})
+
+	t.Run("waiting reviews are refused when the heap passes its limit", func(t *testing.T) {
+		var heap atomic.Uint64
+		heap.Store(10 << 20)
+		b := oneEvaluating(t, Bounds{Timeout: time.Minute, MaxWaiting: 2, HeapLimit: 100 << 20}, func(g *gate) {
+			g.heap, g.collect = heap.Load, func() {}
+		})
+		stopSecond, second := start(b.eps[ValidateDaemonSetPath])
+		defer stopSecond()
+		waiting(t, b.g, 1)
+		heap.Store(200 << 20)
+		refused(t, answer(t, b.first), "--evaluation-heap-limit")
+		refused(t, answer(t, second), "--evaluation-heap-limit")
+		waiting(t, b.g, 0)
+	})
+}
+
+// waiting waits until n reviews wait at g.
+func waiting(t *testing.T, g *gate, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g.mu.Lock()
+		got := len(g.waiting)
+		g.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reviews wait, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Waiting reviews are admitted in the order they came, each when an evaluation ends.
+func TestWaitingReviewsAreAdmittedFirstComeFirst(t *testing.T) {
+	g := newGate(Bounds{Timeout: time.Minute, MaxConcurrent: 1, MaxWaiting: 2}, logr.Discard())
+	_, doneFirst, err := g.enter(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type admitted struct {
+		name string
+		done func()
+	}
+	order := make(chan admitted, 2)
+	for _, name := range []string{"second", "third"} {
+		go func() {
+			_, done, err := g.enter(context.Background())
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				return
+			}
+			order <- admitted{name, done}
+		}()
+		// The next one starts after this one waits, so the order they came is known.
+		waiting(t, g, map[string]int{"second": 1, "third": 2}[name])
+	}
+	// admittedNext is the next review admitted.
+	admittedNext := func() admitted {
+		t.Helper()
+		return within(t, order, "no waiting review was admitted after an evaluation's end")
+	}
+	doneFirst()
+	next := admittedNext()
+	if next.name != "second" {
+		t.Fatalf("%s admitted first, want second", next.name)
+	}
+	g.mu.Lock()
+	running, waitingNow := g.running, len(g.waiting)
+	g.mu.Unlock()
+	if running != 1 || waitingNow != 1 {
+		t.Errorf("after the hand-over: %d running, %d waiting; want 1 and 1", running, waitingNow)
+	}
+	next.done()
+	if last := admittedNext(); last.name != "third" {
+		t.Fatalf("%s admitted last, want third", last.name)
+	} else {
+		last.done()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.running != 0 || len(g.waiting) != 0 {
+		t.Errorf("at the end: %d running, %d waiting; want none", g.running, len(g.waiting))
 	}
 }
 

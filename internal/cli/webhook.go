@@ -22,6 +22,7 @@ import (
 func newWebhookCommand() *cobra.Command {
 	opts := webhookserver.Options{}
 	var kubeconfig, failureMode, tlsMode, heapLimit string
+	var maxWaiting int
 	var tlsOpts selftls.Options
 	var tlsIPs []net.IP
 	cmd := &cobra.Command{
@@ -38,7 +39,7 @@ func newWebhookCommand() *cobra.Command {
 			if opts.PolicyLoadTimeout <= 0 {
 				return fmt.Errorf("--policy-load-timeout %s must be positive: a policy set load without a deadline could hold a replica's CPU for ever", opts.PolicyLoadTimeout)
 			}
-			if err := evaluationBounds(&opts.EvaluationBounds, heapLimit); err != nil {
+			if err := evaluationBounds(&opts.EvaluationBounds, maxWaiting, heapLimit); err != nil {
 				return err
 			}
 			if opts.ShutdownDelay < 0 {
@@ -81,7 +82,8 @@ func newWebhookCommand() *cobra.Command {
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to run the audit (admission is served by every replica)")
 	f.DurationVar(&opts.PolicyLoadTimeout, "policy-load-timeout", policy.DefaultLimits.Timeout, "deadline of each policy set load (compile, enforcement rules, trial evaluation); a set that exceeds it is rejected and the last good set keeps serving")
 	f.DurationVar(&opts.EvaluationBounds.Timeout, "evaluation-timeout", webhook.DefaultBounds.Timeout, "the server's deadline for each admission evaluation, whatever the review's timeout asks (a shorter one still shortens it); keep it below the webhook configurations' timeoutSeconds, so that --failure-mode answers before the API server's failurePolicy does")
-	f.IntVar(&opts.EvaluationBounds.MaxConcurrent, "max-concurrent-evaluations", webhook.DefaultBounds.MaxConcurrent, "how many DaemonSet reviews are evaluated at once; a review beyond it is answered by --failure-mode at once")
+	f.IntVar(&opts.EvaluationBounds.MaxConcurrent, "max-concurrent-evaluations", webhook.DefaultBounds.MaxConcurrent, "how many DaemonSet reviews are evaluated at once; a review beyond it waits (--max-waiting-evaluations)")
+	f.IntVar(&maxWaiting, "max-waiting-evaluations", webhook.DefaultBounds.MaxWaiting, "how many DaemonSet reviews may wait, first come first, for one of --max-concurrent-evaluations to end, each at most a quarter of --evaluation-timeout; a review beyond it, or one that waited that long, is answered by --failure-mode; 0: none waits")
 	f.StringVar(&heapLimit, "evaluation-heap-limit", resource.NewQuantity(int64(webhook.DefaultBounds.HeapLimit), resource.BinarySI).String(), "heap size past which the DaemonSet reviews in flight are cancelled and new ones refused, each answered by --failure-mode, until the heap is back under it; about three quarters of the container's memory limit")
 	f.DurationVar(&opts.ShutdownDelay, "shutdown-delay", 0, "on SIGTERM, go on answering reviews this long, not ready and closing each connection after its answer, before stopping: the API server then sends its next reviews to another replica instead of on a connection this one closes")
 	f.StringVar(&failureMode, "failure-mode", string(admission.FailClosed), "when policies cannot be evaluated: deny (reject the request) or warn (admit with a warning); never silent")
@@ -97,13 +99,22 @@ func newWebhookCommand() *cobra.Command {
 	return cmd
 }
 
-// evaluationBounds checks the bounds the flags set and reads the heap limit into b.
-func evaluationBounds(b *webhook.Bounds, heapLimit string) error {
+// evaluationBounds checks the bounds the flags set and reads the waiting reviews and the heap
+// limit into b.
+func evaluationBounds(b *webhook.Bounds, maxWaiting int, heapLimit string) error {
 	if b.Timeout <= 0 {
 		return fmt.Errorf("--evaluation-timeout %s must be positive: an evaluation without a deadline could hold a replica's CPU for ever", b.Timeout)
 	}
 	if b.MaxConcurrent <= 0 {
 		return fmt.Errorf("--max-concurrent-evaluations %d must be positive", b.MaxConcurrent)
+	}
+	switch {
+	case maxWaiting < 0:
+		return fmt.Errorf("--max-waiting-evaluations %d must not be negative", maxWaiting)
+	case maxWaiting == 0:
+		b.MaxWaiting = -1 // webhook.Bounds' "none waits"; its zero is the default
+	default:
+		b.MaxWaiting = maxWaiting
 	}
 	q, err := resource.ParseQuantity(heapLimit)
 	if err != nil {
