@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -249,69 +250,98 @@ func inRolloutOrder(o Observed, nodes []*corev1.Node) []*corev1.Node {
 	return out
 }
 
-// forecastSim is the modelled cluster: the live pods that remain and the new pods created, and
-// the planner's state of them.
+// forecastSim is the modelled cluster: the live pods that remain and the new pods created, as an
+// API server would hold them, and the Memo that classifies them for the planner, as the
+// controller's reconciles classify the objects of its informers.
 //
-// The state is StateOf's once, at the start, and then kept up to date pod by pod: each pod the
-// simulation removes, creates or makes Ready changes its node's pods alone, and a changed pod is
-// classified by podState, as StateOf classifies it. A forecast of one node at a time runs the
-// planner about twice per node, so classifying every node and pod on every run would grow with
-// the square of the nodes.
+// Every pod of the simulation has a name and a UID, and a resourceVersion the simulation gives
+// it and changes on each change, as each write through the API server does. The first run
+// classifies every pod and node (Memo.StateOf); each later run names to the memo the pods
+// created, made Ready and deleted since (Memo.applied), which it classifies alone: a forecast of
+// one node at a time runs the planner about twice per node, so looking at every node and pod on
+// every run would grow with the square of the nodes.
 //
 // Invariants:
-//   - state(seen) equals StateOf(seen) over pods(seen.Now) and every node in rollout order (the
+//   - state(seen) equals StateOf(seen) over pods() and every node in rollout order (the
 //     checkState seam holds it on every run of the forecast tests).
+//   - written and gone are the changes since the last state: the pods created or made Ready,
+//     and the names of the pods deleted.
 //   - created is in creation order, so in order of readiness: moments never go back and every
 //     new pod takes ReadyAfter.
 type forecastSim struct {
 	in       ForecastInput
 	start    time.Time
 	minReady time.Duration
+	memo     Memo
+	rv       int            // the last resourceVersion given
 	ordered  []*corev1.Node // every node, in rollout order (inRolloutOrder)
-	// nodes are the planner's NodeStates of the nodes the DaemonSet targets, in rollout order.
-	// A node's Pods are replaced, never changed in place, when one of its pods changes.
-	nodes  []NodeState
-	nodeAt map[string]int // index into nodes by node name
 	// removed are the live pods the planner deleted; they are gone at once.
 	removed map[types.UID]bool
 	created []simPod
 	readied int // created[:readied] are Ready
-	// occupied counts the pods not terminating per node of nodes (the live ones not removed, and
-	// the created ones), kept up to date by remove and createMissing instead of counted per run.
-	occupied []int
-	// liveNode is the node, an index into nodes, of each live pod not terminating on one of them.
-	liveNode map[types.UID]int
+	written []*corev1.Pod
+	gone    []string
+	// targets are the nodes the DaemonSet targets, in rollout order, and whether each is
+	// reachable: the nodes the DaemonSet controller creates pods on. Nodes do not change.
+	targets []simNode
+	// live are the live pods not terminating on a target, by UID: the pods the planner deletes.
+	live map[types.UID]simLive
 }
 
+// simNode is a node the DaemonSet targets.
+type simNode struct {
+	name      string
+	reachable bool
+	// occupied counts the node's pods not terminating (the live ones not removed, and the
+	// created ones), kept up to date by remove and createMissing instead of counted per run.
+	occupied int
+}
+
+// simLive is a live pod not terminating on a target.
+type simLive struct {
+	name string
+	node int // index into targets
+}
+
+// newForecastSim is the cluster of in, its pods and nodes classified once (the memo's first
+// StateOf) to find the targets and their pods.
 func newForecastSim(in ForecastInput, seen Observed, minReady time.Duration) *forecastSim {
 	s := &forecastSim{in: in, start: in.Now, minReady: minReady, removed: map[types.UID]bool{},
-		liveNode: map[types.UID]int{}}
+		live: map[types.UID]simLive{}}
 	s.ordered = inRolloutOrder(seen, in.Nodes)
-	seen.Pods, seen.Nodes = in.Pods, s.ordered
-	s.nodes = StateOf(seen).Nodes
-	s.nodeAt = make(map[string]int, len(s.nodes))
-	for i, n := range s.nodes {
-		s.nodeAt[n.Name] = i
+	for _, n := range s.ordered {
+		n.ResourceVersion = s.nextRV()
 	}
-	s.occupied = make([]int, len(s.nodes))
 	for _, p := range in.Pods {
-		if i, ok := s.nodeAt[nodes.OfPod(p)]; ok && p.DeletionTimestamp == nil {
-			s.liveNode[p.UID] = i
-			s.occupied[i]++
+		p.ResourceVersion = s.nextRV()
+	}
+	seen.Pods, seen.Nodes = in.Pods, s.ordered
+	for i, n := range s.memo.StateOf(seen).Nodes {
+		s.targets = append(s.targets, simNode{name: n.Name, reachable: n.Reachable})
+		for _, p := range n.Pods {
+			if !p.Terminating {
+				s.live[types.UID(p.UID)] = simLive{name: p.Name, node: i}
+				s.targets[i].occupied++
+			}
 		}
 	}
 	return s
 }
 
-type simPod struct {
-	at   time.Time
-	node int         // index into forecastSim.nodes
-	pod  *corev1.Pod // made Ready in place once ReadyAfter has passed
+// nextRV is a resourceVersion no object of the simulation had: the memo tells a pod that changed
+// by it.
+func (s *forecastSim) nextRV() string {
+	s.rv++
+	return strconv.Itoa(s.rv)
 }
 
-// state is the planner's state at seen.Now: StateOf for what is not a node (seen's DaemonSet,
-// settings and status change from run to run), and the nodes the simulation keeps, after the new
-// pods due by now became Ready.
+type simPod struct {
+	at  time.Time
+	pod *corev1.Pod // made Ready in place, with a new resourceVersion, once ReadyAfter has passed
+}
+
+// state is the planner's state at seen.Now, after the new pods due by now became Ready: the
+// memo's, told what changed since the last run.
 func (s *forecastSim) state(seen Observed) RolloutState {
 	for ; s.readied < len(s.created); s.readied++ {
 		c := s.created[s.readied]
@@ -320,26 +350,16 @@ func (s *forecastSim) state(seen Observed) RolloutState {
 			break
 		}
 		c.pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(readyAt)}}
-		s.replacePods(c.node, func(pods []PodState) []PodState {
-			i := slices.IndexFunc(pods, func(p PodState) bool { return p.UID == string(c.pod.UID) })
-			pods[i] = podState(c.pod, nil)
-			return pods
-		})
+		c.pod.ResourceVersion = s.nextRV()
+		s.written = append(s.written, c.pod)
 	}
-	seen.Pods, seen.Nodes = nil, nil
-	st := StateOf(seen)
-	st.Nodes = s.nodes
+	st, ok := s.memo.applied(seen, s.written, s.gone)
+	if !ok {
+		seen.Pods, seen.Nodes = s.pods(), s.ordered
+		st = s.memo.StateOf(seen)
+	}
+	s.written, s.gone = s.written[:0], s.gone[:0]
 	return st
-}
-
-// replacePods gives node i a new list of pods, change applied to a copy of its old one: a state
-// returned earlier keeps the pods it had.
-func (s *forecastSim) replacePods(i int, change func([]PodState) []PodState) {
-	pods := change(slices.Clone(s.nodes[i].Pods))
-	if len(pods) == 0 {
-		pods = nil // as StateOf leaves a node without pods
-	}
-	s.nodes[i].Pods = pods
 }
 
 // check fails when state is not StateOf over every pod and node as they are.
@@ -370,11 +390,9 @@ func (s *forecastSim) remove(uid types.UID) {
 		return
 	}
 	s.removed[uid] = true
-	if i, ok := s.liveNode[uid]; ok {
-		s.occupied[i]--
-		s.replacePods(i, func(pods []PodState) []PodState {
-			return slices.DeleteFunc(pods, func(p PodState) bool { return p.UID == string(uid) })
-		})
+	if l, ok := s.live[uid]; ok {
+		s.gone = append(s.gone, l.name)
+		s.targets[l.node].occupied--
 	}
 }
 
@@ -382,21 +400,22 @@ func (s *forecastSim) remove(uid types.UID) {
 // It tells whether it created any.
 func (s *forecastSim) createMissing(now time.Time) bool {
 	created := false
-	for i, n := range s.nodes {
-		if !n.Reachable || s.occupied[i] > 0 {
+	for i := range s.targets {
+		n := &s.targets[i]
+		if !n.reachable || n.occupied > 0 {
 			continue
 		}
-		s.occupied[i]++
+		n.occupied++
 		name := fmt.Sprintf("forecast-%d", len(s.created))
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
-				Name: name, UID: types.UID(name), CreationTimestamp: metav1.NewTime(now),
+				Name: name, UID: types.UID(name), ResourceVersion: s.nextRV(), CreationTimestamp: metav1.NewTime(now),
 				Labels: map[string]string{revisionLabel: forecastRevision},
 			},
-			Spec: corev1.PodSpec{NodeName: n.Name},
+			Spec: corev1.PodSpec{NodeName: n.name},
 		}
-		s.created = append(s.created, simPod{at: now, node: i, pod: pod})
-		s.replacePods(i, func(pods []PodState) []PodState { return append(pods, podState(pod, nil)) })
+		s.created = append(s.created, simPod{at: now, pod: pod})
+		s.written = append(s.written, pod)
 		created = true
 	}
 	return created

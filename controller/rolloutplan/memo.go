@@ -3,6 +3,7 @@ package rolloutplan
 import (
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -28,17 +29,22 @@ import (
 //   - A node's classification depends on the node, the pod template (the Matcher) and the
 //     topology key: the memo forgets every node when the template or the key differs from the
 //     last call's. Deleted (the pods this process deleted) changes from call to call and is
-//     applied to every pod on every call, as StateOf applies it.
+//     applied to every pod on every call that has it, and on the call after (whose pods may
+//     have left it), as StateOf applies it; a pod's state without it is its classification.
 //   - The planner reads a RolloutState and does not change it.
 //
 // Invariants:
 //   - m.StateOf(o) equals StateOf(o) but for the order of a node's pods, which StateOf takes from
 //     the order of o.Pods, an informer's, in no fixed order (TestMemoStateOfIsStateOf).
 //   - A node's Pods are replaced, never changed in place, so a state returned earlier keeps the
-//     pods it had; each call returns its own Nodes.
+//     pods it had; each StateOf returns its own Nodes (applied shares its own, see there).
 //   - The memo holds the pods and nodes of the last call only: an entry not seen in a call is
 //     dropped at its end, so its size follows the DaemonSet's pods and the cluster's nodes: about
 //     4 MiB for a DaemonSet on 5,000 nodes.
+//
+// A caller that makes the changes itself (a forecast, whose simulated cluster changes only the
+// pods it creates, deletes and makes Ready) names them (applied) instead of listing every object:
+// the same entries, classified the same way, so that a run costs what changed, not every object.
 //
 // A Memo serves one DaemonSet, one call at a time; the zero Memo is ready to use, and a nil
 // *Memo classifies every object (StateOf).
@@ -49,13 +55,23 @@ type Memo struct {
 	// podsOn are the pods of each node name, node or no node, in the order they came.
 	podsOn map[string][]*memoPod
 	// template and topologyKey are what the nodes were classified against, matcher the
-	// template's.
+	// template's; spec is the last call's template as given, for applied.
 	template    *corev1.PodSpec
 	topologyKey string
 	matcher     *nodes.Matcher
+	spec        *corev1.PodSpec
 	// call counts the calls; an entry's seen is the last call that read its object.
 	call uint64
-	buf  []*memoNode // the nodes of a call, in order; reused
+	// listed are the last call's nodes, in its order, the nodes of a state.
+	listed []*memoNode
+	// shared are the Nodes applied returns, changed in place from one applied to the next; nil
+	// after a StateOf.
+	shared []NodeState
+	// deleted is whether the last call's Deleted held a pod: every pod's state is then marked
+	// again, as the deletion may be forgotten since.
+	deleted bool
+	// dirty are the names of the nodes whose pods changed in this call; reused.
+	dirty map[string]bool
 }
 
 // memoKey is what tells one version of an object from another.
@@ -77,6 +93,7 @@ type memoNode struct {
 	seen     uint64
 	eligible bool
 	state    NodeState // nodeState, with the node's pods
+	shared   int       // index of state in Memo.shared
 }
 
 // StateOf is StateOf(o), classifying only the pods and nodes the memo has not seen as they are,
@@ -93,41 +110,23 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 		m.template, m.topologyKey, m.nodes = template.DeepCopy(), o.Settings.TopologyKey, nil
 		m.matcher = nodes.NewMatcher(m.template)
 	}
+	m.spec = template
 	if m.pods == nil {
-		m.pods, m.podsOn = map[string]*memoPod{}, map[string][]*memoPod{}
+		m.pods, m.podsOn = make(map[string]*memoPod, len(o.Pods)), make(map[string][]*memoPod, len(o.Nodes))
 	}
 	if m.nodes == nil {
-		m.nodes = map[string]*memoNode{}
+		m.nodes = make(map[string]*memoNode, len(o.Nodes))
 	}
 	plain := plainClassifier{matcher: m.matcher, topologyKey: m.topologyKey}
-	dirty := map[string]bool{} // nodes whose pods changed
+	dirty := m.clearDirty()
 
+	mark := len(o.Deleted) > 0 || m.deleted
 	for _, p := range o.Pods {
 		e := m.pods[p.Name]
 		if e != nil && e.seen == m.call {
 			return m.forget(o) // a second pod of that name: built by hand, no cache holds two
 		}
-		if e == nil {
-			e = &memoPod{}
-			m.pods[p.Name] = e
-		}
-		if key := (memoKey{p.UID, p.ResourceVersion}); e.seen == 0 || key != e.key || p.ResourceVersion == "" {
-			classified, node := plain.pod(p)
-			if node != e.node || e.seen == 0 {
-				m.leave(e, dirty)
-				e.node = node
-				if node != "" {
-					m.podsOn[node] = append(m.podsOn[node], e)
-					dirty[node] = true
-				}
-			}
-			e.key, e.classified = key, classified
-		}
-		e.seen = m.call
-		if st := markDeleted(e.classified, o.Deleted); st != e.state {
-			e.state = st
-			dirty[e.node] = true
-		}
+		m.write(plain, p, e, mark, o.Deleted, dirty)
 	}
 	if len(m.pods) > len(o.Pods) {
 		for name, e := range m.pods {
@@ -137,10 +136,9 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 			}
 		}
 	}
+	m.deleted = len(o.Deleted) > 0
 
-	in := stateOf(Observed{Now: o.Now, DaemonSet: o.DaemonSet, Settings: o.Settings, Status: o.Status,
-		TargetRevision: o.TargetRevision, Measurements: o.Measurements, Revisions: o.Revisions}, plain)
-	m.buf = m.buf[:0]
+	m.listed = m.listed[:0]
 	for _, n := range o.Nodes {
 		e := m.nodes[n.Name]
 		if e != nil && e.seen == m.call {
@@ -156,20 +154,8 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 			dirty[n.Name] = true
 		}
 		e.seen = m.call
-		m.buf = append(m.buf, e)
+		m.listed = append(m.listed, e)
 	}
-	for name := range dirty {
-		if e := m.nodes[name]; e != nil && e.eligible {
-			e.state.Pods = m.podStates(name)
-		}
-	}
-	in.Nodes = make([]NodeState, 0, len(m.buf))
-	for _, e := range m.buf {
-		if e.eligible {
-			in.Nodes = append(in.Nodes, e.state)
-		}
-	}
-	clear(m.buf) // the buffer keeps no entry alive
 	if len(m.nodes) > len(o.Nodes) {
 		for name, e := range m.nodes {
 			if e.seen != m.call {
@@ -177,12 +163,131 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 			}
 		}
 	}
+	m.shared = nil
+	return m.state(o, plain, dirty, true)
+}
+
+// applied is StateOf(o) for a caller that names every change since the last call: o's DaemonSet
+// is the last call's object, unchanged, its topology key and nodes the last call's, and its pods
+// the last call's but for written (pods created, or changed with a new resourceVersion) and gone
+// (names of pods deleted, gone after any write). It classifies the written pods alone, without a
+// look at the others; false when the memo holds no last call of that DaemonSet (the caller then
+// calls StateOf).
+//
+// Its Nodes are the memo's own, changed in place by the next applied (a StateOf leaves them be):
+// a forecast plans on one state at a time, and copying every node on each of its runs cost as
+// much as the rest of the run.
+func (m *Memo) applied(o Observed, written []*corev1.Pod, gone []string) (RolloutState, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pods == nil || m.nodes == nil || m.spec != &o.DaemonSet.Spec.Template.Spec || m.topologyKey != o.Settings.TopologyKey {
+		return RolloutState{}, false
+	}
+	m.call++
+	plain := plainClassifier{matcher: m.matcher, topologyKey: m.topologyKey}
+	dirty := m.clearDirty()
+	for _, p := range written {
+		m.write(plain, p, m.pods[p.Name], false, o.Deleted, dirty)
+	}
+	for _, name := range gone {
+		if e := m.pods[name]; e != nil {
+			m.leave(e, dirty)
+			delete(m.pods, name)
+		}
+	}
+	if len(o.Deleted) > 0 || m.deleted {
+		for _, e := range m.pods {
+			m.mark(e, o.Deleted, dirty)
+		}
+	}
+	m.deleted = len(o.Deleted) > 0
+	in := m.state(o, plain, dirty, false)
+	if m.shared == nil {
+		m.shared = make([]NodeState, 0, len(m.listed))
+		for _, e := range m.listed {
+			if e.eligible {
+				e.shared = len(m.shared)
+				m.shared = append(m.shared, e.state)
+			}
+		}
+	} else {
+		for name := range dirty {
+			if e := m.nodes[name]; e != nil && e.eligible {
+				m.shared[e.shared] = e.state
+			}
+		}
+	}
+	in.Nodes = m.shared
+	return in, true
+}
+
+// write takes p, the pod of entry e (nil for a pod the memo does not know) into the memo,
+// classifying it when it changed since, and marks it deleted when mark.
+func (m *Memo) write(plain plainClassifier, p *corev1.Pod, e *memoPod, mark bool, deleted map[types.UID]time.Time, dirty map[string]bool) {
+	if e == nil {
+		e = &memoPod{}
+		m.pods[p.Name] = e
+	}
+	if key := (memoKey{p.UID, p.ResourceVersion}); e.seen == 0 || key != e.key || p.ResourceVersion == "" {
+		classified, node := plain.pod(p)
+		if node != e.node || e.seen == 0 {
+			m.leave(e, dirty)
+			e.node = node
+			if node != "" {
+				m.podsOn[node] = append(m.podsOn[node], e)
+				dirty[node] = true
+			}
+		}
+		e.key, e.classified, mark = key, classified, true
+	}
+	e.seen = m.call
+	if mark {
+		m.mark(e, deleted, dirty)
+	}
+}
+
+// mark is e's state after markDeleted.
+func (m *Memo) mark(e *memoPod, deleted map[types.UID]time.Time, dirty map[string]bool) {
+	if st := markDeleted(e.classified, deleted); st != e.state {
+		e.state = st
+		dirty[e.node] = true
+	}
+}
+
+// state is the RolloutState of o, its pods and nodes as the memo holds them after a call, dirty
+// the nodes whose pods changed; without its Nodes unless withNodes.
+func (m *Memo) state(o Observed, plain plainClassifier, dirty map[string]bool, withNodes bool) RolloutState {
+	in := stateOf(Observed{Now: o.Now, DaemonSet: o.DaemonSet, Settings: o.Settings, Status: o.Status,
+		TargetRevision: o.TargetRevision, Measurements: o.Measurements, Revisions: o.Revisions}, plain)
+	for name := range dirty {
+		if e := m.nodes[name]; e != nil && e.eligible {
+			e.state.Pods = m.podStates(name)
+		}
+	}
+	if withNodes {
+		in.Nodes = make([]NodeState, 0, len(m.listed))
+		for _, e := range m.listed {
+			if e.eligible {
+				in.Nodes = append(in.Nodes, e.state)
+			}
+		}
+	}
 	return in
+}
+
+// clearDirty is m.dirty emptied.
+func (m *Memo) clearDirty() map[string]bool {
+	if m.dirty == nil {
+		m.dirty = map[string]bool{}
+	}
+	clear(m.dirty)
+	return m.dirty
 }
 
 // forget empties the memo and classifies o without it: o is not what a cache holds.
 func (m *Memo) forget(o Observed) RolloutState {
-	m.pods, m.podsOn, m.nodes, m.template, m.buf = nil, nil, nil, nil, nil
+	m.pods, m.podsOn, m.nodes, m.template, m.spec, m.deleted = nil, nil, nil, nil, nil, false
+	m.listed, m.shared = nil, nil
 	return StateOf(o)
 }
 
@@ -192,7 +297,7 @@ func (m *Memo) leave(e *memoPod, dirty map[string]bool) {
 		return
 	}
 	dirty[e.node] = true
-	on := slices.DeleteFunc(slices.Clone(m.podsOn[e.node]), func(x *memoPod) bool { return x == e })
+	on := slices.DeleteFunc(m.podsOn[e.node], func(x *memoPod) bool { return x == e })
 	if len(on) == 0 {
 		delete(m.podsOn, e.node)
 	} else {

@@ -241,3 +241,63 @@ func podsByName(st RolloutState) RolloutState {
 	}
 	return st
 }
+
+// TestMemoAppliedIsStateOf holds applied, the memo told what changed, to StateOf: over random
+// sequences of pod writes and deletions and of the controller's own deletions, each named to
+// applied, mixed with node, template and topology-key changes, which go through StateOf, every
+// state equals StateOf of the same objects.
+func TestMemoAppliedIsStateOf(t *testing.T) {
+	applied := 0
+	for seed := range uint64(40) {
+		c := newMemoCluster(seed, 12)
+		var m Memo
+		now := t0
+		o := c.observed(now)
+		m.StateOf(o)
+		for step := range 60 {
+			pods, nodes, ds, topo := slices.Clone(c.pods), slices.Clone(c.nodes), c.ds, c.topo
+			done := c.change(now)
+			now = now.Add(time.Second)
+			var got RolloutState
+			if slices.Equal(nodes, c.nodes) && ds == c.ds && topo == c.topo {
+				o.Now, o.Pods = now, c.pods
+				var written []*corev1.Pod
+				var gone []string
+				for _, p := range c.pods {
+					if !slices.Contains(pods, p) {
+						written = append(written, p)
+					}
+				}
+				for _, p := range pods {
+					if !slices.ContainsFunc(c.pods, func(q *corev1.Pod) bool { return q.Name == p.Name }) {
+						gone = append(gone, p.Name)
+					}
+				}
+				var ok bool
+				if got, ok = m.applied(o, written, gone); !ok {
+					t.Fatalf("seed %d, step %d: applied refused the last call's DaemonSet", seed, step)
+				}
+				applied++
+			} else {
+				o = c.observed(now)
+				got = m.StateOf(o)
+			}
+			if got, want := podsByName(got), podsByName(StateOf(o)); !reflect.DeepEqual(got, want) {
+				t.Fatalf("seed %d, step %d, after %s: the memo's state differs:\n got %+v\nwant %+v", seed, step, done, got, want)
+			}
+		}
+	}
+	if applied < 1000 {
+		t.Fatalf("applied ran %d times: the test does not test it", applied)
+	}
+	var m Memo
+	o := newMemoCluster(1, 3).observed(t0)
+	if _, ok := m.applied(o, nil, nil); ok {
+		t.Error("applied on an empty memo must ask for StateOf")
+	}
+	m.StateOf(o)
+	o.DaemonSet = o.DaemonSet.DeepCopy()
+	if _, ok := m.applied(o, nil, nil); ok {
+		t.Error("applied on another DaemonSet object must ask for StateOf")
+	}
+}
