@@ -138,9 +138,12 @@ violation contains {"field": max_unavailable_field, "msg": msg} if {
 # allowed_nodes is the largest integer maxUnavailable for the nodes the DaemonSet runs on.
 allowed_nodes := max([1, floor((lib.matching_nodes * max_percent) / 100)])
 
+# An integer maxUnavailable of 1, the Kubernetes default, is always within the bound, which is at
+# least 1: only a larger one needs the bound, and the class's parameters and node count behind it.
 violation contains {"field": max_unavailable_field, "msg": msg} if {
 	applies
 	parsed_max_unavailable.type == "int"
+	parsed_max_unavailable.value > 1
 	parsed_max_unavailable.value > allowed_nodes
 	msg := sprintf(
 		"maxUnavailable %v exceeds the allowed maximum of %v for namespace class %q: the DaemonSet runs on %v matching nodes and at most %v%% of them (at least 1) may be unavailable at once (allowed: 0 to %v, or a percentage up to %v%%)",
