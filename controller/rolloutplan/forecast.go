@@ -1,7 +1,6 @@
 package rolloutplan
 
 import (
-	"cmp"
 	"fmt"
 	"reflect"
 	"slices"
@@ -222,34 +221,6 @@ func stripped[T interface {
 	return out
 }
 
-// inRolloutOrder is the nodes in the order the planner sorts them into (rolloutCompare), the
-// nodes the DaemonSet does not target last. The planner sorts on every run, about twice per
-// node with the default budget of one node; given sorted nodes, each sort is one pass.
-func inRolloutOrder(o Observed, nodes []*corev1.Node) []*corev1.Node {
-	o.Nodes, o.Pods = nodes, nil
-	targeted := StateOf(o).Nodes
-	slices.SortFunc(targeted, func(a, b NodeState) int { return rolloutCompare(&a, &b) })
-	rank := make(map[string]int, len(targeted))
-	for i, n := range targeted {
-		rank[n.Name] = i
-	}
-	out := slices.Clone(nodes)
-	slices.SortStableFunc(out, func(a, b *corev1.Node) int {
-		ra, aTargeted := rank[a.Name]
-		rb, bTargeted := rank[b.Name]
-		switch {
-		case aTargeted && bTargeted:
-			return cmp.Compare(ra, rb)
-		case aTargeted:
-			return -1
-		case bTargeted:
-			return 1
-		}
-		return 0
-	})
-	return out
-}
-
 // forecastSim is the modelled cluster: the live pods that remain and the new pods created, as an
 // API server would hold them, and the Memo that classifies them for the planner, as the
 // controller's reconciles classify the objects of its informers.
@@ -262,8 +233,8 @@ func inRolloutOrder(o Observed, nodes []*corev1.Node) []*corev1.Node {
 // every run would grow with the square of the nodes.
 //
 // Invariants:
-//   - state(seen) equals StateOf(seen) over pods() and every node in rollout order (the
-//     checkState seam holds it on every run of the forecast tests).
+//   - state(seen) equals StateOf(seen) over pods() and nodes (the checkState seam holds it on
+//     every run of the forecast tests).
 //   - written and gone are the changes since the last state: the pods created or made Ready,
 //     and the names of the pods deleted.
 //   - created is in creation order, so in order of readiness: moments never go back and every
@@ -274,7 +245,7 @@ type forecastSim struct {
 	minReady time.Duration
 	memo     Memo
 	rv       int            // the last resourceVersion given
-	ordered  []*corev1.Node // every node, in rollout order (inRolloutOrder)
+	nodes    []*corev1.Node // every node; the memo and StateOf put them in rollout order
 	// removed are the live pods the planner deleted; they are gone at once.
 	removed map[types.UID]bool
 	created []simPod
@@ -308,14 +279,14 @@ type simLive struct {
 func newForecastSim(in ForecastInput, seen Observed, minReady time.Duration) *forecastSim {
 	s := &forecastSim{in: in, start: in.Now, minReady: minReady, removed: map[types.UID]bool{},
 		live: map[types.UID]simLive{}}
-	s.ordered = inRolloutOrder(seen, in.Nodes)
-	for _, n := range s.ordered {
+	s.nodes = in.Nodes
+	for _, n := range s.nodes {
 		n.ResourceVersion = s.nextRV()
 	}
 	for _, p := range in.Pods {
 		p.ResourceVersion = s.nextRV()
 	}
-	seen.Pods, seen.Nodes = in.Pods, s.ordered
+	seen.Pods, seen.Nodes = in.Pods, s.nodes
 	for i, n := range s.memo.StateOf(seen).Nodes {
 		s.targets = append(s.targets, simNode{name: n.Name, reachable: n.Reachable})
 		for _, p := range n.Pods {
@@ -355,7 +326,7 @@ func (s *forecastSim) state(seen Observed) RolloutState {
 	}
 	st, ok := s.memo.applied(seen, s.written, s.gone)
 	if !ok {
-		seen.Pods, seen.Nodes = s.pods(), s.ordered
+		seen.Pods, seen.Nodes = s.pods(), s.nodes
 		st = s.memo.StateOf(seen)
 	}
 	s.written, s.gone = s.written[:0], s.gone[:0]
@@ -364,7 +335,7 @@ func (s *forecastSim) state(seen Observed) RolloutState {
 
 // check fails when state is not StateOf over every pod and node as they are.
 func (s *forecastSim) check(seen Observed, state RolloutState) error {
-	seen.Pods, seen.Nodes = s.pods(), s.ordered
+	seen.Pods, seen.Nodes = s.pods(), s.nodes
 	if want := StateOf(seen); !reflect.DeepEqual(state, want) {
 		return fmt.Errorf("the forecast's state at %s differs from StateOf:\n got %+v\nwant %+v", seen.Now.Sub(s.start), state, want)
 	}

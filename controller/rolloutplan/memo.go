@@ -35,7 +35,9 @@ import (
 //
 // Invariants:
 //   - m.StateOf(o) equals StateOf(o) but for the order of a node's pods, which StateOf takes from
-//     the order of o.Pods, an informer's, in no fixed order (TestMemoStateOfIsStateOf).
+//     the order of o.Pods, an informer's, in no fixed order (TestMemoStateOfIsStateOf). Its
+//     Nodes are in rollout order, as StateOf's, kept from call to call (reorder) rather than
+//     sorted on each.
 //   - A node's Pods are replaced, never changed in place, so a state returned earlier keeps the
 //     pods it had; each StateOf returns its own Nodes (applied shares its own, see there).
 //   - The memo holds the pods and nodes of the last call only: an entry not seen in a call is
@@ -62,8 +64,8 @@ type Memo struct {
 	spec        *corev1.PodSpec
 	// call counts the calls; an entry's seen is the last call that read its object.
 	call uint64
-	// listed are the last call's nodes, in its order, the nodes of a state.
-	listed []*memoNode
+	// order are the eligible nodes in rollout order, the Nodes of a state (see keepOrder).
+	order []*memoNode
 	// shared are the Nodes applied returns, changed in place from one applied to the next; nil
 	// after a StateOf.
 	shared []NodeState
@@ -107,7 +109,7 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 	m.call++
 	template := &o.DaemonSet.Spec.Template.Spec
 	if m.template == nil || m.topologyKey != o.Settings.TopologyKey || !equality.Semantic.DeepEqual(m.template, template) {
-		m.template, m.topologyKey, m.nodes = template.DeepCopy(), o.Settings.TopologyKey, nil
+		m.template, m.topologyKey, m.nodes, m.order = template.DeepCopy(), o.Settings.TopologyKey, nil, nil
 		m.matcher = nodes.NewMatcher(m.template)
 	}
 	m.spec = template
@@ -138,7 +140,7 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 	}
 	m.deleted = len(o.Deleted) > 0
 
-	m.listed = m.listed[:0]
+	fresh := len(m.nodes) == 0
 	for _, n := range o.Nodes {
 		e := m.nodes[n.Name]
 		if e != nil && e.seen == m.call {
@@ -149,19 +151,31 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 				e = &memoNode{}
 				m.nodes[n.Name] = e
 			}
-			e.key = key
-			e.state, e.eligible = plain.node(n)
+			state, eligible := plain.node(n)
+			if !fresh {
+				m.reorder(e, state, eligible)
+			}
+			e.key, e.state, e.eligible = key, state, eligible
 			dirty[n.Name] = true
 		}
 		e.seen = m.call
-		m.listed = append(m.listed, e)
 	}
 	if len(m.nodes) > len(o.Nodes) {
 		for name, e := range m.nodes {
 			if e.seen != m.call {
+				m.reorder(e, NodeState{}, false)
 				delete(m.nodes, name)
 			}
 		}
+	}
+	if fresh {
+		m.order = m.order[:0]
+		for _, e := range m.nodes {
+			if e.eligible {
+				m.order = append(m.order, e)
+			}
+		}
+		slices.SortFunc(m.order, compareNodes)
 	}
 	m.shared = nil
 	return m.state(o, plain, dirty, true)
@@ -203,12 +217,9 @@ func (m *Memo) applied(o Observed, written []*corev1.Pod, gone []string) (Rollou
 	m.deleted = len(o.Deleted) > 0
 	in := m.state(o, plain, dirty, false)
 	if m.shared == nil {
-		m.shared = make([]NodeState, 0, len(m.listed))
-		for _, e := range m.listed {
-			if e.eligible {
-				e.shared = len(m.shared)
-				m.shared = append(m.shared, e.state)
-			}
+		m.shared = make([]NodeState, len(m.order))
+		for i, e := range m.order {
+			e.shared, m.shared[i] = i, e.state
 		}
 	} else {
 		for name := range dirty {
@@ -265,15 +276,53 @@ func (m *Memo) state(o Observed, plain plainClassifier, dirty map[string]bool, w
 		}
 	}
 	if withNodes {
-		in.Nodes = make([]NodeState, 0, len(m.listed))
-		for _, e := range m.listed {
-			if e.eligible {
-				in.Nodes = append(in.Nodes, e.state)
-			}
+		in.Nodes = make([]NodeState, len(m.order))
+		for i, e := range m.order {
+			in.Nodes[i] = e.state
 		}
 	}
 	return in
 }
+
+// reorder keeps m.order, the eligible nodes in rollout order, as e becomes state (eligible or
+// not): a node whose place changed is taken out at its old place and put in at its new one, each
+// found by bisection, so that a call costs the nodes that changed, not a sort of every node.
+//
+// Assumptions:
+//   - A node's place depends on its NodeState's ControlPlane, Domain and Name alone
+//     (rolloutCompare), and its Reachable and Pods do not bear on it.
+//   - Names are unique among the memo's nodes (a second node of a name empties the memo), so
+//     rolloutCompare orders them strictly: the sorted order is the one order of them, whatever
+//     the sort.
+//
+// Invariants:
+//   - Before and after: m.order holds each eligible entry once, e.state as it is, strictly
+//     increasing in rolloutCompare; e is taken out while e.state is still its old place.
+//   - So the Nodes of a state are what a full sort of them gives (TestMemoKeepsRolloutOrder);
+//     a memo that starts afresh (nothing known, or another template or topology key) sorts
+//     them all once.
+func (m *Memo) reorder(e *memoNode, state NodeState, eligible bool) {
+	if e.eligible == eligible && (!eligible || compareNodes(&memoNode{state: state}, e) == 0) {
+		return // its place is the same: Reachable or nothing changed
+	}
+	if e.eligible {
+		i, found := slices.BinarySearchFunc(m.order, e, compareNodes)
+		if !found || m.order[i] != e {
+			i = slices.Index(m.order, e) // not where the invariant puts it: never twice, though
+		}
+		if i >= 0 {
+			m.order = slices.Delete(m.order, i, i+1)
+		}
+	}
+	if eligible {
+		n := &memoNode{state: state}
+		i, _ := slices.BinarySearchFunc(m.order, n, compareNodes)
+		m.order = slices.Insert(m.order, i, e)
+	}
+}
+
+// compareNodes is rolloutCompare of two entries' states.
+func compareNodes(a, b *memoNode) int { return rolloutCompare(&a.state, &b.state) }
 
 // clearDirty is m.dirty emptied.
 func (m *Memo) clearDirty() map[string]bool {
@@ -287,7 +336,7 @@ func (m *Memo) clearDirty() map[string]bool {
 // forget empties the memo and classifies o without it: o is not what a cache holds.
 func (m *Memo) forget(o Observed) RolloutState {
 	m.pods, m.podsOn, m.nodes, m.template, m.spec, m.deleted = nil, nil, nil, nil, nil, false
-	m.listed, m.shared = nil, nil
+	m.order, m.shared = nil, nil
 	return StateOf(o)
 }
 

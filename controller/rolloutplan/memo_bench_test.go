@@ -6,12 +6,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // BenchmarkReconcileState is the classification of one reconcile during a rollout on 5,000
 // nodes: between two reconciles a few pods changed (here four readiness flips, each a new object
 // with a new resourceVersion, as the cache holds them). StateOf classifies every node and pod;
-// a Memo only the changed ones. No cluster is needed:
+// a Memo only the changed ones; Memo+Compute is the reconcile's whole decision, the plan made on
+// the memo's state. No cluster is needed:
 //
 //	go test -short -run '^$' -bench ReconcileState -benchmem ./controller/rolloutplan/
 func BenchmarkReconcileState(b *testing.B) {
@@ -22,6 +25,14 @@ func BenchmarkReconcileState(b *testing.B) {
 	}{
 		{"StateOf", func(_ *Memo, o Observed) RolloutState { return StateOf(o) }},
 		{"Memo", func(m *Memo, o Observed) RolloutState { return m.StateOf(o) }},
+		// The reconcile's whole decision: the memo's state, then the plan on it.
+		{"Memo+Compute", func(m *Memo, o Observed) RolloutState {
+			st := m.StateOf(o)
+			if plan := Compute(st); plan.Desired != len(st.Nodes) {
+				panic(fmt.Sprintf("the plan covers %d nodes of %d", plan.Desired, len(st.Nodes)))
+			}
+			return st
+		}},
 	} {
 		b.Run(fmt.Sprintf("nodes=%d/%s", nodes, tc.name), func(b *testing.B) {
 			in := forecastInput(nodes, "")
@@ -32,7 +43,11 @@ func BenchmarkReconcileState(b *testing.B) {
 					o.SetResourceVersion(fmt.Sprint(rv))
 				}
 			}
-			o := Observed{Now: t0, DaemonSet: in.DaemonSet, TargetRevision: newRev, Pods: in.Pods, Nodes: in.Nodes}
+			settings, err := rolloutapi.ParseSettings(in.DaemonSet.Annotations)
+			if err != nil {
+				b.Fatal(err)
+			}
+			o := Observed{Now: t0, DaemonSet: in.DaemonSet, Settings: settings, TargetRevision: newRev, Pods: in.Pods, Nodes: in.Nodes}
 			var m Memo
 			tc.stateOf(&m, o)
 			for b.Loop() {

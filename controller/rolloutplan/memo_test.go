@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
 // memoCluster is a small cluster that changes as an API server changes it: every write is a new
@@ -60,6 +62,14 @@ func (c *memoCluster) addPod(node string) {
 	})
 }
 
+// writeNode is a new version of node i, as a write through the API server makes it.
+func (c *memoCluster) writeNode(i int) *corev1.Node {
+	n := c.nodes[i].DeepCopy()
+	n.ResourceVersion = c.nextRV()
+	c.nodes[i] = n
+	return n
+}
+
 // change makes one random write, or a change of what the controller holds (deleted, the
 // topology key), and names it.
 func (c *memoCluster) change(now time.Time) string {
@@ -70,13 +80,7 @@ func (c *memoCluster) change(now time.Time) string {
 		c.pods[i] = p
 		return i, p
 	}
-	node := func() *corev1.Node {
-		i := c.rng.IntN(len(c.nodes))
-		n := c.nodes[i].DeepCopy()
-		n.ResourceVersion = c.nextRV()
-		c.nodes[i] = n
-		return n
-	}
+	node := func() *corev1.Node { return c.writeNode(c.rng.IntN(len(c.nodes))) }
 	switch c.rng.IntN(14) {
 	case 0:
 		_, p := pod()
@@ -180,14 +184,7 @@ func TestMemoStateOfIsStateOf(t *testing.T) {
 	for seed := range uint64(40) {
 		c := newMemoCluster(seed, 12)
 		var m Memo
-		now := t0
-		for step := range 60 {
-			var done []string
-			for range 1 + c.rng.IntN(3) {
-				done = append(done, c.change(now))
-			}
-			now = now.Add(time.Second)
-			o := c.observed(now)
+		c.steps(60, 3, time.Second, c.change, func(step int, done []string, o Observed) {
 			got, want := podsByName(m.StateOf(o)), podsByName(StateOf(o))
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("seed %d, step %d, after %v: memoised StateOf differs:\n got %+v\nwant %+v", seed, step, done, got, want)
@@ -195,7 +192,21 @@ func TestMemoStateOfIsStateOf(t *testing.T) {
 			if len(m.pods) > len(o.Pods) || len(m.nodes) > len(o.Nodes) {
 				t.Fatalf("seed %d, step %d: the memo keeps %d pods and %d nodes for %d and %d read", seed, step, len(m.pods), len(m.nodes), len(o.Pods), len(o.Nodes))
 			}
+		})
+	}
+}
+
+// steps makes n rounds of 1 to most random changes (change), every apart, and hands check the
+// objects as observed after each round, and what the round did.
+func (c *memoCluster) steps(n, most int, every time.Duration, change func(time.Time) string, check func(step int, done []string, o Observed)) {
+	now := t0
+	for step := range n {
+		var done []string
+		for range 1 + c.rng.IntN(most) {
+			done = append(done, change(now))
 		}
+		now = now.Add(every)
+		check(step, done, c.observed(now))
 	}
 }
 
@@ -300,4 +311,86 @@ func TestMemoAppliedIsStateOf(t *testing.T) {
 	if _, ok := m.applied(o, nil, nil); ok {
 		t.Error("applied on another DaemonSet object must ask for StateOf")
 	}
+}
+
+// changeNodes makes one random change to the nodes that moves a node in the rollout order (a node
+// joins or leaves, becomes a control-plane node or a worker, moves zone), or one of change's.
+func (c *memoCluster) changeNodes(now time.Time) string {
+	i := c.rng.IntN(len(c.nodes))
+	node := func() *corev1.Node { return c.writeNode(i) }
+	switch c.rng.IntN(6) {
+	case 0:
+		c.created++
+		name := fmt.Sprintf("node-%d-joined", c.created)
+		c.nodes = append(c.nodes, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name), ResourceVersion: c.nextRV(),
+				Labels: map[string]string{"zone": fmt.Sprintf("z%d", c.rng.IntN(4)), "pool": "a"}},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+		})
+		c.addPod(name)
+		return "a node joined"
+	case 1:
+		if len(c.nodes) > 1 {
+			c.nodes = slices.Delete(c.nodes, i, i+1)
+		}
+		return "a node left"
+	case 2:
+		n := node()
+		if _, ok := n.Labels["node-role.kubernetes.io/control-plane"]; ok {
+			delete(n.Labels, "node-role.kubernetes.io/control-plane")
+		} else {
+			n.Labels["node-role.kubernetes.io/control-plane"] = ""
+		}
+		return "a node's control-plane role flipped"
+	case 3:
+		n := node()
+		if c.rng.IntN(4) == 0 {
+			delete(n.Labels, "zone")
+		} else {
+			n.Labels["zone"] = fmt.Sprintf("z%d", c.rng.IntN(4))
+		}
+		return "a node moved zone"
+	}
+	return c.change(now)
+}
+
+// TestMemoKeepsRolloutOrder holds the memo's rollout order, repaired node by node, to a full
+// sort: over random sequences of nodes joining and leaving, becoming control-plane nodes or
+// workers, moving zone, becoming eligible or not and reachable or not, with pod, template and
+// topology-key changes between them, the memo's Nodes are the same nodes fully sorted, and the
+// plan made on them is the plan made on them shuffled (which Compute sorts itself).
+func TestMemoKeepsRolloutOrder(t *testing.T) {
+	for seed := range uint64(60) {
+		c := newMemoCluster(seed, 16)
+		c.topo = "zone"
+		var m Memo
+		c.steps(80, 4, time.Minute, c.changeNodes, func(step int, done []string, o Observed) {
+			settings, err := rolloutapi.ParseSettings(map[string]string{rolloutapi.AnnotationMaxUnavailable: "2"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			settings.TopologyKey = c.topo
+			o.Settings = settings
+			got := podsByName(m.StateOf(o))
+			sorted := podsByName(StateOf(o))
+			c.rng.Shuffle(len(sorted.Nodes), func(i, j int) { sorted.Nodes[i], sorted.Nodes[j] = sorted.Nodes[j], sorted.Nodes[i] })
+			shuffled := sorted
+			shuffled.Nodes = slices.Clone(sorted.Nodes)
+			slices.SortFunc(sorted.Nodes, func(a, b NodeState) int { return rolloutCompare(&a, &b) })
+			if !reflect.DeepEqual(got, sorted) {
+				t.Fatalf("seed %d, step %d, after %v: the memo's nodes are not the full sort's:\n got %v\nwant %v", seed, step, done, names(got), names(sorted))
+			}
+			if gotPlan, wantPlan := Compute(got), Compute(shuffled); !reflect.DeepEqual(gotPlan, wantPlan) {
+				t.Fatalf("seed %d, step %d, after %v: the plan on nodes in order differs from the plan on them shuffled:\n got %+v\nwant %+v", seed, step, done, gotPlan, wantPlan)
+			}
+		})
+	}
+}
+
+func names(st RolloutState) []string {
+	var out []string
+	for _, n := range st.Nodes {
+		out = append(out, fmt.Sprintf("%s/%v/%s", n.Domain, n.ControlPlane, n.Name))
+	}
+	return out
 }

@@ -185,7 +185,8 @@ func newPlanner(in RolloutState) *planner {
 }
 
 // classifyNodes is the reachable nodes not stuck terminating, in rollout order, and the nodes
-// left out with why, sorted (Nodes may come in any order; the report does not).
+// left out with why, sorted (Nodes may come in any order, though StateOf's come in rollout order;
+// the report does not).
 func (p *planner) classifyNodes() ([]nodeView, []string) {
 	minReady := time.Duration(p.in.MinReadySeconds) * time.Second
 	available := func(pod *PodState) bool {
@@ -238,7 +239,12 @@ func (p *planner) classifyNodes() ([]nodeView, []string) {
 		}
 		views = append(views, v)
 	}
-	slices.SortFunc(views, func(a, b nodeView) int { return rolloutCompare(a.node, b.node) })
+	// StateOf and a Memo give the nodes in rollout order, and a sorted slice sorts to itself
+	// (node names are unique; nodes of one name, which no cluster has, keep their order):
+	// checking costs a comparison per node, sorting 5,000 nodes was half of a reconcile's time.
+	if compare := func(a, b nodeView) int { return rolloutCompare(a.node, b.node) }; !slices.IsSortedFunc(views, compare) {
+		slices.SortFunc(views, compare)
+	}
 	sort.Strings(skipped)
 	return views, skipped
 }

@@ -44,7 +44,10 @@ type RolloutState struct {
 	// Name and Namespace of the DaemonSet, for the commands a message suggests.
 	Name, Namespace string
 	TargetRevision  string
-	Nodes           []NodeState // every node the DaemonSet targets, reachable or not, in any order
+	// Nodes are every node the DaemonSet targets, reachable or not: in rollout order
+	// (rolloutCompare) as StateOf and a Memo give them, which spares the planner a sort; in any
+	// other order the planner sorts them.
+	Nodes           []NodeState
 	Settings        rolloutapi.Settings
 	MinReadySeconds int32
 	// Status is the controller's memory as the status annotations hold it. The planner reads
@@ -100,7 +103,8 @@ var failureReasons = map[string]bool{
 }
 
 // StateOf classifies what was read into the planner's RolloutState: the nodes the DaemonSet should
-// run on (eligible), whether each is reachable, and each pod's revision, readiness and failure.
+// run on (eligible), in rollout order, whether each is reachable, and each pod's revision,
+// readiness and failure.
 func StateOf(o Observed) RolloutState {
 	return stateOf(o, plainClassifier{matcher: nodes.NewMatcher(&o.DaemonSet.Spec.Template.Spec), topologyKey: o.Settings.TopologyKey})
 }
@@ -173,6 +177,7 @@ func stateOf(o Observed, c classifier) RolloutState {
 			in.Nodes = append(in.Nodes, st)
 		}
 	}
+	slices.SortStableFunc(in.Nodes, func(a, b NodeState) int { return rolloutCompare(&a, &b) })
 	return in
 }
 
