@@ -68,9 +68,9 @@ func (h *Handlers) Endpoints() map[string]http.Handler {
 // endpoints are the Endpoints with their DaemonSet evaluations gated by g.
 func (h *Handlers) endpoints(g *gate) map[string]http.Handler {
 	return map[string]http.Handler{
-		MutateDaemonSetPath:   h.boundRequest(refuseOversized(&cradmission.Webhook{Handler: DaemonSetMutator{h, g}})),
-		ValidateDaemonSetPath: h.boundRequest(refuseOversized(&cradmission.Webhook{Handler: DaemonSetValidator{h, g}})),
-		MutatePodPath:         h.boundRequest(refuseOversized(&cradmission.Webhook{Handler: PodPinner{h}})),
+		MutateDaemonSetPath:   h.boundRequest(refuseOversized(&cradmission.Webhook{Handler: DaemonSetMutator{h, g}, LogConstructor: requestLogger})),
+		ValidateDaemonSetPath: h.boundRequest(refuseOversized(&cradmission.Webhook{Handler: DaemonSetValidator{h, g}, LogConstructor: requestLogger})),
+		MutatePodPath:         h.boundRequest(refuseOversized(&cradmission.Webhook{Handler: PodPinner{h}, LogConstructor: requestLogger})),
 	}
 }
 
