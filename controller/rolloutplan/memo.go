@@ -28,9 +28,11 @@ import (
 //     memo keeps their results, never a definition of its own.
 //   - A node's classification depends on the node, the pod template (the Matcher) and the
 //     topology key: the memo forgets every node when the template or the key differs from the
-//     last call's. Deleted (the pods this process deleted) changes from call to call and is
-//     applied to every pod on every call that has it, and on the call after (whose pods may
-//     have left it), as StateOf applies it; a pod's state without it is its classification.
+//     last call's. Deleted (the pods this process deleted) changes from call to call: a call
+//     marks the pods of its Deleted and of the last call's (which may have left it), found by
+//     UID (byUID), as StateOf marks every pod; every other pod's state is its classification,
+//     as it was after the last call. So a call costs what Deleted holds, not every pod: through
+//     most of a rollout Deleted holds the last minute's deletions.
 //   - The planner reads a RolloutState and does not change it.
 //
 // Invariants:
@@ -69,9 +71,14 @@ type Memo struct {
 	// shared are the Nodes applied returns, changed in place from one applied to the next; nil
 	// after a StateOf.
 	shared []NodeState
-	// deleted is whether the last call's Deleted held a pod: every pod's state is then marked
-	// again, as the deletion may be forgotten since.
-	deleted bool
+	// byUID are the pods by UID, to mark those of Deleted without a look at the others; uidClash
+	// is set once two pods may share a UID (built by hand: an API server gives each its own),
+	// and then the index is built again, and every pod marked while two do.
+	byUID    map[types.UID]*memoPod
+	uidClash bool
+	// marked are the UIDs of the last call's Deleted, copied (a caller may change its map): their
+	// pods are marked again, as their deletion may be forgotten since.
+	marked []types.UID
 	// dirty are the names of the nodes whose pods changed in this call; reused.
 	dirty map[string]bool
 }
@@ -83,6 +90,7 @@ type memoKey struct {
 }
 
 type memoPod struct {
+	name string
 	key  memoKey
 	seen uint64
 	node string // nodes.OfPod; "" for a pod of no node
@@ -115,6 +123,7 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 	m.spec = template
 	if m.pods == nil {
 		m.pods, m.podsOn = make(map[string]*memoPod, len(o.Pods)), make(map[string][]*memoPod, len(o.Nodes))
+		m.byUID = make(map[types.UID]*memoPod, len(o.Pods))
 	}
 	if m.nodes == nil {
 		m.nodes = make(map[string]*memoNode, len(o.Nodes))
@@ -122,23 +131,21 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 	plain := plainClassifier{matcher: m.matcher, topologyKey: m.topologyKey}
 	dirty := m.clearDirty()
 
-	mark := len(o.Deleted) > 0 || m.deleted
 	for _, p := range o.Pods {
 		e := m.pods[p.Name]
 		if e != nil && e.seen == m.call {
 			return m.forget(o) // a second pod of that name: built by hand, no cache holds two
 		}
-		m.write(plain, p, e, mark, o.Deleted, dirty)
+		m.write(plain, p, e, o.Deleted, dirty)
 	}
 	if len(m.pods) > len(o.Pods) {
-		for name, e := range m.pods {
+		for _, e := range m.pods {
 			if e.seen != m.call {
-				m.leave(e, dirty)
-				delete(m.pods, name)
+				m.drop(e, dirty)
 			}
 		}
 	}
-	m.deleted = len(o.Deleted) > 0
+	m.markDeleted(o.Deleted, dirty)
 
 	fresh := len(m.nodes) == 0
 	for _, n := range o.Nodes {
@@ -201,20 +208,14 @@ func (m *Memo) applied(o Observed, written []*corev1.Pod, gone []string) (Rollou
 	plain := plainClassifier{matcher: m.matcher, topologyKey: m.topologyKey}
 	dirty := m.clearDirty()
 	for _, p := range written {
-		m.write(plain, p, m.pods[p.Name], false, o.Deleted, dirty)
+		m.write(plain, p, m.pods[p.Name], o.Deleted, dirty)
 	}
 	for _, name := range gone {
 		if e := m.pods[name]; e != nil {
-			m.leave(e, dirty)
-			delete(m.pods, name)
+			m.drop(e, dirty)
 		}
 	}
-	if len(o.Deleted) > 0 || m.deleted {
-		for _, e := range m.pods {
-			m.mark(e, o.Deleted, dirty)
-		}
-	}
-	m.deleted = len(o.Deleted) > 0
+	m.markDeleted(o.Deleted, dirty)
 	in := m.state(o, plain, dirty, false)
 	if m.shared == nil {
 		m.shared = make([]NodeState, len(m.order))
@@ -233,13 +234,16 @@ func (m *Memo) applied(o Observed, written []*corev1.Pod, gone []string) (Rollou
 }
 
 // write takes p, the pod of entry e (nil for a pod the memo does not know) into the memo,
-// classifying it when it changed since, and marks it deleted when mark.
-func (m *Memo) write(plain plainClassifier, p *corev1.Pod, e *memoPod, mark bool, deleted map[types.UID]time.Time, dirty map[string]bool) {
+// classifying it, and marking it with deleted, when it changed since.
+func (m *Memo) write(plain plainClassifier, p *corev1.Pod, e *memoPod, deleted map[types.UID]time.Time, dirty map[string]bool) {
 	if e == nil {
-		e = &memoPod{}
+		e = &memoPod{name: p.Name}
 		m.pods[p.Name] = e
 	}
 	if key := (memoKey{p.UID, p.ResourceVersion}); e.seen == 0 || key != e.key || p.ResourceVersion == "" {
+		if e.seen == 0 || key.uid != e.key.uid {
+			m.index(e, key.uid)
+		}
 		classified, node := plain.pod(p)
 		if node != e.node || e.seen == 0 {
 			m.leave(e, dirty)
@@ -249,11 +253,69 @@ func (m *Memo) write(plain plainClassifier, p *corev1.Pod, e *memoPod, mark bool
 				dirty[node] = true
 			}
 		}
-		e.key, e.classified, mark = key, classified, true
+		e.key, e.classified = key, classified
+		m.mark(e, deleted, dirty)
 	}
 	e.seen = m.call
-	if mark {
-		m.mark(e, deleted, dirty)
+}
+
+// index files e under uid in byUID, no longer under its old UID.
+func (m *Memo) index(e *memoPod, uid types.UID) {
+	if m.byUID[e.key.uid] == e {
+		delete(m.byUID, e.key.uid)
+	}
+	if other := m.byUID[uid]; other != nil && other != e {
+		m.uidClash = true
+	}
+	m.byUID[uid] = e
+}
+
+// drop takes e out of the memo.
+func (m *Memo) drop(e *memoPod, dirty map[string]bool) {
+	m.leave(e, dirty)
+	delete(m.pods, e.name)
+	if m.byUID[e.key.uid] == e {
+		delete(m.byUID, e.key.uid)
+	}
+}
+
+// markDeleted marks, once every pod of the call is written, the pods of deleted and of the last
+// call's Deleted (see Memo), and remembers deleted's UIDs for the next call.
+func (m *Memo) markDeleted(deleted map[types.UID]time.Time, dirty map[string]bool) {
+	if m.uidClash {
+		m.reindex()
+	}
+	if m.uidClash {
+		for _, e := range m.pods {
+			m.mark(e, deleted, dirty)
+		}
+	} else {
+		for _, uid := range m.marked {
+			if e := m.byUID[uid]; e != nil {
+				m.mark(e, deleted, dirty)
+			}
+		}
+		for uid := range deleted {
+			if e := m.byUID[uid]; e != nil {
+				m.mark(e, deleted, dirty)
+			}
+		}
+	}
+	m.marked = m.marked[:0]
+	for uid := range deleted {
+		m.marked = append(m.marked, uid)
+	}
+}
+
+// reindex builds byUID again from the pods; uidClash stays set while two share a UID.
+func (m *Memo) reindex() {
+	clear(m.byUID)
+	m.uidClash = false
+	for _, e := range m.pods {
+		if m.byUID[e.key.uid] != nil {
+			m.uidClash = true
+		}
+		m.byUID[e.key.uid] = e
 	}
 }
 
@@ -335,8 +397,8 @@ func (m *Memo) clearDirty() map[string]bool {
 
 // forget empties the memo and classifies o without it: o is not what a cache holds.
 func (m *Memo) forget(o Observed) RolloutState {
-	m.pods, m.podsOn, m.nodes, m.template, m.spec, m.deleted = nil, nil, nil, nil, nil, false
-	m.order, m.shared = nil, nil
+	m.pods, m.podsOn, m.nodes, m.template, m.spec = nil, nil, nil, nil, nil
+	m.byUID, m.uidClash, m.marked, m.order, m.shared = nil, false, nil, nil, nil
 	return StateOf(o)
 }
 

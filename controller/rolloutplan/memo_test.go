@@ -81,7 +81,7 @@ func (c *memoCluster) change(now time.Time) string {
 		return i, p
 	}
 	node := func() *corev1.Node { return c.writeNode(c.rng.IntN(len(c.nodes))) }
-	switch c.rng.IntN(14) {
+	switch c.rng.IntN(16) {
 	case 0:
 		_, p := pod()
 		status := corev1.ConditionTrue
@@ -146,6 +146,16 @@ func (c *memoCluster) change(now time.Time) string {
 			p.Spec.NodeName = ""
 		}
 		return "a pod lost or found its node"
+	case 14:
+		_, p := pod()
+		c.created++
+		p.UID = types.UID(fmt.Sprintf("agent-uid-%d", c.created))
+		return "a pod was created again under its name"
+	case 15:
+		// Built by hand: an API server gives every pod its own UID.
+		_, p := pod()
+		p.UID = c.pods[c.rng.IntN(len(c.pods))].UID
+		return "a pod took another pod's UID"
 	case 11:
 		// A new template: another node selector or tolerations, in a new object as the
 		// controller Gets it on each reconcile.
@@ -177,9 +187,10 @@ func (c *memoCluster) observed(now time.Time) Observed {
 }
 
 // TestMemoStateOfIsStateOf holds the Memo to its promise: over random sequences of writes to
-// pods and nodes, template and topology-key changes and the controller's own deletions, the
-// memoised StateOf equals StateOf of the same objects, and the memo holds no more entries than
-// the last call read.
+// pods and nodes (a pod created again under its name, or, built by hand, with another pod's
+// UID), template and topology-key changes and the controller's own deletions, the memoised
+// StateOf equals StateOf of the same objects, and the memo holds no more entries than the last
+// call read.
 func TestMemoStateOfIsStateOf(t *testing.T) {
 	for seed := range uint64(40) {
 		c := newMemoCluster(seed, 12)
@@ -189,8 +200,8 @@ func TestMemoStateOfIsStateOf(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("seed %d, step %d, after %v: memoised StateOf differs:\n got %+v\nwant %+v", seed, step, done, got, want)
 			}
-			if len(m.pods) > len(o.Pods) || len(m.nodes) > len(o.Nodes) {
-				t.Fatalf("seed %d, step %d: the memo keeps %d pods and %d nodes for %d and %d read", seed, step, len(m.pods), len(m.nodes), len(o.Pods), len(o.Nodes))
+			if len(m.pods) > len(o.Pods) || len(m.byUID) > len(o.Pods) || len(m.nodes) > len(o.Nodes) {
+				t.Fatalf("seed %d, step %d: the memo keeps %d pods (%d by UID) and %d nodes for %d and %d read", seed, step, len(m.pods), len(m.byUID), len(m.nodes), len(o.Pods), len(o.Nodes))
 			}
 		})
 	}
