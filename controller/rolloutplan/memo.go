@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -22,6 +23,17 @@ import (
 // object a new resourceVersion, and the cache's transforms (StripPod, nodes.Strip) keep a function
 // of the object, so an object with the same three reads the same. One without a resourceVersion
 // (built by hand, not read from the API server) is classified every time.
+//
+// An object is found by its address first (podAt, nodeAt), by its name only when that fails: the
+// controller's Store hands out the informers' own objects, which a write replaces and never
+// changes, so from one call to the next almost every object is at the same address, and hashing
+// a pointer costs far less than hashing a name (at 1,000 nodes, looking up every pod and node
+// by name was most of StateOf's CPU). The address is a hint, never an identity: the entry it
+// finds is taken only if it has the object's name, and is then the name's entry, whose
+// (UID, resourceVersion) decides as before; so an address the collector freed and gave to
+// another object, or a Store that copies its objects on every call (readerStore, a cache
+// limited to namespaces), costs a look-up by name and changes no result. The memo keeps
+// addresses as numbers, which hold no object alive.
 //
 // Assumptions:
 //   - Every classification is podState's or nodeState's (plainClassifier) and markDeleted's: the
@@ -56,6 +68,10 @@ type Memo struct {
 	mu    sync.Mutex
 	pods  map[string]*memoPod  // by name: a DaemonSet's pods share its namespace
 	nodes map[string]*memoNode // by name
+	// podAt and nodeAt are the entries by the address of their last object (see Memo): a slot
+	// names an entry in pods or nodes whose at is the slot's address.
+	podAt  map[uintptr]*memoPod
+	nodeAt map[uintptr]*memoNode
 	// podsOn are the pods of each node name, node or no node, in the order they came.
 	podsOn map[string][]*memoPod
 	// template and topologyKey are what the nodes were classified against, matcher the
@@ -91,6 +107,7 @@ type memoKey struct {
 
 type memoPod struct {
 	name string
+	at   uintptr // address of the last object read
 	key  memoKey
 	seen uint64
 	node string // nodes.OfPod; "" for a pod of no node
@@ -99,6 +116,8 @@ type memoPod struct {
 }
 
 type memoNode struct {
+	name     string
+	at       uintptr // address of the last object read
 	key      memoKey
 	seen     uint64
 	eligible bool
@@ -117,22 +136,25 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 	m.call++
 	template := &o.DaemonSet.Spec.Template.Spec
 	if m.template == nil || m.topologyKey != o.Settings.TopologyKey || !equality.Semantic.DeepEqual(m.template, template) {
-		m.template, m.topologyKey, m.nodes, m.order = template.DeepCopy(), o.Settings.TopologyKey, nil, nil
+		m.template, m.topologyKey, m.nodes, m.nodeAt, m.order = template.DeepCopy(), o.Settings.TopologyKey, nil, nil, nil
 		m.matcher = nodes.NewMatcher(m.template)
 	}
 	m.spec = template
 	if m.pods == nil {
 		m.pods, m.podsOn = make(map[string]*memoPod, len(o.Pods)), make(map[string][]*memoPod, len(o.Nodes))
-		m.byUID = make(map[types.UID]*memoPod, len(o.Pods))
+		m.byUID, m.podAt = make(map[types.UID]*memoPod, len(o.Pods)), make(map[uintptr]*memoPod, len(o.Pods))
 	}
 	if m.nodes == nil {
-		m.nodes = make(map[string]*memoNode, len(o.Nodes))
+		m.nodes, m.nodeAt = make(map[string]*memoNode, len(o.Nodes)), make(map[uintptr]*memoNode, len(o.Nodes))
 	}
 	plain := plainClassifier{matcher: m.matcher, topologyKey: m.topologyKey}
 	dirty := m.clearDirty()
 
 	for _, p := range o.Pods {
-		e := m.pods[p.Name]
+		e := m.podAt[address(p)]
+		if e == nil || e.name != p.Name {
+			e = m.pods[p.Name]
+		}
 		if e != nil && e.seen == m.call {
 			return m.forget(o) // a second pod of that name: built by hand, no cache holds two
 		}
@@ -149,15 +171,25 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 
 	fresh := len(m.nodes) == 0
 	for _, n := range o.Nodes {
-		e := m.nodes[n.Name]
+		at := address(n)
+		e := m.nodeAt[at]
+		if e == nil || e.name != n.Name {
+			e = m.nodes[n.Name]
+		}
 		if e != nil && e.seen == m.call {
 			return m.forget(o) // a second node of that name
 		}
-		if key := (memoKey{n.UID, n.ResourceVersion}); e == nil || key != e.key || n.ResourceVersion == "" {
-			if e == nil {
-				e = &memoNode{}
-				m.nodes[n.Name] = e
+		if e == nil {
+			e = &memoNode{name: n.Name}
+			m.nodes[n.Name] = e
+		}
+		if e.at != at {
+			if m.nodeAt[e.at] == e {
+				delete(m.nodeAt, e.at)
 			}
+			e.at, m.nodeAt[at] = at, e
+		}
+		if key := (memoKey{n.UID, n.ResourceVersion}); e.seen == 0 || key != e.key || n.ResourceVersion == "" {
 			state, eligible := plain.node(n)
 			if !fresh {
 				m.reorder(e, state, eligible)
@@ -172,6 +204,9 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 			if e.seen != m.call {
 				m.reorder(e, NodeState{}, false)
 				delete(m.nodes, name)
+				if m.nodeAt[e.at] == e {
+					delete(m.nodeAt, e.at)
+				}
 			}
 		}
 	}
@@ -240,6 +275,12 @@ func (m *Memo) write(plain plainClassifier, p *corev1.Pod, e *memoPod, deleted m
 		e = &memoPod{name: p.Name}
 		m.pods[p.Name] = e
 	}
+	if at := address(p); e.at != at {
+		if m.podAt[e.at] == e {
+			delete(m.podAt, e.at)
+		}
+		e.at, m.podAt[at] = at, e
+	}
 	if key := (memoKey{p.UID, p.ResourceVersion}); e.seen == 0 || key != e.key || p.ResourceVersion == "" {
 		if e.seen == 0 || key.uid != e.key.uid {
 			m.index(e, key.uid)
@@ -277,7 +318,13 @@ func (m *Memo) drop(e *memoPod, dirty map[string]bool) {
 	if m.byUID[e.key.uid] == e {
 		delete(m.byUID, e.key.uid)
 	}
+	if m.podAt[e.at] == e {
+		delete(m.podAt, e.at)
+	}
 }
+
+// address is where obj is: a hint to find its entry (see Memo), never turned back into a pointer.
+func address[T any](obj *T) uintptr { return uintptr(unsafe.Pointer(obj)) }
 
 // markDeleted marks, once every pod of the call is written, the pods of deleted and of the last
 // call's Deleted (see Memo), and remembers deleted's UIDs for the next call.
@@ -397,7 +444,7 @@ func (m *Memo) clearDirty() map[string]bool {
 
 // forget empties the memo and classifies o without it: o is not what a cache holds.
 func (m *Memo) forget(o Observed) RolloutState {
-	m.pods, m.podsOn, m.nodes, m.template, m.spec = nil, nil, nil, nil, nil
+	m.pods, m.podsOn, m.nodes, m.template, m.spec, m.podAt, m.nodeAt = nil, nil, nil, nil, nil, nil, nil
 	m.byUID, m.uidClash, m.marked, m.order, m.shared = nil, false, nil, nil, nil
 	return StateOf(o)
 }

@@ -200,10 +200,17 @@ func TestMemoStateOfIsStateOf(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("seed %d, step %d, after %v: memoised StateOf differs:\n got %+v\nwant %+v", seed, step, done, got, want)
 			}
-			if len(m.pods) > len(o.Pods) || len(m.byUID) > len(o.Pods) || len(m.nodes) > len(o.Nodes) {
-				t.Fatalf("seed %d, step %d: the memo keeps %d pods (%d by UID) and %d nodes for %d and %d read", seed, step, len(m.pods), len(m.byUID), len(m.nodes), len(o.Pods), len(o.Nodes))
-			}
+			checkMemoSize(t, &m, o, fmt.Sprintf("seed %d, step %d", seed, step))
 		})
+	}
+}
+
+// checkMemoSize fails t if the memo keeps more entries, by any key, than the last call read.
+func checkMemoSize(t *testing.T, m *Memo, o Observed, at string) {
+	t.Helper()
+	if len(m.pods) > len(o.Pods) || len(m.byUID) > len(o.Pods) || len(m.podAt) > len(o.Pods) || len(m.nodes) > len(o.Nodes) || len(m.nodeAt) > len(o.Nodes) {
+		t.Fatalf("%s: the memo keeps %d pods (%d by UID, %d by address) and %d nodes (%d by address) for %d and %d read",
+			at, len(m.pods), len(m.byUID), len(m.podAt), len(m.nodes), len(m.nodeAt), len(o.Pods), len(o.Nodes))
 	}
 }
 
@@ -249,6 +256,23 @@ func TestMemoClassifiesObjectsWithoutVersion(t *testing.T) {
 	var nilMemo *Memo
 	if got, want := nilMemo.StateOf(o), StateOf(o); !reflect.DeepEqual(got, want) {
 		t.Fatalf("a nil memo's StateOf differs:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestMemoFindsObjectsByName: the address of an object only hints at its entry. An object renamed
+// in place, its UID and resourceVersion kept (built by hand: an API server writes a new
+// version), is the object of its new name, as StateOf reads it.
+func TestMemoFindsObjectsByName(t *testing.T) {
+	c := newMemoCluster(1, 3)
+	var m Memo
+	m.StateOf(c.observed(t0))
+	c.pods[0].Name = "renamed"
+	c.nodes[1].Name = "renamed"
+	c.pods[1].Spec.NodeName = "renamed"
+	c.pods[1].ResourceVersion = c.nextRV()
+	o := c.observed(t0)
+	if got, want := podsByName(m.StateOf(o)), podsByName(StateOf(o)); !reflect.DeepEqual(got, want) {
+		t.Fatalf("memoised StateOf of objects renamed in place differs:\n got %+v\nwant %+v", got, want)
 	}
 }
 
@@ -394,6 +418,7 @@ func TestMemoKeepsRolloutOrder(t *testing.T) {
 			if gotPlan, wantPlan := Compute(got), Compute(shuffled); !reflect.DeepEqual(gotPlan, wantPlan) {
 				t.Fatalf("seed %d, step %d, after %v: the plan on nodes in order differs from the plan on them shuffled:\n got %+v\nwant %+v", seed, step, done, gotPlan, wantPlan)
 			}
+			checkMemoSize(t, &m, o, fmt.Sprintf("seed %d, step %d", seed, step))
 		})
 	}
 }
