@@ -119,9 +119,8 @@ func (r *Reconciler) deletePods(ctx context.Context, log logr.Logger, ds *appsv1
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ds.Namespace, Name: d.Name}}
 			uid := types.UID(d.UID)
-			err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &uid})
+			err := r.deletePod(ctx, ds.Namespace, d.Name, uid)
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				errs[i] = fmt.Errorf("delete pod %s on %s: %w", d.Name, d.Node, err)
 				return
@@ -146,6 +145,15 @@ func (r *Reconciler) deletePods(ctx context.Context, log logr.Logger, ds *appsv1
 		rolloutDeletions.WithLabelValues(ds.Namespace, ds.Name).Add(float64(deleted))
 	}
 	return errors.Join(errs...)
+}
+
+// deletePod deletes the pod of that name if it still has uid.
+func (r *Reconciler) deletePod(ctx context.Context, namespace, name string, uid types.UID) error {
+	if r.Pods != nil {
+		return r.Pods.Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	return r.Client.Delete(ctx, pod, client.Preconditions{UID: &uid})
 }
 
 // forgetSettled drops deletions older than the cache could plausibly lag.

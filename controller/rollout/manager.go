@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -134,8 +135,14 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// On the manager's connections, with a rate limit of its own as each of the manager's
+	// clients of a resource has.
+	typed, err := kubernetes.NewForConfigAndClient(cfg, mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("create pod client: %w", err)
+	}
 	r := &Reconciler{
-		Client: mgr.GetClient(), Store: store, Recorder: broadcaster.NewRecorder("daemonguard-rollout"),
+		Client: mgr.GetClient(), Store: store, Pods: typed.CoreV1(), Recorder: broadcaster.NewRecorder("daemonguard-rollout"),
 		Log: opts.Log.WithName("rollout"), Clock: clock.RealClock{}, Analyzer: analyzer, APIReader: mgr.GetAPIReader(),
 		Marks: marks,
 	}

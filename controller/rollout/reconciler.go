@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,8 +29,13 @@ import (
 // (decide.go, pure, with the planner of controller/rolloutplan) and apply (apply.go, every write
 // and metric).
 type Reconciler struct {
-	Client   client.Client // reads from the cache, writes to the API server
-	Store    Store         // pods and nodes, read from the cache without copies
+	Client client.Client // reads from the cache, writes to the API server
+	Store  Store         // pods and nodes, read from the cache without copies
+	// Pods deletes pods (client-go's typed client); nil deletes through Client. Its Delete
+	// reads the answer's status alone, where controller-runtime's decodes the deleted pod,
+	// encodes it as JSON and decodes that into a map: at 1,000 nodes, a tenth of the
+	// controller's CPU during a rollout.
+	Pods     corev1client.PodsGetter
 	Recorder events.EventRecorder
 	Log      logr.Logger
 	// Clock is a test seam; production uses the real clock.
