@@ -188,6 +188,7 @@ func (m *Memo) StateOf(o Observed) RolloutState {
 				delete(m.nodeAt, e.at)
 			}
 			e.at, m.nodeAt[at] = at, e
+			e.name = n.Name // the same name, in the object's bytes: the next comparison is of pointers
 		}
 		if key := (memoKey{n.UID, n.ResourceVersion}); e.seen == 0 || key != e.key || n.ResourceVersion == "" {
 			state, eligible := plain.node(n)
@@ -280,6 +281,7 @@ func (m *Memo) write(plain plainClassifier, p *corev1.Pod, e *memoPod, deleted m
 			delete(m.podAt, e.at)
 		}
 		e.at, m.podAt[at] = at, e
+		e.name = p.Name // the same name, in the object's bytes: the next comparison is of pointers
 	}
 	if key := (memoKey{p.UID, p.ResourceVersion}); e.seen == 0 || key != e.key || p.ResourceVersion == "" {
 		if e.seen == 0 || key.uid != e.key.uid {
