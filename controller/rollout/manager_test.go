@@ -2,9 +2,11 @@ package rollout
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // Both stores, the informers' index and the cache reader of a namespaced cache, return the same
@@ -64,6 +67,47 @@ func TestStoresReturnTheDaemonSetsPodsAndEveryNode(t *testing.T) {
 			nodes, err := s.Nodes(ctx)
 			if err != nil || len(nodes) != 2 {
 				t.Errorf("Nodes = %d nodes, %v; want 2", len(nodes), err)
+			}
+		})
+	}
+}
+
+// A pod or ControllerRevision event reconciles the DaemonSet that controls it, and nothing else.
+func TestEventsReconcileTheControllingDaemonSet(t *testing.T) {
+	for name, tc := range map[string]struct {
+		refs []metav1.OwnerReference // the object's owner references
+		want []reconcile.Request
+	}{
+		"a DaemonSet's pod reconciles it, in the pod's namespace": {
+			refs: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: "u", Controller: ptr.To(true)}},
+			want: []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "platform", Name: "agent"}}},
+		},
+		"another version of apps reads the same DaemonSet": {
+			refs: []metav1.OwnerReference{{APIVersion: "apps/v1beta2", Kind: "DaemonSet", Name: "agent", UID: "u", Controller: ptr.To(true)}},
+			want: []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "platform", Name: "agent"}}},
+		},
+		"a DaemonSet that owns without controlling is not reconciled": {
+			refs: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: "u"}},
+		},
+		"a ReplicaSet's pod reconciles nothing": {
+			refs: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "u", Controller: ptr.To(true)}},
+		},
+		"a DaemonSet kind of another group reconciles nothing": {
+			refs: []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "DaemonSet", Name: "agent", UID: "u", Controller: ptr.To(true)}},
+		},
+		"a malformed apiVersion reconciles nothing": {
+			refs: []metav1.OwnerReference{{APIVersion: "apps/v1/x", Kind: "DaemonSet", Name: "agent", UID: "u", Controller: ptr.To(true)}},
+		},
+		"an orphan reconciles nothing": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for _, obj := range []client.Object{
+				&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "platform", Name: "agent-x", OwnerReferences: tc.refs}},
+				&appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Namespace: "platform", Name: "agent-1", OwnerReferences: tc.refs}},
+			} {
+				if got := controllingDaemonSet(context.Background(), obj); !reflect.DeepEqual(got, tc.want) {
+					t.Errorf("%T: reconciles %v, want %v", obj, got, tc.want)
+				}
 			}
 		})
 	}
