@@ -3,9 +3,9 @@
 // manager. It takes plain data and the reconcile's one reading of the clock, never a client, in
 // three rooms:
 //   - state.go classifies what a reconcile read (Observed) into the planner's RolloutState
-//     (StateOf), and holds StripPod, the pod cache transform that keeps what StateOf reads;
-//     memo.go remembers its classifications from one reconcile to the next (Memo), so that a
-//     reconcile classifies only what changed;
+//     (StateOf), remembers its classifications from one reconcile to the next (Memo), so that a
+//     reconcile classifies only what changed, and holds StripPod, the pod cache transform that
+//     keeps what StateOf reads;
 //   - plan.go decides which old pods to delete and what to report (Compute, returning a Plan);
 //   - plan_analysis.go, with analysis gates, says which measurements a reconcile must take first
 //     (DueAnalysis) and holds the rollout while each wave is measured and judged; the gates'
