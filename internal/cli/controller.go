@@ -18,7 +18,7 @@ func newControllerCommand() *cobra.Command {
 		Short: "Run the rollout controller for DaemonSets annotated daemonguard.io/rollout: managed",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := restConfig(kubeconfig)
+			cfg, err := componentRESTConfig(kubeconfig)
 			if err != nil {
 				return err
 			}

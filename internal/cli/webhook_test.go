@@ -1,9 +1,18 @@
 package cli
 
 import (
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/daemonguard/daemonguard/webhook"
 )
@@ -57,6 +66,55 @@ func TestEvaluationBoundsFlags(t *testing.T) {
 				t.Errorf("heap limit %d, want %d", b.HeapLimit, tc.wantHeap)
 			case tc.wantErr == "" && b.MaxWaiting != tc.wantWait:
 				t.Errorf("waiting reviews %d, want %d", b.MaxWaiting, tc.wantWait)
+			}
+		})
+	}
+}
+
+// The webhook and the controller ask the API server for uncompressed responses, as the control
+// plane's own components do; the CLI's commands, run from afar, still ask for gzip. Seen on the
+// wire: the Accept-Encoding of a request each makes.
+func TestComponentsAskForUncompressedResponses(t *testing.T) {
+	encodings := make(chan string, 1)
+	// TLS, as every API server: client-go serves a plain-HTTP server with Go's default
+	// transport, which asks for gzip whatever the config says.
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		encodings <- r.Header.Get("Accept-Encoding")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"major":"1","minor":"37","gitVersion":"v1.37.2"}`))
+	}))
+	defer srv.Close()
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(clientcmdapi.Config{
+		Clusters: map[string]*clientcmdapi.Cluster{"c": {Server: srv.URL,
+			CertificateAuthorityData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"u": {}},
+		Contexts:       map[string]*clientcmdapi.Context{"c": {Cluster: "c", AuthInfo: "u"}},
+		CurrentContext: "c",
+	}, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		load     func(string) (*rest.Config, error)
+		wantGzip bool
+	}{
+		"the webhook and the controller": {load: componentRESTConfig},
+		"the CLI":                        {load: restConfig, wantGzip: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := tc.load(kubeconfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			client, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := client.Discovery().ServerVersion(); err != nil {
+				t.Fatal(err)
+			}
+			if got := <-encodings; strings.Contains(got, "gzip") != tc.wantGzip {
+				t.Errorf("Accept-Encoding %q, want gzip asked for: %v", got, tc.wantGzip)
 			}
 		})
 	}
