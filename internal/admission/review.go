@@ -35,11 +35,24 @@ type Lookups struct {
 
 // ReaderLookups read the cluster through a controller-runtime reader, normally the manager's cache.
 // Admission only reads these objects, so the cache's own copies serve (no deep copy per review).
-func ReaderLookups(reader client.Reader) Lookups {
+//
+// A namespace or PriorityClass the cache does not hold is read again through live, normally the
+// manager's API reader, before it counts as absent: the cache trails the API server, and a
+// namespace created a moment before its DaemonSet (one helm install or Argo CD sync) would
+// otherwise read as unmarked, its DaemonSet denied or left without injection. Such reads run
+// inside the webhook's bound on evaluations at once. A nil live trusts the cache alone.
+func ReaderLookups(reader, live client.Reader) Lookups {
+	get := func(ctx context.Context, name string, obj client.Object) error {
+		err := reader.Get(ctx, types.NamespacedName{Name: name}, obj, client.UnsafeDisableDeepCopy)
+		if apierrors.IsNotFound(err) && live != nil {
+			err = live.Get(ctx, types.NamespacedName{Name: name}, obj)
+		}
+		return err
+	}
 	return Lookups{
 		NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
 			var ns corev1.Namespace
-			if err := reader.Get(ctx, types.NamespacedName{Name: name}, &ns, client.UnsafeDisableDeepCopy); err != nil {
+			if err := get(ctx, name, &ns); err != nil {
 				return nil, err
 			}
 			return ns.Labels, nil
@@ -57,7 +70,7 @@ func ReaderLookups(reader client.Reader) Lookups {
 		},
 		PriorityClass: func(ctx context.Context, name string) (int32, error) {
 			var pc schedulingv1.PriorityClass
-			if err := reader.Get(ctx, types.NamespacedName{Name: name}, &pc, client.UnsafeDisableDeepCopy); err != nil {
+			if err := get(ctx, name, &pc); err != nil {
 				return 0, err
 			}
 			return pc.Value, nil

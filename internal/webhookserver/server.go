@@ -168,7 +168,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	// Reviews share one list of the nodes, listed again after the node informer reports a change.
-	lookups := admission.ReaderLookups(reader)
+	lookups := admission.ReaderLookups(reader, mgr.GetAPIReader())
 	nodeSnapshot := admission.NewNodeSnapshot(lookups.Nodes)
 	lookups.Nodes = nodeSnapshot.Nodes
 	nodeInformer, err := reader.GetInformer(ctx, &corev1.Node{}, cache.BlockUntilSynced(false))
