@@ -387,7 +387,7 @@ type Memo struct {
 	spec        *corev1.PodSpec
 	// call counts the calls; an entry's seen is the last call that read its object.
 	call uint64
-	// order are the eligible nodes in rollout order, the Nodes of a state (see keepOrder).
+	// order are the eligible nodes in rollout order, the Nodes of a state (see reorder).
 	order []*memoNode
 	// shared are the Nodes applied returns, changed in place from one applied to the next; nil
 	// after a StateOf.

@@ -162,19 +162,20 @@ func Run(ctx context.Context, opts Options) error {
 	// informers now starts them with the cache, so the first policy reload, which waits for the
 	// cache to sync, waits for them too: a new replica is not Ready while its first review would
 	// still have to list every namespace and node inside the API server's webhook timeout.
+	var nodeInformer cache.Informer
 	for _, obj := range []client.Object{&corev1.Namespace{}, &corev1.Node{}, &schedulingv1.PriorityClass{}} {
-		if _, err := reader.GetInformer(ctx, obj, cache.BlockUntilSynced(false)); err != nil {
+		informer, err := reader.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+		if err != nil {
 			return fmt.Errorf("watch %T: %w", obj, err)
+		}
+		if _, ok := obj.(*corev1.Node); ok {
+			nodeInformer = informer
 		}
 	}
 	// Reviews share one list of the nodes, listed again after the node informer reports a change.
 	lookups := admission.ReaderLookups(reader, mgr.GetAPIReader())
 	nodeSnapshot := admission.NewNodeSnapshot(lookups.Nodes)
 	lookups.Nodes = nodeSnapshot.Nodes
-	nodeInformer, err := reader.GetInformer(ctx, &corev1.Node{}, cache.BlockUntilSynced(false))
-	if err != nil {
-		return fmt.Errorf("watch nodes: %w", err)
-	}
 	if _, err := nodeInformer.AddEventHandler(nodeSnapshot.EventHandler()); err != nil {
 		return fmt.Errorf("watch nodes: %w", err)
 	}
