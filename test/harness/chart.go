@@ -70,9 +70,10 @@ type Component struct {
 	MetricsAddr string
 }
 
-// RunComponent runs the daemonguard binary with the arguments and the ServiceAccount of dep (a
-// Deployment of the chart), overriding only what a host process must (addresses, credentials,
-// and overrides such as --port and --cert-dir), and waits until it is ready. Running with the
+// RunComponent runs the daemonguard binary with the arguments, the environment (ContainerEnv) and
+// the ServiceAccount of dep (a Deployment of the chart), overriding only what a host process must
+// (addresses, credentials, and overrides such as --port and --cert-dir), and waits until it is
+// ready. Running with the
 // chart's ServiceAccount token proves its RBAC is enough. It stops when the test ends.
 func RunComponent(t testing.TB, c *localcluster.Cluster, dep *appsv1.Deployment, overrides ...string) *Component {
 	t.Helper()
@@ -91,6 +92,10 @@ func RunComponentBinary(t testing.TB, c *localcluster.Cluster, bin string, dep *
 	for i, a := range args {
 		args[i] = strings.ReplaceAll(a, "$(POD_NAMESPACE)", dep.Namespace)
 	}
+	env, err := ContainerEnv(ctr, dep.Namespace)
+	if err != nil {
+		t.Fatalf("%s: %v", dep.Name, err)
+	}
 	kubeconfig, err := c.ServiceAccountKubeconfig(context.Background(), dep.Namespace, dep.Spec.Template.Spec.ServiceAccountName)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +109,7 @@ func RunComponentBinary(t testing.TB, c *localcluster.Cluster, bin string, dep *
 			"--metrics-bind-address="+comp.MetricsAddr)
 		full = append(full, overrides...)
 		name := fmt.Sprintf("%s-%d", dep.Name, time.Now().UnixNano())
-		comp.Proc, err = c.StartHostProcess(name, bin, full...)
+		comp.Proc, err = c.StartHostProcessEnv(name, bin, env, full...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -126,9 +126,17 @@ func SetWebhookLogging() logr.Logger {
 	return log
 }
 
+// ChartGC is the garbage collector's settings the chart gives a webhook replica by default: GOGC
+// from webhook.gcPercent and GOMEMLIMIT, in bytes as the downward API gives it, from
+// webhook.resources.requests.memory. daemonguard's server process runs with them, as a replica
+// the chart installs does; the null webhook with Go's defaults. The charts' tests hold them to
+// the chart's values.
+var ChartGC = []string{"GOGC=400", "GOMEMLIMIT=201326592"}
+
 // StartServerProcesses starts the null webhook and daemonguard (as StartServers builds them), each
 // in a child process of its own: this executable started again, which must call
-// ServeChildIfAsked first. They run until Close or until this process exits.
+// ServeChildIfAsked first; daemonguard's with ChartGC. They run until Close or until this process
+// exits.
 func StartServerProcesses(ctx context.Context, opts ServerOptions, cpuProfile string) (*Servers, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -158,6 +166,9 @@ func (s *Servers) startChild(ctx context.Context, exe string, spec childSpec) (*
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), serveEnv+"="+string(specJSON))
+	if spec.Target == Daemonguard {
+		cmd.Env = append(cmd.Env, ChartGC...)
+	}
 	if spec.Options.MaxProcs > 0 {
 		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(spec.Options.MaxProcs))
 	}

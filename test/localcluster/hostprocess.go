@@ -24,7 +24,13 @@ type HostProcess struct {
 
 // StartHostProcess starts bin with args; its output goes to Dir/logs/<name>.log.
 func (c *Cluster) StartHostProcess(name, bin string, args ...string) (*HostProcess, error) {
-	p, err := startProcess(name, bin, args, filepath.Join(c.Dir, "logs"))
+	return c.StartHostProcessEnv(name, bin, nil, args...)
+}
+
+// StartHostProcessEnv is StartHostProcess with env (NAME=value) added to this process's
+// environment, as a container's env is to its image's.
+func (c *Cluster) StartHostProcessEnv(name, bin string, env []string, args ...string) (*HostProcess, error) {
+	p, err := startProcessEnv(name, bin, args, append(os.Environ(), env...), filepath.Join(c.Dir, "logs"))
 	if err != nil {
 		return nil, err
 	}

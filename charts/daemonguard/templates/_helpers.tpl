@@ -156,6 +156,17 @@ env:
     valueFrom:
       fieldRef:
         fieldPath: metadata.namespace
+  {{- if and .values.gcPercent (dig "requests" "memory" "" (.values.resources | default dict)) }}
+  {{- /* The GC may let garbage grow to gcPercent of the live heap (GOGC), but no further than
+  the container's memory request (GOMEMLIMIT, bytes from the downward API): fewer collections
+  where the request leaves room, and a heap that stays within what the node reserved. */}}
+  - name: GOGC
+    value: {{ .values.gcPercent | quote }}
+  - name: GOMEMLIMIT
+    valueFrom:
+      resourceFieldRef:
+        resource: requests.memory
+  {{- end }}
 ports:
   {{- if .webhookPort }}
   - name: webhook
