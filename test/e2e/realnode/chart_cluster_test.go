@@ -14,9 +14,9 @@ import (
 // TestChartOnRealNode is the README's Install section on a real node, TLS self-managed (the
 // default): the chart pulled from an OCI registry with the image pinned by digest, in a namespace
 // that enforces the restricted Pod Security level. Then, on that one install, what users meet:
-// the seed DaemonSet, a denial, the containers as the kernel runs them, a managed rollout of real
-// containers, one gated on what a real container reports to a real Prometheus, faults, a helm
-// upgrade of daemonguard itself under write load, and the uninstall.
+// the seed DaemonSet, a denial, the containers as the kernel runs them, the webhook's GC settings,
+// a managed rollout of real containers, one gated on what a real container reports to a real
+// Prometheus, faults, a helm upgrade of daemonguard itself under write load, and the uninstall.
 func TestChartOnRealNode(t *testing.T) {
 	needRealNode(t)
 	a := getArtifacts(t)
@@ -43,6 +43,9 @@ func TestChartOnRealNode(t *testing.T) {
 	})
 	t.Run("the containers run as 65532 without capabilities on a read-only root", func(t *testing.T) {
 		checkSecurity(t, append(webhooks, controllers...))
+	})
+	t.Run("the webhook's GC is held within its memory request", func(t *testing.T) {
+		checkGC(t, webhooks, controllers)
 	})
 	t.Run("a managed rollout of real containers", func(t *testing.T) {
 		testManagedRollout(t, a)

@@ -16,7 +16,8 @@ type containerProc struct {
 	pid          int
 	status       map[string]string // /proc/PID/status, value after the tab
 	cmdline      []string
-	rootOptions  string // mount options of the container's /
+	environ      map[string]string // /proc/PID/environ: what the process started with
+	rootOptions  string            // mount options of the container's /
 	rootReadOnly bool
 }
 
@@ -54,6 +55,16 @@ func containerProcess(containerID string) (*containerProc, error) {
 			return nil, err
 		}
 		p.cmdline = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		environ, err := os.ReadFile(filepath.Join(dir, "environ"))
+		if err != nil {
+			return nil, err
+		}
+		p.environ = map[string]string{}
+		for _, kv := range strings.Split(strings.TrimRight(string(environ), "\x00"), "\x00") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				p.environ[k] = v
+			}
+		}
 		if p.rootOptions, err = rootMountOptions(filepath.Join(dir, "mountinfo")); err != nil {
 			return nil, fmt.Errorf("pid %d: %w", p.pid, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -307,6 +308,34 @@ func checkSecurity(t *testing.T, pods []corev1.Pod) {
 				p.Name, cs.Name, proc.pid, strings.Join(proc.cmdline[:min(2, len(proc.cmdline))], " "), strings.Fields(proc.status["Uid"])[0],
 				proc.status["CapEff"], proc.status["NoNewPrivs"], proc.status["Seccomp"], proc.rootOptions)
 		}
+	}
+}
+
+// checkGC checks what the kubelet gave each container's Go runtime: the webhook the chart's GOGC
+// and its memory request as GOMEMLIMIT (through the downward API, in bytes), the controller Go's
+// defaults.
+func checkGC(t *testing.T, webhooks, controllers []corev1.Pod) {
+	t.Helper()
+	check := func(p corev1.Pod, want map[string]string) {
+		for _, cs := range p.Status.ContainerStatuses {
+			proc, err := containerProcess(cs.ContainerID)
+			if err != nil {
+				t.Errorf("pod %s: %v", p.Name, err)
+				continue
+			}
+			for name, value := range want {
+				if got := proc.environ[name]; got != value {
+					t.Errorf("pod %s container %s (host pid %d): %s=%q, want %q", p.Name, cs.Name, proc.pid, name, got, value)
+				}
+			}
+		}
+	}
+	for _, p := range webhooks {
+		request := p.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory]
+		check(p, map[string]string{"GOGC": "400", "GOMEMLIMIT": strconv.FormatInt(request.Value(), 10)})
+	}
+	for _, p := range controllers {
+		check(p, map[string]string{"GOGC": "", "GOMEMLIMIT": ""})
 	}
 }
 
