@@ -72,8 +72,9 @@ const reportInterval = time.Second
 // the DaemonSet controller creates it within moments of observing a new generation.
 const revisionPending = time.Second
 
-// decide turns the facts of one reconcile into its writes: it classifies the nodes and pods
-// (rolloutplan.StateOf, through the memo), plans (rolloutplan.Compute) and decides what of the plan to report now.
+// decide turns the facts of one reconcile into its writes: it classifies the nodes and pods and
+// plans on them through the memo (Memo.Compute: rolloutplan.StateOf, then rolloutplan.Compute)
+// and decides what of the plan to report now.
 //
 // Invariants:
 //   - Settings that do not parse set the Failed condition (InvalidSettings, with a message that
@@ -110,8 +111,7 @@ func decide(f Facts) Decision {
 	if f.TargetRevision == "" {
 		return Decision{RequeueAfter: revisionPending}
 	}
-	in := f.Memo.StateOf(f.Observed)
-	plan := rolloutplan.Compute(in)
+	plan := f.Memo.Compute(f.Observed)
 	d := Decision{Plan: &plan, Measured: measuredGates(plan.Status.Analysis, f.Now)}
 	// The planner rolls back only to a revision among f.Revisions, so the lookup finds it.
 	if cr := rolloutapi.RevisionWithHash(f.DaemonSet, f.Revisions, plan.RollbackTo); plan.RollbackTo != "" && cr != nil {
@@ -139,7 +139,7 @@ func decide(f Facts) Decision {
 		d.Event = &plan.Event
 	}
 	d.RequeueAfter = plan.RequeueAfter
-	if minReady := time.Duration(in.MinReadySeconds) * time.Second; plan.Phase == rolloutapi.PhaseProgressing && minReady > 0 &&
+	if minReady := time.Duration(f.DaemonSet.Spec.MinReadySeconds) * time.Second; plan.Phase == rolloutapi.PhaseProgressing && minReady > 0 &&
 		(d.RequeueAfter == 0 || minReady < d.RequeueAfter) {
 		// A new pod becomes available MinReadySeconds after it is Ready, with no event to say so.
 		d.RequeueAfter = minReady

@@ -162,7 +162,7 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	// Measured here, with the reconcile's context, so that decide stays pure: the planner asks
 	// from the same state what Compute will judge.
 	if len(f.Settings.Gates) > 0 {
-		if req := rolloutplan.DueAnalysis(f.Memo.StateOf(f.Observed)); req != nil {
+		if req := f.Memo.DueAnalysis(f.Observed); req != nil {
 			marked := r.Marks != nil && r.Marks.Marked(ctx, ds.Namespace)
 			a := r.analyzer()
 			f.Measurements = a.Measure(ctx, *req, a.Scope(ds.Namespace, marked))

@@ -139,10 +139,10 @@ func forecast(in ForecastInput, seams forecastSeams) (Timeline, error) {
 				return out, err
 			}
 		}
-		if req := DueAnalysis(state); req != nil {
+		if req := dueAnalysis(state, &sim.scratch); req != nil {
 			state.Measurements = passingMeasurements(settings.Gates, req)
 		}
-		plan := Compute(state)
+		plan := compute(state, &sim.scratch)
 		if out.Waves == nil {
 			for _, g := range settings.Gates {
 				out.Gates = append(out.Gates, GateSummary{Name: g.Name, Query: g.Query, Interval: g.Interval, Count: g.Count, Baseline: g.Baseline})
@@ -244,6 +244,7 @@ type forecastSim struct {
 	start    time.Time
 	minReady time.Duration
 	memo     Memo
+	scratch  scratch        // the planner's memory, reused from run to run
 	rv       int            // the last resourceVersion given
 	nodes    []*corev1.Node // every node; the memo and StateOf put them in rollout order
 	// removed are the live pods the planner deleted; they are gone at once.

@@ -36,6 +36,9 @@ func BenchmarkReconcileState(b *testing.B) {
 	for _, tc := range []struct {
 		name    string
 		stateOf func(*Memo, Observed) RolloutState
+		// plan, when set instead of stateOf, plans as the controller does: on the memo's
+		// Nodes, lent (Memo.Compute).
+		plan    bool
 		deleted int // pods of Observed.Deleted, taken past the window
 	}{
 		{name: "StateOf", stateOf: func(_ *Memo, o Observed) RolloutState { return StateOf(o) }},
@@ -44,6 +47,9 @@ func BenchmarkReconcileState(b *testing.B) {
 		// The reconcile's whole decision: the memo's state, then the plan on it.
 		{name: "Memo+Compute", stateOf: memoCompute},
 		{name: fmt.Sprintf("Memo+Compute,deleted=%d", deletedPods), stateOf: memoCompute, deleted: deletedPods},
+		// The same decision as the controller makes it: the plan on the memo's Nodes, lent.
+		{name: "Memo.Compute", plan: true},
+		{name: fmt.Sprintf("Memo.Compute,deleted=%d", deletedPods), plan: true, deleted: deletedPods},
 	} {
 		b.Run(fmt.Sprintf("nodes=%d/%s", nodes, tc.name), func(b *testing.B) {
 			in := forecastInput(nodes, "")
@@ -66,7 +72,13 @@ func BenchmarkReconcileState(b *testing.B) {
 				}
 			}
 			var m Memo
-			tc.stateOf(&m, o)
+			covered := func() int {
+				if tc.plan {
+					return m.Compute(o).Desired
+				}
+				return len(tc.stateOf(&m, o).Nodes)
+			}
+			covered()
 			for b.Loop() {
 				for range changed {
 					rv++
@@ -77,8 +89,8 @@ func BenchmarkReconcileState(b *testing.B) {
 					c.Status = map[corev1.ConditionStatus]corev1.ConditionStatus{corev1.ConditionTrue: corev1.ConditionFalse, corev1.ConditionFalse: corev1.ConditionTrue}[c.Status]
 					o.Pods[i] = p
 				}
-				if st := tc.stateOf(&m, o); len(st.Nodes) != nodes {
-					b.Fatalf("%d nodes, want %d", len(st.Nodes), nodes)
+				if n := covered(); n != nodes {
+					b.Fatalf("%d nodes, want %d", n, nodes)
 				}
 			}
 		})

@@ -1,6 +1,7 @@
 package rolloutplan
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -427,6 +428,128 @@ func names(st RolloutState) []string {
 	var out []string
 	for _, n := range st.Nodes {
 		out = append(out, fmt.Sprintf("%s/%v/%s", n.Domain, n.ControlPlane, n.Name))
+	}
+	return out
+}
+
+// TestMemoComputeIsCompute holds Compute and DueAnalysis of a memo, which plan on the memo's own
+// Nodes, to the same on a copy: over random sequences of pod, node, template and topology-key
+// changes, a memo called through StateOf, Compute and DueAnalysis in random turns answers what
+// the planner answers on the state of a second memo called through StateOf alone (the same
+// calls, so the same order of each node's pods), a status fed back from plan to plan as the
+// controller does; and no plan, request or state it returned changes with the calls after it.
+func TestMemoComputeIsCompute(t *testing.T) {
+	settings, err := rolloutapi.ParseSettings(map[string]string{rolloutapi.AnnotationMaxUnavailable: "2",
+		rolloutapi.AnnotationAnalysis: `- {name: errors, query: 'x{node=~"{{ nodes }}"}', max: 0.1, interval: 20s, count: 2}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for seed := range uint64(40) {
+		c := newMemoCluster(seed, 16)
+		var lent, copied Memo
+		var status rolloutapi.Status
+		type kept struct {
+			what      string
+			got, want any
+		}
+		var earlier []kept
+		// Half the rounds change nothing but what the plans deleted, so that waves settle and
+		// their analysis falls due.
+		change := func(now time.Time) string {
+			if c.rng.IntN(2) == 0 {
+				return "nothing"
+			}
+			return c.changeNodes(now)
+		}
+		c.steps(80, 2, 10*time.Second, change, func(step int, done []string, o Observed) {
+			o.Settings, o.Status = settings, status
+			o.Settings.TopologyKey = c.topo
+			at := fmt.Sprintf("seed %d, step %d, after %v", seed, step, done)
+			want := copied.StateOf(o)
+			switch c.rng.IntN(3) {
+			case 0:
+				got := lent.StateOf(o)
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("%s: StateOf differs:\n got %+v\nwant %+v", at, got, want)
+				}
+				calls["StateOf"]++
+				earlier = append(earlier, kept{"state", got, deepCopyState(got)})
+			case 1:
+				got, wantReq := lent.DueAnalysis(o), DueAnalysis(want)
+				if !reflect.DeepEqual(got, wantReq) {
+					t.Fatalf("%s: DueAnalysis differs:\n got %+v\nwant %+v", at, got, wantReq)
+				}
+				if got != nil {
+					calls["DueAnalysis due"]++
+					earlier = append(earlier, kept{"request", got, deepCopyJSON(t, got)})
+				}
+				calls["DueAnalysis"]++
+			}
+			// Every step plans, as every reconcile does, after StateOf or DueAnalysis or alone.
+			got, wantPlan := lent.Compute(o), Compute(want)
+			if !reflect.DeepEqual(got, wantPlan) {
+				t.Fatalf("%s: Compute differs:\n got %+v\nwant %+v", at, got, wantPlan)
+			}
+			calls["Compute"]++
+			if len(got.Delete) > 0 {
+				calls["Compute deleting"]++
+			}
+			earlier = append(earlier, kept{"plan", got, deepCopyJSON(t, got)})
+			status = got.Status
+			c.replace(got.Delete, o.Now)
+			// The last few: a result that later calls change changes in the next call or two.
+			earlier = earlier[max(0, len(earlier)-8):]
+			for _, k := range earlier {
+				if !reflect.DeepEqual(k.got, k.want) {
+					t.Fatalf("%s: a %s returned earlier changed since:\n now %+v\n was %+v", at, k.what, k.got, k.want)
+				}
+			}
+			checkMemoSize(t, &lent, o, at)
+		})
+	}
+	for _, what := range []string{"StateOf", "DueAnalysis", "DueAnalysis due", "Compute deleting"} {
+		if calls[what] < 20 {
+			t.Errorf("%d calls of %s: the test does not test it (%v)", calls[what], what, calls)
+		}
+	}
+}
+
+// replace deletes the pods of refs and creates their replacements, at the new revision and Ready
+// since now, as the DaemonSet controller and kubelets would.
+func (c *memoCluster) replace(refs []PodRef, now time.Time) {
+	for _, ref := range refs {
+		i := slices.IndexFunc(c.pods, func(p *corev1.Pod) bool { return string(p.UID) == ref.UID })
+		if i < 0 {
+			continue
+		}
+		c.pods = slices.Delete(c.pods, i, i+1)
+		c.addPod(ref.Node)
+		p := c.pods[len(c.pods)-1]
+		p.Labels[revisionLabel] = newRev
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now)}}
+	}
+}
+
+// deepCopyState is st with Nodes and every node's Pods in new arrays.
+func deepCopyState(st RolloutState) RolloutState {
+	st.Nodes = slices.Clone(st.Nodes)
+	for i := range st.Nodes {
+		st.Nodes[i].Pods = slices.Clone(st.Nodes[i].Pods)
+	}
+	return st
+}
+
+// deepCopyJSON is a copy of v (a plan, a request) that shares no memory with it.
+func deepCopyJSON[T any](t *testing.T, v T) T {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out T
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -59,14 +59,15 @@ type Event struct {
 // an unreachable one: reported and left out, instead of holding the budget forever.
 const stuckTerminatingAfter = 5 * time.Minute
 
-// nodeView classifies one reachable node against the target revision.
+// nodeView classifies one reachable node against the target revision. A plan builds one per
+// node: its fields hold pointers into the state rather than copies (newPod.Failure is the new
+// pod's failure), and the flags come last, so that a view takes 48 bytes.
 type nodeView struct {
 	node        *NodeState
 	newPod      *PodState // non-terminating pod at the target revision
 	oldPods     []*PodState
 	available   bool // some non-terminating pod is available
 	newAvail    bool
-	newFailure  string
 	terminating bool // a pod of the node is terminating
 }
 
@@ -89,7 +90,20 @@ type nodeView struct {
 //     terminating) count neither as desired nor as unavailable (see newPlanner).
 //   - At most budget nodes are unavailable after the plan, unless more were before (see replace).
 func Compute(in RolloutState) Plan {
-	p := newPlanner(in)
+	return compute(in, nil)
+}
+
+// scratch is memory a caller lends the planner from one plan to the next (a Memo's, a
+// forecast's): the node views and their old pods, which every plan builds anew for each node.
+// A plan, and a request of DueAnalysis, never point into it; nil allocates them afresh.
+type scratch struct {
+	views []nodeView
+	old   []*PodState
+}
+
+// compute is Compute with the scratch memory s.
+func compute(in RolloutState, s *scratch) Plan {
+	p := newPlanner(in, s)
 	if p.plan.Updated == p.plan.Desired && !p.awaitingAnalysis() {
 		return p.complete()
 	}
@@ -135,7 +149,7 @@ type planner struct {
 //     at most once against the budget whatever pods it holds.
 //   - Progress moves to Now whenever Updated grows: the progress deadline runs from the last
 //     growth, so a long step that keeps moving never times out.
-func newPlanner(in RolloutState) *planner {
+func newPlanner(in RolloutState, s *scratch) *planner {
 	p := &planner{in: in, status: in.Status}
 	restarted := p.status.Revision != in.TargetRevision
 	if restarted {
@@ -155,7 +169,7 @@ func newPlanner(in RolloutState) *planner {
 		// before bakes existed; a bake added later runs from the next completed plan.
 		p.status.CompletedAt = time.Time{}
 	}
-	p.views, p.plan.Skipped = p.classifyNodes()
+	p.views, p.plan.Skipped = p.classifyNodes(s)
 	if restarted && p.status.Analysis != nil && p.oldRevision() == "" {
 		// A first revision replaces nothing: its pods are not a wave, as Argo Rollouts and
 		// Flagger skip the analysis of an initial deployment.
@@ -173,8 +187,8 @@ func newPlanner(in RolloutState) *planner {
 		if v.newPod != nil || len(v.oldPods) == 0 {
 			p.touched++
 		}
-		if v.newPod != nil && v.newFailure != "" {
-			p.plan.Failures = append(p.plan.Failures, v.node.Name+": "+v.newFailure)
+		if v.newPod != nil && v.newPod.Failure != "" {
+			p.plan.Failures = append(p.plan.Failures, v.node.Name+": "+v.newPod.Failure)
 		}
 	}
 	if p.status.Progress.IsZero() || p.plan.Updated > p.status.ProgressUpdated {
@@ -186,19 +200,21 @@ func newPlanner(in RolloutState) *planner {
 
 // classifyNodes is the reachable nodes not stuck terminating, in rollout order, and the nodes
 // left out with why, sorted (Nodes may come in any order, though StateOf's come in rollout order;
-// the report does not).
-func (p *planner) classifyNodes() ([]nodeView, []string) {
+// the report does not). It builds them in s, when given.
+func (p *planner) classifyNodes(s *scratch) ([]nodeView, []string) {
 	minReady := time.Duration(p.in.MinReadySeconds) * time.Second
 	available := func(pod *PodState) bool {
 		return pod.Ready && !pod.Terminating && !p.in.Now.Before(pod.ReadySince.Add(minReady))
 	}
-	views := make([]nodeView, 0, len(p.in.Nodes))
+	if s == nil {
+		s = &scratch{}
+	}
 	pods := 0
 	for i := range p.in.Nodes {
 		pods += len(p.in.Nodes[i].Pods)
 	}
 	// Every node's old pods are a window of one array, not an array each.
-	old := make([]*PodState, 0, pods)
+	views, old := reuse(s.views, len(p.in.Nodes)), reuse(s.old, pods)
 	var skipped []string
 	for i := range p.in.Nodes {
 		n := &p.in.Nodes[i]
@@ -225,7 +241,6 @@ func (p *planner) classifyNodes() ([]nodeView, []string) {
 			if pod.Revision == p.in.TargetRevision {
 				v.newPod = pod
 				v.newAvail = available(pod)
-				v.newFailure = pod.Failure
 			} else {
 				old = append(old, pod)
 			}
@@ -246,7 +261,16 @@ func (p *planner) classifyNodes() ([]nodeView, []string) {
 		slices.SortFunc(views, compare)
 	}
 	sort.Strings(skipped)
+	s.views, s.old = views, old
 	return views, skipped
+}
+
+// reuse is buf emptied, with room for n elements: a new array when buf's is too small.
+func reuse[T any](buf []T, n int) []T {
+	if cap(buf) < n {
+		return make([]T, 0, n)
+	}
+	return buf[:0]
 }
 
 // complete ends a rollout whose every reachable node runs an available pod of the target
@@ -437,29 +461,31 @@ func (p *planner) deadlinePassed() (Plan, bool) {
 func (p *planner) replace() Plan {
 	s := p.in.Settings
 	unavailable := p.plan.Unavailable
-	var candidates []*nodeView // into p.views, not copies: a forecast plans about twice per node
 	domain := currentDomain(p.views, s.TopologyKey != "")
+	// Old pods that are unavailable first, then the candidates (available old pods in the
+	// current domain) in rollout order: two passes over p.views rather than a slice of the
+	// candidates, which early in a rollout are nearly every node (a forecast plans about twice
+	// per node, a reconcile on every pod event).
 	for i := range p.views {
-		v := &p.views[i]
-		if len(v.oldPods) == 0 || v.newPod != nil {
-			continue
-		}
-		if !v.available {
+		if v := &p.views[i]; len(v.oldPods) > 0 && v.newPod == nil && !v.available {
 			p.deleteOld(v)
-			continue
-		}
-		if s.TopologyKey == "" || v.node.Domain == domain {
-			candidates = append(candidates, v)
 		}
 	}
 	target := s.Steps[p.status.Step.Index].Target(p.plan.Desired)
 	const nextShown = 5
 	var next []string
-	for _, v := range candidates {
+	for i := range p.views {
+		v := &p.views[i]
+		if len(v.oldPods) == 0 || v.newPod != nil || !v.available || (s.TopologyKey != "" && v.node.Domain != domain) {
+			continue
+		}
 		if unavailable >= p.plan.Budget || p.touched >= target {
-			if len(next) < nextShown {
-				next = append(next, v.node.Name)
+			// Neither count grows past here, so every candidate left waits: once five are
+			// named, the rest change nothing.
+			if len(next) == nextShown {
+				break
 			}
+			next = append(next, v.node.Name)
 			continue
 		}
 		p.deleteOld(v)

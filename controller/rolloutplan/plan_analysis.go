@@ -19,10 +19,15 @@ const maxBaselineNodes = 20
 // It decides from the same state, with the same planner, as Compute: the wave, the baseline and
 // which gates are due are Compute's.
 func DueAnalysis(in RolloutState) *rolloutanalysis.Request {
+	return dueAnalysis(in, nil)
+}
+
+// dueAnalysis is DueAnalysis with the scratch memory s (see compute).
+func dueAnalysis(in RolloutState, s *scratch) *rolloutanalysis.Request {
 	if len(in.Settings.Gates) == 0 {
 		return nil // no gate is ever due; the planner would classify every node to say so
 	}
-	p := newPlanner(in)
+	p := newPlanner(in, s)
 	if p.status.FailedRevision == in.TargetRevision {
 		return nil
 	}
