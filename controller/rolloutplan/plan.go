@@ -587,16 +587,25 @@ func orderReason(topologyKey, domain string) string {
 	return "workers before control-plane nodes, then by name"
 }
 
+// nodesOf names the nodes of refs, each once, in the order of refs.
+//
+// Assumptions:
+//   - The refs of one node are next to each other: deleteOld plans every old pod of a node at
+//     once, and replace calls it at most once per node (an unavailable node in its first pass,
+//     an available one in its second). So a node is named when it differs from the ref before,
+//     without a set of the names seen: a wave of 500 nodes built a 500-entry map per reconcile.
 func nodesOf(refs []PodRef) string {
-	seen := map[string]bool{}
-	var names []string
-	for _, r := range refs {
-		if !seen[r.Node] {
-			seen[r.Node] = true
-			names = append(names, r.Node)
+	var b strings.Builder
+	for i, r := range refs {
+		if i > 0 && r.Node == refs[i-1].Node {
+			continue
 		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(r.Node)
 	}
-	return strings.Join(names, ", ")
+	return b.String()
 }
 
 // deadlineCause says that the progress deadline passed, and how long it is.
