@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +15,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/daemonguard/daemonguard/internal/admission"
 )
@@ -457,5 +461,85 @@ func TestAnAnswerDoesNotGrowWithTheRequest(t *testing.T) {
 		if n := len(resp.Result.Message); n > admission.MaxAnswerMessage+64 {
 			t.Errorf("%s: a %d-byte message, want at most %d and a little", path, n, admission.MaxAnswerMessage)
 		}
+	}
+}
+
+// missingReader is a reader that holds nothing, as the cache holds no namespace that does not
+// exist.
+type missingReader struct{ client.Reader }
+
+func (missingReader) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	return apierrors.NewNotFound(corev1.Resource("namespaces"), key.Name)
+}
+
+// liveReader plays the API server behind the cache: each Get counts, says so on entered, blocks
+// until release is closed or its review ends, and finds nothing.
+type liveReader struct {
+	client.Reader
+	entered, release chan struct{}
+	calls, in, most  atomic.Int64
+}
+
+func (l *liveReader) Get(ctx context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	l.calls.Add(1)
+	n := l.in.Add(1)
+	defer l.in.Add(-1)
+	for m := l.most.Load(); n > m && !l.most.CompareAndSwap(m, n); m = l.most.Load() {
+	}
+	l.entered <- struct{}{}
+	select {
+	case <-l.release:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	return apierrors.NewNotFound(corev1.Resource("namespaces"), key.Name)
+}
+
+// A flood of reviews naming namespaces that exist nowhere, which only a client on the pod
+// network sends (the API server's NamespaceLifecycle refuses such writes before any webhook):
+// the cache misses every one, and each is read again from the API server, but only inside the
+// bound on evaluations at once. The API server sees at most MaxConcurrent reads at a time and
+// MaxConcurrent+MaxWaiting in all; every other review is answered by the failure mode at once.
+func TestNamespacesTheCacheMissesAreReadLiveWithinTheBound(t *testing.T) {
+	const flood, limit, waiting = 64, 4, 4
+	live := &liveReader{entered: make(chan struct{}, flood), release: make(chan struct{})}
+	lookups := admission.ReaderLookups(missingReader{}, live)
+	builtin := testHandlers(t).Lookups
+	lookups.Nodes, lookups.PriorityClass = builtin.Nodes, builtin.PriorityClass
+	h := &Handlers{Engine: testHandlers(t).Engine, FailureMode: admission.FailClosed, Lookups: lookups,
+		Bounds: Bounds{Timeout: time.Minute, MaxConcurrent: limit, MaxWaiting: waiting}, Log: logr.Discard()}
+	validate := h.Endpoints()[ValidateDaemonSetPath]
+	before := testutil.ToFloat64(rejectedTotal.WithLabelValues(rejectedConcurrency))
+	answers := make(chan *admissionv1.AdmissionResponse, flood)
+	for i := range flood {
+		body := strings.Replace(string(validateBody), `"namespace":"default"`, fmt.Sprintf(`"namespace":"ghost-%d"`, i), 1)
+		go func() {
+			_, resp := serve(validate, []byte(body))
+			answers <- resp
+		}()
+	}
+	// Those beyond the evaluations and the queue are answered while the reads hang.
+	for range flood - limit - waiting {
+		if resp := within(t, answers, "a review beyond the bound answered"); resp == nil || resp.Allowed || !strings.Contains(message(resp), "--max-concurrent-evaluations") {
+			t.Fatalf("a review beyond the bound: %+v, want denied naming the limit", resp)
+		}
+	}
+	if got := testutil.ToFloat64(rejectedTotal.WithLabelValues(rejectedConcurrency)); got != before+flood-limit-waiting {
+		t.Errorf("rejected{concurrency} = %v, want %v", got, before+flood-limit-waiting)
+	}
+	for range limit {
+		within(t, live.entered, "a namespace read at the API server")
+	}
+	if got := live.in.Load(); got != limit {
+		t.Errorf("%d namespace reads in flight at the API server, want %d", got, limit)
+	}
+	close(live.release)
+	for range limit + waiting {
+		if resp := within(t, answers, "an evaluated review answered"); resp == nil {
+			t.Fatal("an evaluated review got no AdmissionResponse")
+		}
+	}
+	if most, calls := live.most.Load(), live.calls.Load(); most > limit || calls > limit+waiting {
+		t.Errorf("the API server saw %d namespace reads, at most %d at once; want at most %d, %d at once", calls, most, limit+waiting, limit)
 	}
 }
