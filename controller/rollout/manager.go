@@ -132,6 +132,11 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &appsv1.ControllerRevision{}, revisionControllerIndex, func(o client.Object) []string {
+		return controllerUIDs(o)
+	}); err != nil {
+		return fmt.Errorf("index controller revisions by controller: %w", err)
+	}
 	marks, err := newNamespaceMarks(ctx, mgr.GetCache(), opts.Log.WithName("namespaces"))
 	if err != nil {
 		return err
@@ -145,7 +150,7 @@ func Run(ctx context.Context, opts Options) error {
 	r := &Reconciler{
 		Client: mgr.GetClient(), Store: store, Pods: typed.CoreV1(), Recorder: broadcaster.NewRecorder("daemonguard-rollout"),
 		Log: opts.Log.WithName("rollout"), Clock: clock.RealClock{}, Analyzer: analyzer, APIReader: mgr.GetAPIReader(),
-		Marks: marks,
+		Marks: marks, RevisionsIndexed: true,
 	}
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		ds, ok := o.(*appsv1.DaemonSet)
@@ -269,6 +274,10 @@ func (m namespaceMarks) Marked(ctx context.Context, namespace string) bool {
 // controllerUIDIndex indexes pods by the UID of their controller.
 const controllerUIDIndex = "daemonguard.io/controller-uid"
 
+// revisionControllerIndex is the cache's field index of ControllerRevisions by the UID of their
+// controller (Reconciler.RevisionsIndexed).
+const revisionControllerIndex = ".metadata.controller.uid"
+
 // informerStore is the Store of the manager's informers: the pod informer's index by controller
 // and the node informer's store, read in place.
 type informerStore struct {
@@ -308,11 +317,18 @@ func newStore(ctx context.Context, c cache.Cache) (Store, error) {
 
 func controllerUID(obj any) ([]string, error) {
 	if o, ok := obj.(metav1.Object); ok {
-		if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
-			return []string{string(ref.UID)}, nil
-		}
+		return controllerUIDs(o), nil
 	}
 	return nil, nil
+}
+
+// controllerUIDs is the UID of obj's controller, as the indexes by controller file it: none
+// without a controller.
+func controllerUIDs(obj metav1.Object) []string {
+	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
+		return []string{string(ref.UID)}
+	}
+	return nil
 }
 
 func (s *informerStore) PodsOf(_ context.Context, _ string, uid types.UID) ([]*corev1.Pod, error) {

@@ -46,6 +46,11 @@ type Reconciler struct {
 	// APIReader reads from the API server, past the cache: the cache strips ControllerRevisions'
 	// data, which a rollback puts back. Nil reads through Client.
 	APIReader client.Reader
+	// RevisionsIndexed says that Client's cache indexes ControllerRevisions by their controller's
+	// UID (revisionControllerIndex, which Run registers): a reconcile then lists its DaemonSet's
+	// revisions alone, where a namespace of many DaemonSets holds up to eleven of each. False
+	// lists the namespace's revisions (a client without the index).
+	RevisionsIndexed bool
 	// Marks tells the namespaces an administrator marked for node agents, whose gates read what
 	// their queries name; every other gate reads its own namespace's series only. Nil counts
 	// every namespace as unmarked.
@@ -186,12 +191,17 @@ func (r *Reconciler) analyzer() Analyzer {
 	return r.Analyzer
 }
 
-// revisions are the ControllerRevisions of ds's namespace, shared with the cache (their data
-// stripped): the current template's revision is the newest of ds's, and a rollback looks up the
-// one it puts back.
+// revisions are the ControllerRevisions ds controls, shared with the cache (their data stripped):
+// the current template's revision is the newest of ds's, and a rollback looks up the one it puts
+// back. They are listed by the cache's index of controllers when it has one (RevisionsIndexed),
+// else from the namespace's; either way only those ds controls are kept.
 func (r *Reconciler) revisions(ctx context.Context, ds *appsv1.DaemonSet) ([]*appsv1.ControllerRevision, error) {
 	var list appsv1.ControllerRevisionList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ds.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+	opts := []client.ListOption{client.InNamespace(ds.Namespace), client.UnsafeDisableDeepCopy}
+	if r.RevisionsIndexed {
+		opts = append(opts, client.MatchingFields{revisionControllerIndex: string(ds.UID)})
+	}
+	if err := r.Client.List(ctx, &list, opts...); err != nil {
 		return nil, fmt.Errorf("list controller revisions: %w", err)
 	}
 	revs := make([]*appsv1.ControllerRevision, 0, len(list.Items))
