@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,6 +115,7 @@ func (r *Reconciler) deletePods(ctx context.Context, log logr.Logger, ds *appsv1
 		return nil
 	}
 	errs := make([]error, len(refs))
+	gone := make([]bool, len(refs)) // deleted now, or already
 	slots := make(chan struct{}, maxParallelDeletes)
 	var wg sync.WaitGroup
 	for i, d := range refs {
@@ -125,16 +128,12 @@ func (r *Reconciler) deletePods(ctx context.Context, log logr.Logger, ds *appsv1
 				errs[i] = fmt.Errorf("delete pod %s on %s: %w", d.Name, d.Node, err)
 				return
 			}
-			r.mu.Lock()
-			if r.deleted == nil {
-				r.deleted = map[types.UID]time.Time{}
-			}
-			r.deleted[uid] = now
-			r.mu.Unlock()
+			gone[i] = true
 			log.Info("Deleted old pod", "pod", d.Name, "node", d.Node)
 		})
 	}
 	wg.Wait()
+	r.remember(refs, gone, now)
 	failed := 0
 	for _, err := range errs {
 		if err != nil {
@@ -156,16 +155,46 @@ func (r *Reconciler) deletePod(ctx context.Context, namespace, name string, uid 
 	return r.Client.Delete(ctx, pod, client.Preconditions{UID: &uid})
 }
 
-// forgetSettled drops deletions older than the cache could plausibly lag.
+// remember records the pods of refs that are gone as deleted at now, in a new map (see
+// Reconciler.deleted).
+func (r *Reconciler) remember(refs []rolloutplan.PodRef, gone []bool, now time.Time) {
+	if !slices.Contains(gone, true) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := make(map[types.UID]time.Time, len(r.deleted)+len(refs))
+	maps.Copy(next, r.deleted)
+	for i, d := range refs {
+		if gone[i] {
+			next[types.UID(d.UID)] = now
+		}
+	}
+	r.deleted = next
+}
+
+// forgetSettled drops deletions older than the cache could plausibly lag, in a new map (see
+// Reconciler.deleted) when there are any.
 func (r *Reconciler) forgetSettled(now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cutoff := now.Add(-time.Minute)
-	for uid, at := range r.deleted {
+	settled := 0
+	for _, at := range r.deleted {
 		if at.Before(cutoff) {
-			delete(r.deleted, uid)
+			settled++
 		}
 	}
+	if settled == 0 {
+		return
+	}
+	next := make(map[types.UID]time.Time, len(r.deleted)-settled)
+	for uid, at := range r.deleted {
+		if !at.Before(cutoff) {
+			next[uid] = at
+		}
+	}
+	r.deleted = next
 }
 
 // rollBack puts back the template of rb's revision, as `daemonguard rollout undo` does: a

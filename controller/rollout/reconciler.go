@@ -3,7 +3,6 @@ package rollout
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -58,7 +57,11 @@ type Reconciler struct {
 
 	// deleted remembers pods this process deleted until the cache shows them terminating or
 	// gone, so a lagging cache never makes the planner spend the same budget twice. After a
-	// restart it is empty, and the cache, freshly listed, has no lag to cover.
+	// restart it is empty, and the cache, freshly listed, has no lag to cover. A map once set
+	// here is never changed (remember and forgetSettled set a new one), so each reconcile's
+	// Facts share it without a copy: it holds a minute of deletions of every DaemonSet (most of a
+	// 1,000-node rollout's), and a copy per reconcile was 15% of a reconcile's allocations with
+	// 500 (BenchmarkReconcileGatherDecide).
 	mu       sync.Mutex
 	deleted  map[types.UID]time.Time
 	reported map[types.NamespacedName]time.Time // last progress report per DaemonSet
@@ -131,7 +134,7 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	key := client.ObjectKeyFromObject(ds)
 	r.mu.Lock()
 	f.LastReport = r.reported[key]
-	f.Deleted = maps.Clone(r.deleted)
+	f.Deleted = r.deleted // never changed once set (see deleted)
 	if r.memos[key] == nil {
 		if r.memos == nil {
 			r.memos = map[types.NamespacedName]*rolloutplan.Memo{}
