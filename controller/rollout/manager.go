@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -331,23 +332,32 @@ func controllerUIDs(obj metav1.Object) []string {
 	return nil
 }
 
-func (s *informerStore) PodsOf(_ context.Context, _ string, uid types.UID) ([]*corev1.Pod, error) {
-	objs, err := s.pods.ByIndex(controllerUIDIndex, string(uid))
-	return typed[*corev1.Pod](objs), err
+func (s *informerStore) PodsOf(_ context.Context, namespace string, uid types.UID) ([]*corev1.Pod, error) {
+	return s.appendPodsOf(nil, namespace, uid)
 }
 
 func (s *informerStore) Nodes(context.Context) ([]*corev1.Node, error) {
-	return typed[*corev1.Node](s.nodes.List()), nil
+	return s.appendNodes(nil), nil
 }
 
-func typed[T any](objs []any) []T {
-	out := make([]T, 0, len(objs))
+func (s *informerStore) appendPodsOf(dst []*corev1.Pod, _ string, uid types.UID) ([]*corev1.Pod, error) {
+	objs, err := s.pods.ByIndex(controllerUIDIndex, string(uid))
+	return appendTyped(dst, objs), err
+}
+
+func (s *informerStore) appendNodes(dst []*corev1.Node) []*corev1.Node {
+	return appendTyped(dst, s.nodes.List())
+}
+
+// appendTyped appends the objects of objs that are Ts to dst, growing it once at most.
+func appendTyped[T any](dst []T, objs []any) []T {
+	dst = slices.Grow(dst, len(objs))
 	for _, o := range objs {
 		if t, ok := o.(T); ok {
-			out = append(out, t)
+			dst = append(dst, t)
 		}
 	}
-	return out
+	return dst
 }
 
 // readerStore is the Store of a cache reader: typed lists of the cache's objects, not copied

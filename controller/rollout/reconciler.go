@@ -70,6 +70,18 @@ type Reconciler struct {
 	// memos remember each managed DaemonSet's classification of its pods and the nodes from one
 	// reconcile to the next (rolloutplan.Memo), dropped once it is gone or no longer managed.
 	memos map[types.NamespacedName]*rolloutplan.Memo
+	// lists are the slices each managed DaemonSet's last reconcile read its pods and the nodes
+	// into, which its next reconcile reads into again (appendingStore), dropped with its memo.
+	lists map[types.NamespacedName]*readLists
+}
+
+// readLists are the slices one DaemonSet's reconciles read into. Reconciles of one DaemonSet
+// never overlap (the work queue hands out a key once at a time), and a reconcile's Facts do not
+// outlive it, so the next reconcile may fill them again. Past the length of a list that shrank
+// they keep the objects the cache held a reconcile ago, until the next read or forgetMemo.
+type readLists struct {
+	pods  []*corev1.Pod
+	nodes []*corev1.Node
 }
 
 // Reconcile implements reconcile.Reconciler: gather the facts, decide (pure), apply the writes.
@@ -114,6 +126,13 @@ type NamespaceMarks interface {
 	Marked(ctx context.Context, namespace string) bool
 }
 
+// appendingStore is a Store that appends what it reads to a caller's slices, which the caller
+// reuses from one read to the next (readLists): PodsOf and Nodes with the slices given.
+type appendingStore interface {
+	appendPodsOf(dst []*corev1.Pod, namespace string, uid types.UID) ([]*corev1.Pod, error)
+	appendNodes(dst []*corev1.Node) []*corev1.Node
+}
+
 // Store reads the informers' own objects, without copying them: on 1,000 nodes, copying every
 // node and pod into a typed list on each reconcile cost more than the rest of the reconcile. What
 // it returns is shared with the cache and must never be modified.
@@ -142,6 +161,13 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 		r.memos[key] = &rolloutplan.Memo{}
 	}
 	f.Memo = r.memos[key]
+	if r.lists[key] == nil {
+		if r.lists == nil {
+			r.lists = map[types.NamespacedName]*readLists{}
+		}
+		r.lists[key] = &readLists{}
+	}
+	lists := r.lists[key]
 	r.mu.Unlock()
 	if f.Settings, f.SettingsErr = rolloutapi.ParseSettings(ds.Annotations); f.SettingsErr != nil {
 		return f, nil
@@ -161,11 +187,8 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	if f.TargetRevision = rolloutapi.CurrentRevisionHash(ds, f.Revisions); f.TargetRevision == "" {
 		return f, nil
 	}
-	if f.Pods, err = r.Store.PodsOf(ctx, ds.Namespace, ds.UID); err != nil {
-		return f, fmt.Errorf("list pods: %w", err)
-	}
-	if f.Nodes, err = r.Store.Nodes(ctx); err != nil {
-		return f, fmt.Errorf("list nodes: %w", err)
+	if f.Pods, f.Nodes, err = r.read(ctx, ds, lists); err != nil {
+		return f, err
 	}
 	// Measured here, with the reconcile's context, so that decide stays pure: the planner asks
 	// from the same state what Compute will judge.
@@ -179,11 +202,34 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	return f, nil
 }
 
+// read reads ds's pods and every node from the Store, into lists when the Store can
+// (appendingStore): at 5,000 nodes a new pair of slices was 80 KB per reconcile.
+func (r *Reconciler) read(ctx context.Context, ds *appsv1.DaemonSet, lists *readLists) ([]*corev1.Pod, []*corev1.Node, error) {
+	if s, ok := r.Store.(appendingStore); ok {
+		pods, err := s.appendPodsOf(lists.pods[:0], ds.Namespace, ds.UID)
+		if err != nil {
+			return nil, nil, fmt.Errorf("list pods: %w", err)
+		}
+		lists.pods, lists.nodes = pods, s.appendNodes(lists.nodes[:0])
+		return lists.pods, lists.nodes, nil
+	}
+	pods, err := r.Store.PodsOf(ctx, ds.Namespace, ds.UID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list pods: %w", err)
+	}
+	nodes, err := r.Store.Nodes(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return pods, nodes, nil
+}
+
 // forgetMemo drops the memo of a DaemonSet that is gone or no longer managed, and with it what it
-// remembered of the DaemonSet's pods and of every node.
+// remembered of the DaemonSet's pods and of every node, and the slices it read them into.
 func (r *Reconciler) forgetMemo(key types.NamespacedName) {
 	r.mu.Lock()
 	delete(r.memos, key)
+	delete(r.lists, key)
 	r.mu.Unlock()
 }
 
