@@ -99,6 +99,9 @@ func Compute(in RolloutState) Plan {
 type scratch struct {
 	views []nodeView
 	old   []*PodState
+	// inOrder says the lender's Nodes are in rollout order (a Memo's, kept in order by
+	// reorder), so that the plan need not check: 8% of a plan at 5,000 nodes.
+	inOrder bool
 }
 
 // compute is Compute with the scratch memory s.
@@ -209,12 +212,9 @@ func (p *planner) classifyNodes(s *scratch) ([]nodeView, []string) {
 	if s == nil {
 		s = &scratch{}
 	}
-	pods := 0
-	for i := range p.in.Nodes {
-		pods += len(p.in.Nodes[i].Pods)
-	}
-	// Every node's old pods are a window of one array, not an array each.
-	views, old := reuse(s.views, len(p.in.Nodes)), reuse(s.old, pods)
+	// Every node's old pods are a window of one array, not an array each (a node of two pods
+	// grows it: the windows before stay in the array they were cut from).
+	views, old := reuse(s.views, len(p.in.Nodes)), reuse(s.old, len(p.in.Nodes))
 	var skipped []string
 	for i := range p.in.Nodes {
 		n := &p.in.Nodes[i]
@@ -235,12 +235,11 @@ func (p *planner) classifyNodes(s *scratch) ([]nodeView, []string) {
 				continue
 			}
 			stuck = false
-			if available(pod) {
-				v.available = true
-			}
+			avail := available(pod)
+			v.available = v.available || avail
 			if pod.Revision == p.in.TargetRevision {
 				v.newPod = pod
-				v.newAvail = available(pod)
+				v.newAvail = avail
 			} else {
 				old = append(old, pod)
 			}
@@ -257,7 +256,8 @@ func (p *planner) classifyNodes(s *scratch) ([]nodeView, []string) {
 	// StateOf and a Memo give the nodes in rollout order, and a sorted slice sorts to itself
 	// (node names are unique; nodes of one name, which no cluster has, keep their order):
 	// checking costs a comparison per node, sorting 5,000 nodes was half of a reconcile's time.
-	if compare := func(a, b nodeView) int { return rolloutCompare(a.node, b.node) }; !slices.IsSortedFunc(views, compare) {
+	// A Memo that lends its Nodes vouches for their order (s.inOrder).
+	if compare := func(a, b nodeView) int { return rolloutCompare(a.node, b.node) }; !s.inOrder && !slices.IsSortedFunc(views, compare) {
 		slices.SortFunc(views, compare)
 	}
 	sort.Strings(skipped)

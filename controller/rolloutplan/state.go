@@ -487,6 +487,8 @@ func (m *Memo) lend(o Observed, use func(RolloutState, *scratch)) {
 	if ok {
 		in.Nodes = m.sharedNodes(dirty)
 	}
+	// In rollout order either way: the memo's order (reorder), or StateOf's sort.
+	m.scratch.inOrder = true
 	use(in, &m.scratch)
 }
 
