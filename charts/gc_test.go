@@ -1,35 +1,46 @@
 package charts
 
 import (
+	"fmt"
 	"os"
-	"path/filepath"
+	"os/exec"
+	"runtime/debug"
 	"slices"
-	"strconv"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	"sigs.k8s.io/yaml"
 
 	"github.com/daemonguard/daemonguard/test/loadgen"
 )
 
-// TestWebhookGCHeldWithinItsMemoryRequest: the webhook container gets GOGC from
-// webhook.gcPercent and, from the downward API, its memory request as GOMEMLIMIT, both or
-// neither: a high GOGC without the limit could let garbage grow toward the heap limits the
-// webhook refuses reviews past. The controller keeps Go's defaults. The benchmarks' daemonguard
-// process runs with the defaults' settings (loadgen.ChartGC).
-func TestWebhookGCHeldWithinItsMemoryRequest(t *testing.T) {
-	memoryRequest := &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "requests.memory"}}
+// reportGCEnv, set in a child of this test binary, makes it print the Go runtime's GOGC and
+// memory limit and exit.
+const reportGCEnv = "DAEMONGUARD_TEST_REPORT_GC"
+
+func init() {
+	if os.Getenv(reportGCEnv) != "" {
+		fmt.Printf("%d %d\n", debug.SetGCPercent(-1), debug.SetMemoryLimit(-1))
+		os.Exit(0)
+	}
+}
+
+// TestWebhookGCSettings: the webhook container gets GOGC and GOMEMLIMIT from webhook.gcPercent
+// and webhook.gcMemoryLimit, both or neither: a high GOGC without the limit could let garbage
+// grow toward the heap bounds past which the webhook refuses reviews. The Go runtime reads the
+// defaults as meant (a child process started with the rendered env), the controller keeps Go's
+// defaults, and the benchmarks' daemonguard process runs with the chart's (loadgen.ChartGC).
+func TestWebhookGCSettings(t *testing.T) {
 	for name, tc := range map[string]struct {
-		set      []string
-		wantGOGC string // "": neither variable
+		set  []string
+		want []string // the webhook's GOGC and GOMEMLIMIT; nil: neither
+		// runtime is what the Go runtime makes of want: GC percent and memory limit in bytes.
+		runtime string
 	}{
-		"the defaults: GOGC 400 within the memory request": {wantGOGC: "400"},
-		"another gcPercent":                      {set: []string{"webhook.gcPercent=200"}, wantGOGC: "200"},
-		"gcPercent 0 leaves Go's defaults":       {set: []string{"webhook.gcPercent=0"}},
-		"no memory request leaves Go's defaults": {set: []string{"webhook.resources.requests.memory=null"}},
+		"the defaults":                     {want: []string{"GOGC=400", "GOMEMLIMIT=128MiB"}, runtime: fmt.Sprintf("400 %d", 128<<20)},
+		"other values":                     {set: []string{"webhook.gcPercent=200", "webhook.gcMemoryLimit=1GiB"}, want: []string{"GOGC=200", "GOMEMLIMIT=1GiB"}, runtime: fmt.Sprintf("200 %d", 1<<30)},
+		"gcPercent 0 leaves Go's defaults": {set: []string{"webhook.gcPercent=0"}},
+		"no limit leaves Go's defaults":    {set: []string{"webhook.gcMemoryLimit="}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var args []string
@@ -42,43 +53,45 @@ func TestWebhookGCHeldWithinItsMemoryRequest(t *testing.T) {
 			}
 			for _, d := range typedObjects[*appsv1.Deployment](objects(t, out)) {
 				component := d.Labels["app.kubernetes.io/component"]
-				env := d.Spec.Template.Spec.Containers[0].Env
-				gogc := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == "GOGC" })
-				limit := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == "GOMEMLIMIT" })
-				if component != "webhook" || tc.wantGOGC == "" {
-					if gogc >= 0 || limit >= 0 {
-						t.Errorf("%s container sets GOGC or GOMEMLIMIT: %v", component, env)
+				var got []string
+				for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+					if e.Name == "GOGC" || e.Name == "GOMEMLIMIT" {
+						got = append(got, e.Name+"="+e.Value)
 					}
-					continue
 				}
-				if gogc < 0 || env[gogc].Value != tc.wantGOGC {
-					t.Errorf("webhook container env %v, want GOGC=%s", env, tc.wantGOGC)
+				want := tc.want
+				if component != "webhook" {
+					want = nil
 				}
-				if limit < 0 || !equality.Semantic.DeepEqual(env[limit].ValueFrom, memoryRequest) {
-					t.Errorf("webhook container env %v, want GOMEMLIMIT from requests.memory", env)
+				if !slices.Equal(got, want) {
+					t.Errorf("%s container: %v, want %v", component, got, want)
 				}
+				if component == "webhook" && want != nil {
+					if runtime := goRuntimeGC(t, got); runtime != tc.runtime {
+						t.Errorf("the Go runtime reads %v as %q (GC percent, memory limit), want %q", got, runtime, tc.runtime)
+					}
+				}
+			}
+			if name == "the defaults" && !slices.Equal(tc.want, loadgen.ChartGC) {
+				t.Errorf("loadgen.ChartGC = %v, want the chart's %v", loadgen.ChartGC, tc.want)
 			}
 		})
 	}
+}
 
-	t.Run("the benchmarks run daemonguard with the defaults", func(t *testing.T) {
-		raw, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var values struct {
-			Webhook struct {
-				GCPercent int                         `json:"gcPercent"`
-				Resources corev1.ResourceRequirements `json:"resources"`
-			} `json:"webhook"`
-		}
-		if err := yaml.Unmarshal(raw, &values); err != nil {
-			t.Fatal(err)
-		}
-		request := values.Webhook.Resources.Requests[corev1.ResourceMemory]
-		want := []string{"GOGC=" + strconv.Itoa(values.Webhook.GCPercent), "GOMEMLIMIT=" + strconv.FormatInt(request.Value(), 10)}
-		if request.IsZero() || !slices.Equal(loadgen.ChartGC, want) {
-			t.Errorf("loadgen.ChartGC = %v, want %v (values.yaml)", loadgen.ChartGC, want)
-		}
-	})
+// goRuntimeGC starts this test binary with env and returns what its Go runtime took for GOGC and
+// GOMEMLIMIT.
+func goRuntimeGC(t *testing.T, env []string) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), reportGCEnv+"=1"), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %v", cmd, err)
+	}
+	return strings.TrimSpace(string(out))
 }

@@ -126,12 +126,11 @@ func SetWebhookLogging() logr.Logger {
 	return log
 }
 
-// ChartGC is the garbage collector's settings the chart gives a webhook replica by default: GOGC
-// from webhook.gcPercent and GOMEMLIMIT, in bytes as the downward API gives it, from
-// webhook.resources.requests.memory. daemonguard's server process runs with them, as a replica
-// the chart installs does; the null webhook with Go's defaults. The charts' tests hold them to
-// the chart's values.
-var ChartGC = []string{"GOGC=400", "GOMEMLIMIT=201326592"}
+// ChartGC is the garbage collector's settings the chart gives a webhook replica by default
+// (webhook.gcPercent, webhook.gcMemoryLimit). daemonguard's server process runs with them, as a
+// replica the chart installs does; the null webhook with Go's defaults. The charts' tests hold
+// them to the chart's values.
+var ChartGC = []string{"GOGC=400", "GOMEMLIMIT=128MiB"}
 
 // StartServerProcesses starts the null webhook and daemonguard (as StartServers builds them), each
 // in a child process of its own: this executable started again, which must call

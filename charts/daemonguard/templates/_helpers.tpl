@@ -156,16 +156,13 @@ env:
     valueFrom:
       fieldRef:
         fieldPath: metadata.namespace
-  {{- if and .values.gcPercent (dig "requests" "memory" "" (.values.resources | default dict)) }}
-  {{- /* The GC may let garbage grow to gcPercent of the live heap (GOGC), but no further than
-  the container's memory request (GOMEMLIMIT, bytes from the downward API): fewer collections
-  where the request leaves room, and a heap that stays within what the node reserved. */}}
+  {{- if and .values.gcPercent .values.gcMemoryLimit }}
+  {{- /* The GC lets garbage grow to gcPercent of the live heap (GOGC), but holds the memory it
+  manages within gcMemoryLimit (GOMEMLIMIT): fewer collections where the limit leaves room. */}}
   - name: GOGC
     value: {{ .values.gcPercent | quote }}
   - name: GOMEMLIMIT
-    valueFrom:
-      resourceFieldRef:
-        resource: requests.memory
+    value: {{ .values.gcMemoryLimit | quote }}
   {{- end }}
 ports:
   {{- if .webhookPort }}

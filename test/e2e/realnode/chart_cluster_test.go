@@ -44,7 +44,7 @@ func TestChartOnRealNode(t *testing.T) {
 	t.Run("the containers run as 65532 without capabilities on a read-only root", func(t *testing.T) {
 		checkSecurity(t, append(webhooks, controllers...))
 	})
-	t.Run("the webhook's GC is held within its memory request", func(t *testing.T) {
+	t.Run("the webhook runs with the chart's GC settings", func(t *testing.T) {
 		checkGC(t, webhooks, controllers)
 	})
 	t.Run("a managed rollout of real containers", func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/daemonguard/daemonguard/internal/toolbin"
 	"github.com/daemonguard/daemonguard/test/clustertest"
+	"github.com/daemonguard/daemonguard/test/loadgen"
 )
 
 // releaseName and releaseNamespace are the README's.
@@ -311,9 +311,8 @@ func checkSecurity(t *testing.T, pods []corev1.Pod) {
 	}
 }
 
-// checkGC checks what the kubelet gave each container's Go runtime: the webhook the chart's GOGC
-// and its memory request as GOMEMLIMIT (through the downward API, in bytes), the controller Go's
-// defaults.
+// checkGC checks what each container's Go runtime was started with: the webhook the chart's GOGC
+// and GOMEMLIMIT (loadgen.ChartGC, the chart's defaults), the controller Go's defaults.
 func checkGC(t *testing.T, webhooks, controllers []corev1.Pod) {
 	t.Helper()
 	check := func(p corev1.Pod, want map[string]string) {
@@ -330,9 +329,13 @@ func checkGC(t *testing.T, webhooks, controllers []corev1.Pod) {
 			}
 		}
 	}
+	chart := map[string]string{}
+	for _, kv := range loadgen.ChartGC {
+		k, v, _ := strings.Cut(kv, "=")
+		chart[k] = v
+	}
 	for _, p := range webhooks {
-		request := p.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory]
-		check(p, map[string]string{"GOGC": "400", "GOMEMLIMIT": strconv.FormatInt(request.Value(), 10)})
+		check(p, chart)
 	}
 	for _, p := range controllers {
 		check(p, map[string]string{"GOGC": "", "GOMEMLIMIT": ""})
