@@ -73,8 +73,8 @@ type Component struct {
 // RunComponent runs the daemonguard binary with the arguments, the environment (ContainerEnv) and
 // the ServiceAccount of dep (a Deployment of the chart), overriding only what a host process must
 // (addresses, credentials, and overrides such as --port and --cert-dir), and waits until it is
-// ready. Running with the
-// chart's ServiceAccount token proves its RBAC is enough. It stops when the test ends.
+// ready. Running with the chart's ServiceAccount token proves its RBAC is enough. It stops when
+// the test ends.
 func RunComponent(t testing.TB, c *localcluster.Cluster, dep *appsv1.Deployment, overrides ...string) *Component {
 	t.Helper()
 	return RunComponentBinary(t, c, Binary(t, c), dep, overrides...)
