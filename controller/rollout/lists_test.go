@@ -85,7 +85,7 @@ func TestReconcilesReadIntoTheirDaemonSetsSlices(t *testing.T) {
 		t.Errorf("another DaemonSet's reconcile changed the first's pods to %v", got)
 	}
 	r.forgetMemo(client.ObjectKeyFromObject(a))
-	if _, kept := r.lists[client.ObjectKeyFromObject(a)]; kept {
+	if _, kept := r.kept[client.ObjectKeyFromObject(a)]; kept {
 		t.Error("the slices of a DaemonSet whose memo was forgotten are kept")
 	}
 }

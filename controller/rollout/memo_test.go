@@ -36,19 +36,19 @@ func TestReconcileDropsTheMemoOfAGoneOrUnmanagedDaemonSet(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r, c, _, _ := gatedReconciler(t, analysing(gatedSettings(t, "1", true)), errorsOf(0))
 			reconcileAgent(t, r, c)
-			memo := r.memos[agentKey]
+			memo := r.kept[agentKey]
 			if memo == nil {
 				t.Fatal("no memo kept after a reconcile of a managed DaemonSet")
 			}
 			reconcileAgent(t, r, c)
-			if r.memos[agentKey] != memo {
+			if r.kept[agentKey] != memo {
 				t.Fatal("the next reconcile did not use the kept memo")
 			}
 			end(t, c)
 			if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: agentKey}); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := r.memos[agentKey]; ok {
+			if _, ok := r.kept[agentKey]; ok {
 				t.Errorf("the memo of a DaemonSet %s is kept", name)
 			}
 		})

@@ -67,19 +67,20 @@ type Reconciler struct {
 	reported map[types.NamespacedName]time.Time // last progress report per DaemonSet
 	// recorded is the last rollout Event recorded per DaemonSet (see sameEventAgain).
 	recorded map[types.NamespacedName]recordedEvent
-	// memos remember each managed DaemonSet's classification of its pods and the nodes from one
-	// reconcile to the next (rolloutplan.Memo), dropped once it is gone or no longer managed.
-	memos map[types.NamespacedName]*rolloutplan.Memo
-	// lists are the slices each managed DaemonSet's last reconcile read its pods and the nodes
-	// into, which its next reconcile reads into again (appendingStore), dropped with its memo.
-	lists map[types.NamespacedName]*readLists
+	// kept is what each managed DaemonSet's reconciles keep from one to the next, dropped once it
+	// is gone or no longer managed (forgetMemo).
+	kept map[types.NamespacedName]*keptState
 }
 
-// readLists are the slices one DaemonSet's reconciles read into. Reconciles of one DaemonSet
-// never overlap (the work queue hands out a key once at a time), and a reconcile's Facts do not
-// outlive it, so the next reconcile may fill them again. Past the length of a list that shrank
-// they keep the objects the cache held a reconcile ago, until the next read or forgetMemo.
-type readLists struct {
+// keptState is what one managed DaemonSet's reconciles keep from one to the next.
+type keptState struct {
+	// memo remembers the classification of its pods and the nodes (rolloutplan.Memo).
+	memo rolloutplan.Memo
+	// pods and nodes are the slices its last reconcile read into, which the next reconcile reads
+	// into again (appendingStore). Reconciles of one DaemonSet never overlap (the work queue hands
+	// out a key once at a time), and a reconcile's Facts do not outlive it, so the next reconcile
+	// may fill them again. Past the length of a list that shrank they keep the objects the cache
+	// held a reconcile ago, until the next read or forgetMemo.
 	pods  []*corev1.Pod
 	nodes []*corev1.Node
 }
@@ -127,7 +128,7 @@ type NamespaceMarks interface {
 }
 
 // appendingStore is a Store that appends what it reads to a caller's slices, which the caller
-// reuses from one read to the next (readLists): PodsOf and Nodes with the slices given.
+// reuses from one read to the next (keptState): PodsOf and Nodes with the slices given.
 type appendingStore interface {
 	appendPodsOf(dst []*corev1.Pod, namespace string, uid types.UID) ([]*corev1.Pod, error)
 	appendNodes(dst []*corev1.Node) []*corev1.Node
@@ -154,20 +155,14 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	r.mu.Lock()
 	f.LastReport = r.reported[key]
 	f.Deleted = r.deleted // never changed once set (see deleted)
-	if r.memos[key] == nil {
-		if r.memos == nil {
-			r.memos = map[types.NamespacedName]*rolloutplan.Memo{}
+	if r.kept[key] == nil {
+		if r.kept == nil {
+			r.kept = map[types.NamespacedName]*keptState{}
 		}
-		r.memos[key] = &rolloutplan.Memo{}
+		r.kept[key] = &keptState{}
 	}
-	f.Memo = r.memos[key]
-	if r.lists[key] == nil {
-		if r.lists == nil {
-			r.lists = map[types.NamespacedName]*readLists{}
-		}
-		r.lists[key] = &readLists{}
-	}
-	lists := r.lists[key]
+	kept := r.kept[key]
+	f.Memo = &kept.memo
 	r.mu.Unlock()
 	if f.Settings, f.SettingsErr = rolloutapi.ParseSettings(ds.Annotations); f.SettingsErr != nil {
 		return f, nil
@@ -187,7 +182,7 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	if f.TargetRevision = rolloutapi.CurrentRevisionHash(ds, f.Revisions); f.TargetRevision == "" {
 		return f, nil
 	}
-	if f.Pods, f.Nodes, err = r.read(ctx, ds, lists); err != nil {
+	if f.Pods, f.Nodes, err = r.read(ctx, ds, kept); err != nil {
 		return f, err
 	}
 	// Measured here, with the reconcile's context, so that decide stays pure: the planner asks
@@ -202,16 +197,16 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	return f, nil
 }
 
-// read reads ds's pods and every node from the Store, into lists when the Store can
+// read reads ds's pods and every node from the Store, into kept's slices when the Store can
 // (appendingStore): at 5,000 nodes a new pair of slices was 80 KB per reconcile.
-func (r *Reconciler) read(ctx context.Context, ds *appsv1.DaemonSet, lists *readLists) ([]*corev1.Pod, []*corev1.Node, error) {
+func (r *Reconciler) read(ctx context.Context, ds *appsv1.DaemonSet, kept *keptState) ([]*corev1.Pod, []*corev1.Node, error) {
 	if s, ok := r.Store.(appendingStore); ok {
-		pods, err := s.appendPodsOf(lists.pods[:0], ds.Namespace, ds.UID)
+		pods, err := s.appendPodsOf(kept.pods[:0], ds.Namespace, ds.UID)
 		if err != nil {
 			return nil, nil, fmt.Errorf("list pods: %w", err)
 		}
-		lists.pods, lists.nodes = pods, s.appendNodes(lists.nodes[:0])
-		return lists.pods, lists.nodes, nil
+		kept.pods, kept.nodes = pods, s.appendNodes(kept.nodes[:0])
+		return kept.pods, kept.nodes, nil
 	}
 	pods, err := r.Store.PodsOf(ctx, ds.Namespace, ds.UID)
 	if err != nil {
@@ -228,8 +223,7 @@ func (r *Reconciler) read(ctx context.Context, ds *appsv1.DaemonSet, lists *read
 // remembered of the DaemonSet's pods and of every node, and the slices it read them into.
 func (r *Reconciler) forgetMemo(key types.NamespacedName) {
 	r.mu.Lock()
-	delete(r.memos, key)
-	delete(r.lists, key)
+	delete(r.kept, key)
 	r.mu.Unlock()
 }
 
