@@ -15,9 +15,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/daemonguard/daemonguard/internal/admission"
 )
@@ -464,37 +464,6 @@ func TestAnAnswerDoesNotGrowWithTheRequest(t *testing.T) {
 	}
 }
 
-// missingReader is a reader that holds nothing, as the cache holds no namespace that does not
-// exist.
-type missingReader struct{ client.Reader }
-
-func (missingReader) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
-	return apierrors.NewNotFound(corev1.Resource("namespaces"), key.Name)
-}
-
-// liveReader plays the API server behind the cache: each Get counts, says so on entered, blocks
-// until release is closed or its review ends, and finds nothing.
-type liveReader struct {
-	client.Reader
-	entered, release chan struct{}
-	calls, in, most  atomic.Int64
-}
-
-func (l *liveReader) Get(ctx context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
-	l.calls.Add(1)
-	n := l.in.Add(1)
-	defer l.in.Add(-1)
-	for m := l.most.Load(); n > m && !l.most.CompareAndSwap(m, n); m = l.most.Load() {
-	}
-	l.entered <- struct{}{}
-	select {
-	case <-l.release:
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-	return apierrors.NewNotFound(corev1.Resource("namespaces"), key.Name)
-}
-
 // A flood of reviews naming namespaces that exist nowhere, which only a client on the pod
 // network sends (the API server's NamespaceLifecycle refuses such writes before any webhook):
 // the cache misses every one, and each is read again from the API server, but only inside the
@@ -502,8 +471,27 @@ func (l *liveReader) Get(ctx context.Context, key client.ObjectKey, _ client.Obj
 // MaxConcurrent+MaxWaiting in all; every other review is answered by the failure mode at once.
 func TestNamespacesTheCacheMissesAreReadLiveWithinTheBound(t *testing.T) {
 	const flood, limit, waiting = 64, 4, 4
-	live := &liveReader{entered: make(chan struct{}, flood), release: make(chan struct{})}
-	lookups := admission.ReaderLookups(missingReader{}, live)
+	// The API server behind the cache: each read counts, says so on entered, and waits until
+	// release is closed or its review ends; neither holds the namespaces.
+	var calls, in, most atomic.Int64
+	entered, release := make(chan struct{}, flood), make(chan struct{})
+	live := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			calls.Add(1)
+			n := in.Add(1)
+			defer in.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}).Build()
+	lookups := admission.ReaderLookups(fake.NewClientBuilder().Build(), live)
 	builtin := testHandlers(t).Lookups
 	lookups.Nodes, lookups.PriorityClass = builtin.Nodes, builtin.PriorityClass
 	h := &Handlers{Engine: testHandlers(t).Engine, FailureMode: admission.FailClosed, Lookups: lookups,
@@ -528,18 +516,18 @@ func TestNamespacesTheCacheMissesAreReadLiveWithinTheBound(t *testing.T) {
 		t.Errorf("rejected{concurrency} = %v, want %v", got, before+flood-limit-waiting)
 	}
 	for range limit {
-		within(t, live.entered, "a namespace read at the API server")
+		within(t, entered, "a namespace read at the API server")
 	}
-	if got := live.in.Load(); got != limit {
+	if got := in.Load(); got != limit {
 		t.Errorf("%d namespace reads in flight at the API server, want %d", got, limit)
 	}
-	close(live.release)
+	close(release)
 	for range limit + waiting {
 		if resp := within(t, answers, "an evaluated review answered"); resp == nil {
 			t.Fatal("an evaluated review got no AdmissionResponse")
 		}
 	}
-	if most, calls := live.most.Load(), live.calls.Load(); most > limit || calls > limit+waiting {
-		t.Errorf("the API server saw %d namespace reads, at most %d at once; want at most %d, %d at once", calls, most, limit+waiting, limit)
+	if n, m := calls.Load(), most.Load(); m > limit || n > limit+waiting {
+		t.Errorf("the API server saw %d namespace reads, at most %d at once; want at most %d, %d at once", n, m, limit+waiting, limit)
 	}
 }
