@@ -553,3 +553,135 @@ func deepCopyJSON[T any](t *testing.T, v T) T {
 	}
 	return out
 }
+
+// TestMemoFollowIsStateOf holds Follow to its promise: over random sequences of pod and node
+// writes and deletions, the controller's own deletions, template and topology-key changes, each
+// round's changes named to Follow (with names that changed nothing among them, as event handlers
+// name objects more than once), the state planned on the followed memo, through StateOf or lent
+// to the planner once or twice, equals StateOf of every object; Follow refuses exactly when the
+// template or topology key changed, and then a call that reads everything takes over.
+func TestMemoFollowIsStateOf(t *testing.T) {
+	followed, refused := 0, 0
+	for seed := range uint64(40) {
+		c := newMemoCluster(seed, 12)
+		var m Memo
+		now := t0
+		m.StateOf(c.observed(now))
+		for step := range 60 {
+			pods, nodes, ds, topo := slices.Clone(c.pods), slices.Clone(c.nodes), c.ds, c.topo
+			var done []string
+			for range 1 + c.rng.IntN(3) {
+				done = append(done, c.changeNodes(now))
+			}
+			now = now.Add(time.Second)
+			at := fmt.Sprintf("seed %d, step %d, after %v", seed, step, done)
+			o := c.observed(now)
+			if c.rng.IntN(8) == 0 {
+				m.StateOf(o) // a periodic full read, between follows
+				continue
+			}
+			ch := changesOf(c.rng, pods, c.pods, nodes, c.nodes)
+			fo := o
+			fo.Pods, fo.Nodes, fo.Followed = nil, nil, true
+			same := topo == c.topo && sameTemplate(&ds.Spec.Template.Spec, &c.ds.Spec.Template.Spec)
+			if ok := m.Follow(fo, ch); ok != same {
+				t.Fatalf("%s: Follow answered %v where the template and key were the same: %v", at, ok, same)
+			} else if !ok {
+				refused++
+				m.StateOf(o)
+				continue
+			}
+			followed++
+			want := podsByName(StateOf(o))
+			for turn := range 1 + c.rng.IntN(2) {
+				var got RolloutState
+				if c.rng.IntN(2) == 0 {
+					got = m.StateOf(fo)
+				} else {
+					m.lend(fo, func(in RolloutState, _ *scratch) { got = deepCopyState(in) })
+				}
+				if got := podsByName(got); !reflect.DeepEqual(got, want) {
+					t.Fatalf("%s, turn %d: the followed memo's state differs:\n got %+v\nwant %+v", at, turn, got, want)
+				}
+			}
+			checkMemoSize(t, &m, o, at)
+		}
+	}
+	if followed < 1000 || refused < 20 {
+		t.Fatalf("Follow accepted %d and refused %d: the test does not test it", followed, refused)
+	}
+}
+
+// changesOf are the Changes from before to after: the objects written (new objects), the names
+// gone, and some names that changed nothing (an unchanged object, a name that never was).
+func changesOf(rng *rand.Rand, podsBefore, podsAfter []*corev1.Pod, nodesBefore, nodesAfter []*corev1.Node) Changes {
+	var ch Changes
+	ch.Pods, ch.GonePods = diffObjects(rng, podsBefore, podsAfter)
+	ch.Nodes, ch.GoneNodes = diffObjects(rng, nodesBefore, nodesAfter)
+	if rng.IntN(4) == 0 {
+		ch.GonePods, ch.GoneNodes = append(ch.GonePods, "never-was"), append(ch.GoneNodes, "never-was")
+	}
+	return ch
+}
+
+// diffObjects are the objects of after not in before, with one in eight of the others, and the
+// names of before not in after.
+func diffObjects[T interface {
+	comparable
+	metav1.Object
+}](rng *rand.Rand, before, after []T) (written []T, gone []string) {
+	for _, o := range after {
+		if !slices.Contains(before, o) || rng.IntN(8) == 0 {
+			written = append(written, o)
+		}
+	}
+	for _, o := range before {
+		if !slices.ContainsFunc(after, func(q T) bool { return q.GetName() == o.GetName() }) {
+			gone = append(gone, o.GetName())
+		}
+	}
+	return written, gone
+}
+
+// TestMemoFollowRefusesAMemoNotWhole: Follow brings up to date only a memo that holds what a
+// cache holds of the same DaemonSet.
+func TestMemoFollowRefusesAMemoNotWhole(t *testing.T) {
+	c := newMemoCluster(1, 3)
+	o := c.observed(t0)
+	fo := o
+	fo.Pods, fo.Nodes, fo.Followed = nil, nil, true
+	other := fo
+	other.DaemonSet = c.ds.DeepCopy()
+	other.DaemonSet.UID = "another-uid"
+	for _, tc := range []struct {
+		name   string
+		before func(m *Memo)
+		o      Observed
+	}{
+		{"an empty memo", func(*Memo) {}, fo},
+		{"a memo of another DaemonSet under the same name", func(m *Memo) { m.StateOf(o) }, other},
+		{"a memo told it must read", func(m *Memo) { m.StateOf(o); m.MustRead() }, fo},
+		{"a memo a forecast changed", func(m *Memo) { m.StateOf(o); m.applied(o, nil, nil) }, fo},
+		{"a memo emptied by two pods of a name", func(m *Memo) {
+			twice := o
+			twice.Pods = append(slices.Clone(o.Pods), o.Pods[0].DeepCopy())
+			m.StateOf(twice)
+		}, fo},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var m Memo
+			tc.before(&m)
+			if m.Follow(tc.o, Changes{}) {
+				t.Fatal("Follow accepted")
+			}
+		})
+	}
+	var m Memo
+	m.StateOf(o)
+	if !m.Follow(fo, Changes{}) {
+		t.Fatal("Follow refused the memo of the call before")
+	}
+	if (*Memo)(nil).Follow(fo, Changes{}) {
+		t.Fatal("a nil memo followed")
+	}
+}
