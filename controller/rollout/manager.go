@@ -64,6 +64,11 @@ type Options struct {
 	// is inconclusive and a rollout with gates waits, saying how to configure one.
 	Prometheus promquery.Options
 	Log        logr.Logger
+	// FullReadInterval is how often a reconcile of a DaemonSet reads every pod and node while
+	// its informers' events name what changed in between (follow.go); 0 is 30 seconds, and a
+	// negative interval reads everything only when the memo must (tests, to see a missed event
+	// rather than have it repaired).
+	FullReadInterval time.Duration
 }
 
 // Run runs the rollout controller until ctx ends.
@@ -153,6 +158,9 @@ func Run(ctx context.Context, opts Options) error {
 		Log: opts.Log.WithName("rollout"), Clock: clock.RealClock{}, Analyzer: analyzer, APIReader: mgr.GetAPIReader(),
 		Marks: marks, RevisionsIndexed: true,
 	}
+	if _, ok := store.(followingStore); ok {
+		r.changes = newChanges(opts.FullReadInterval)
+	}
 	managed := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		ds, ok := o.(*appsv1.DaemonSet)
 		return ok && rolloutapi.IsManaged(ds)
@@ -160,9 +168,9 @@ func Run(ctx context.Context, opts Options) error {
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named("daemonset-rollout").
 		For(&appsv1.DaemonSet{}, builder.WithPredicates(managed)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(controllingDaemonSet)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.changes.podsOf(controllingDaemonSet))).
 		Watches(&appsv1.ControllerRevision{}, handler.EnqueueRequestsFromMapFunc(controllingDaemonSet)).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(allManaged(mgr.GetClient())), builder.WithPredicates(nodeChanged)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.changes.nodesOf(allManaged(mgr.GetClient()))), builder.WithPredicates(nodeChanged)).
 		// SkipNameValidation lets a process run the controller again after stopping it (a
 		// restart in place, as the restart tests do); two live instances never share a process.
 		// CacheSyncTimeout: at 5,000 nodes and 150,000 pods, on a busy API server, the first list of

@@ -108,6 +108,10 @@ func TestEventsReconcileTheControllingDaemonSet(t *testing.T) {
 				if got := controllingDaemonSet(context.Background(), obj); !reflect.DeepEqual(got, tc.want) {
 					t.Errorf("%T: reconciles %v, want %v", obj, got, tc.want)
 				}
+				// Marking what changed for a followed DaemonSet (follow.go) reconciles the same.
+				if got := newChanges(0).podsOf(controllingDaemonSet)(context.Background(), obj); !reflect.DeepEqual(got, tc.want) {
+					t.Errorf("%T, following: reconciles %v, want %v", obj, got, tc.want)
+				}
 			}
 		})
 	}

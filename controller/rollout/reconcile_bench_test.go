@@ -29,13 +29,23 @@ import (
 // the DaemonSet's memo. Between two reconciles four pods change readiness (new objects, new
 // resourceVersions, updated in the indexer outside the timing); the rollout is under way, 2,000
 // nodes updated, and its status annotations are the first reconcile's report. The deleted=500
-// case remembers 500 pods this process deleted (a wave of 10%). No cluster is needed:
+// case remembers 500 pods this process deleted (a wave of 10%). The followed cases are told of
+// the changed pods, as the informers' event handlers tell the controller (follow.go), and read
+// those alone. No cluster is needed:
 //
 //	go test -short -run '^$' -bench ReconcileGatherDecide -benchmem ./controller/rollout/
 func BenchmarkReconcileGatherDecide(b *testing.B) {
 	const nodes, updated, changed, window = 5000, 2000, 4, 64
-	for _, deleted := range []int{0, 500} {
-		b.Run(fmt.Sprintf("nodes=%d/deleted=%d", nodes, deleted), func(b *testing.B) {
+	for _, bc := range []struct {
+		deleted  int
+		followed bool
+	}{{0, false}, {500, false}, {0, true}, {500, true}} {
+		deleted := bc.deleted
+		name := fmt.Sprintf("nodes=%d/deleted=%d", nodes, deleted)
+		if bc.followed {
+			name += "/followed"
+		}
+		b.Run(name, func(b *testing.B) {
 			const uid = "ds-uid"
 			ds := managedAgent(uid, "agent:2")
 			ds.Annotations[rolloutapi.AnnotationMaxUnavailable] = "10%"
@@ -78,6 +88,9 @@ func BenchmarkReconcileGatherDecide(b *testing.B) {
 			}
 			r := &Reconciler{Client: indexerClient{revisions: revisions}, Store: &informerStore{pods: podIndex, nodes: nodeIndex},
 				Clock: clocktesting.NewFakePassiveClock(t0)}
+			if bc.followed {
+				r.changes = newChanges(-1)
+			}
 			for _, p := range pods[updated+window : updated+window+deleted] {
 				if r.deleted == nil {
 					r.deleted = map[types.UID]time.Time{}
@@ -109,6 +122,9 @@ func BenchmarkReconcileGatherDecide(b *testing.B) {
 					c.Status = map[corev1.ConditionStatus]corev1.ConditionStatus{corev1.ConditionTrue: corev1.ConditionFalse, corev1.ConditionFalse: corev1.ConditionTrue}[c.Status]
 					if err := podIndex.Update(p); err != nil {
 						b.Fatal(err)
+					}
+					if r.changes != nil { // as the pod informer's handler marks it
+						r.changes.markPod(client.ObjectKeyFromObject(ds), p.Name)
 					}
 					pods[i] = p
 				}

@@ -70,6 +70,10 @@ type Reconciler struct {
 	// kept is what each managed DaemonSet's reconciles keep from one to the next, dropped once it
 	// is gone or no longer managed (forgetMemo).
 	kept map[types.NamespacedName]*keptState
+	// changes are the pods and nodes changed since each DaemonSet's last reconcile, as the
+	// informers' event handlers name them (follow.go), when the Store can read them by name
+	// (followingStore); nil reads every pod and node on each reconcile.
+	changes *changes
 }
 
 // keptState is what one managed DaemonSet's reconciles keep from one to the next.
@@ -164,6 +168,12 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	kept := r.kept[key]
 	f.Memo = &kept.memo
 	r.mu.Unlock()
+	hasRead := false
+	defer func() {
+		if !hasRead { // a reconcile that does not read stops following: the next one reads everything
+			r.changes.drop(key)
+		}
+	}()
 	if f.Settings, f.SettingsErr = rolloutapi.ParseSettings(ds.Annotations); f.SettingsErr != nil {
 		return f, nil
 	}
@@ -182,9 +192,10 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	if f.TargetRevision = rolloutapi.CurrentRevisionHash(ds, f.Revisions); f.TargetRevision == "" {
 		return f, nil
 	}
-	if f.Pods, f.Nodes, err = r.read(ctx, ds, kept); err != nil {
+	if f.Pods, f.Nodes, f.Followed, err = r.read(ctx, f.Observed, kept); err != nil {
 		return f, err
 	}
+	hasRead = true
 	// Measured here, with the reconcile's context, so that decide stays pure: the planner asks
 	// from the same state what Compute will judge.
 	if len(f.Settings.Gates) > 0 {
@@ -198,30 +209,45 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 }
 
 // read reads ds's pods and every node from the Store, into kept's slices when the Store can
-// (appendingStore): at 5,000 nodes a new pair of slices was 80 KB per reconcile.
-func (r *Reconciler) read(ctx context.Context, ds *appsv1.DaemonSet, kept *keptState) ([]*corev1.Pod, []*corev1.Node, error) {
+// (appendingStore): at 5,000 nodes a new pair of slices was 80 KB per reconcile. A followed
+// DaemonSet (changes) reads only the pods and nodes changed since its last reconcile, and
+// brings its memo up to date with them (followed, with no pods and no nodes); when the memo
+// refuses, or the DaemonSet is not followed, it is followed from now and everything is read.
+func (r *Reconciler) read(ctx context.Context, o rolloutplan.Observed, kept *keptState) (pods []*corev1.Pod, nodes []*corev1.Node, followed bool, err error) {
+	ds := o.DaemonSet
+	if s, ok := r.Store.(followingStore); ok && r.changes != nil {
+		key := client.ObjectKeyFromObject(ds)
+		if podNames, nodeNames, ok := r.changes.drain(key, ds.UID, o.Now); ok {
+			ch, err := s.changed(ds.Namespace, ds.UID, podNames, nodeNames)
+			if err == nil && kept.memo.Follow(o, ch) {
+				return nil, nil, true, nil
+			}
+		}
+		// Before the read: a change the read misses is marked, and one it sees is marked too.
+		kept.memo.MustRead()
+		r.changes.arm(key, ds.UID, o.Now)
+	}
 	if s, ok := r.Store.(appendingStore); ok {
 		pods, err := s.appendPodsOf(kept.pods[:0], ds.Namespace, ds.UID)
 		if err != nil {
-			return nil, nil, fmt.Errorf("list pods: %w", err)
+			return nil, nil, false, fmt.Errorf("list pods: %w", err)
 		}
 		kept.pods, kept.nodes = pods, s.appendNodes(kept.nodes[:0])
-		return kept.pods, kept.nodes, nil
+		return kept.pods, kept.nodes, false, nil
 	}
-	pods, err := r.Store.PodsOf(ctx, ds.Namespace, ds.UID)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list pods: %w", err)
+	if pods, err = r.Store.PodsOf(ctx, ds.Namespace, ds.UID); err != nil {
+		return nil, nil, false, fmt.Errorf("list pods: %w", err)
 	}
-	nodes, err := r.Store.Nodes(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list nodes: %w", err)
+	if nodes, err = r.Store.Nodes(ctx); err != nil {
+		return nil, nil, false, fmt.Errorf("list nodes: %w", err)
 	}
-	return pods, nodes, nil
+	return pods, nodes, false, nil
 }
 
 // forgetMemo drops the memo of a DaemonSet that is gone or no longer managed, and with it what it
 // remembered of the DaemonSet's pods and of every node, and the slices it read them into.
 func (r *Reconciler) forgetMemo(key types.NamespacedName) {
+	r.changes.drop(key)
 	r.mu.Lock()
 	delete(r.kept, key)
 	r.mu.Unlock()

@@ -53,6 +53,9 @@ func StartControllerWith(ctx context.Context, c *localcluster.Cluster, opts Cont
 			RESTConfig: c.RESTConfig, MetricsAddr: "0", HealthAddr: "0",
 			LeaderElection: true, LeaderElectionNamespace: WebhookNamespace,
 			Namespaces: opts.Namespaces, Log: log, Prometheus: opts.Prometheus,
+			// Reads everything only when it must: an event the controller missed shows as a
+			// stuck rollout or a budget breach instead of being repaired by the next read.
+			FullReadInterval: -1,
 		})
 	}()
 	return ctl, nil
