@@ -171,6 +171,7 @@ func (r *Reconciler) remember(refs []rolloutplan.PodRef, gone []bool, now time.T
 		}
 	}
 	r.deleted = next
+	r.deletedGen++
 }
 
 // forgetSettled drops deletions older than the cache could plausibly lag, in a new map (see
@@ -195,6 +196,7 @@ func (r *Reconciler) forgetSettled(now time.Time) {
 		}
 	}
 	r.deleted = next
+	r.deletedGen++
 }
 
 // rollBack puts back the template of rb's revision, as `daemonguard rollout undo` does: a

@@ -318,7 +318,9 @@ func (c *followCluster) change(now time.Time) string {
 // A reconcile that follows its informers' events decides what one that reads every pod and node
 // decides: over random writes to pods and nodes (pods orphaned, another DaemonSet's pods, nodes
 // joining and leaving), template, topology-key and generation changes, and the pods the plans
-// delete deleted and replaced, with some events' handlers running only after the next reconcile
+// delete deleted and replaced (at once, after the next reconcile, or never, as if the deletion
+// were lost), with some
+// events' handlers running only after the next reconcile
 // (as an informer's handlers lag its store), the two decide the same once every handler ran. The
 // follower reads everything only when it must (a negative interval), so a lost change shows.
 func TestFollowingReconcilerDecidesAsAScanningOne(t *testing.T) {
@@ -326,6 +328,7 @@ func TestFollowingReconcilerDecidesAsAScanningOne(t *testing.T) {
 	for seed := range uint64(30) {
 		c, follower, scanner, clk := newFollowPair(t, seed)
 		ds, rng := c.ds, c.rng
+		var unseen []string // pods deleted that the cache still shows, for one reconcile more
 		for step := range 80 {
 			var done []string
 			for range 1 + rng.IntN(3) {
@@ -358,18 +361,27 @@ func TestFollowingReconcilerDecidesAsAScanningOne(t *testing.T) {
 				}
 				c.ds = ds
 			}
+			for _, name := range unseen {
+				c.replace(name)
+			}
+			unseen = unseen[:0]
 			if want.Plan != nil && len(want.Plan.Delete) > 0 && rng.IntN(2) == 0 {
-				deleted := map[types.UID]time.Time{}
-				for _, ref := range want.Plan.Delete {
-					deleted[types.UID(ref.UID)] = clk.Now()
-					if obj, ok, _ := c.pods.GetByKey("mon/" + ref.Name); ok {
-						p := obj.(*corev1.Pod)
-						c.write(c.pods, p, nil)
-						c.addPod(p.Spec.NodeName, newRev, ds.UID)
+				gone := make([]bool, len(want.Plan.Delete))
+				for i, ref := range want.Plan.Delete {
+					gone[i] = true
+					switch rng.IntN(8) {
+					case 0: // lost: the cache shows it running after its deletion is forgotten
+					case 1, 2, 3:
+						unseen = append(unseen, ref.Name)
+					default:
+						c.replace(ref.Name)
 					}
 				}
-				follower.deleted, scanner.deleted = deleted, deleted
+				follower.remember(want.Plan.Delete, gone, clk.Now())
+				scanner.remember(want.Plan.Delete, gone, clk.Now())
 			}
+			follower.forgetSettled(clk.Now())
+			scanner.forgetSettled(clk.Now())
 		}
 	}
 	t.Logf("%d decisions compared, %d reconciles followed", decisions, followed)
@@ -378,10 +390,20 @@ func TestFollowingReconcilerDecidesAsAScanningOne(t *testing.T) {
 	}
 }
 
+// replace deletes the pod name, if it is still there, and creates its replacement at the new
+// revision, as the DaemonSet controller would.
+func (c *followCluster) replace(name string) {
+	if obj, ok, _ := c.pods.GetByKey("mon/" + name); ok {
+		p := obj.(*corev1.Pod)
+		c.write(c.pods, p, nil)
+		c.addPod(p.Spec.NodeName, newRev, c.ds.UID)
+	}
+}
+
 // newFollowPair is a followCluster of 8 nodes, each with a pod of the old revision, every event
 // delivered, and two Reconcilers reading it: one that follows its events (the cluster's
 // handlers mark for it) and reads everything only when it must, and one that reads everything
-// on each reconcile.
+// on each reconcile and plans without a memo.
 func newFollowPair(t *testing.T, seed uint64) (c *followCluster, follower, scanner *Reconciler, clk *clocktesting.FakePassiveClock) {
 	t.Helper()
 	ds := managedAgent("ds-uid", "agent:2")
@@ -419,6 +441,9 @@ func (c *followCluster) reconcile(r *Reconciler) (Decision, Facts) {
 	f, err := r.gather(context.Background(), logr.Discard(), c.ds.DeepCopy())
 	if err != nil {
 		c.t.Fatal(err)
+	}
+	if r.changes == nil {
+		f.Memo = nil // the scanner plans on StateOf of what it read, without a memo
 	}
 	return decide(f), f
 }

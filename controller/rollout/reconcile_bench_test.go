@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/daemonguard/daemonguard/controller/rolloutplan"
 	"github.com/daemonguard/daemonguard/internal/rolloutapi"
 )
 
@@ -91,12 +93,11 @@ func BenchmarkReconcileGatherDecide(b *testing.B) {
 			if bc.followed {
 				r.changes = newChanges(-1)
 			}
+			var refs []rolloutplan.PodRef
 			for _, p := range pods[updated+window : updated+window+deleted] {
-				if r.deleted == nil {
-					r.deleted = map[types.UID]time.Time{}
-				}
-				r.deleted[p.UID] = t0
+				refs = append(refs, rolloutplan.PodRef{Name: p.Name, UID: string(p.UID), Node: p.Spec.NodeName})
 			}
+			r.remember(refs, slices.Repeat([]bool{true}, len(refs)), t0)
 			ctx, log := context.Background(), logr.Discard()
 			reconcile := func() Decision {
 				// What Client.Get gives each reconcile: a copy of the cache's DaemonSet.

@@ -62,9 +62,12 @@ type Reconciler struct {
 	// Facts share it without a copy: it holds a minute of deletions of every DaemonSet (most of a
 	// 1,000-node rollout's), and a copy per reconcile was 15% of a reconcile's allocations with
 	// 500 (BenchmarkReconcileGatherDecide).
-	mu       sync.Mutex
-	deleted  map[types.UID]time.Time
-	reported map[types.NamespacedName]time.Time // last progress report per DaemonSet
+	mu      sync.Mutex
+	deleted map[types.UID]time.Time
+	// deletedGen numbers each map set in deleted (Observed.DeletedGen), so that a memo marks
+	// the deletions again only when they changed.
+	deletedGen uint64
+	reported   map[types.NamespacedName]time.Time // last progress report per DaemonSet
 	// recorded is the last rollout Event recorded per DaemonSet (see sameEventAgain).
 	recorded map[types.NamespacedName]recordedEvent
 	// kept is what each managed DaemonSet's reconciles keep from one to the next, dropped once it
@@ -158,7 +161,7 @@ func (r *Reconciler) gather(ctx context.Context, log logr.Logger, ds *appsv1.Dae
 	key := client.ObjectKeyFromObject(ds)
 	r.mu.Lock()
 	f.LastReport = r.reported[key]
-	f.Deleted = r.deleted // never changed once set (see deleted)
+	f.Deleted, f.DeletedGen = r.deleted, r.deletedGen // never changed once set (see deleted)
 	if r.kept[key] == nil {
 		if r.kept == nil {
 			r.kept = map[types.NamespacedName]*keptState{}

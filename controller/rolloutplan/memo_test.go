@@ -28,9 +28,19 @@ type memoCluster struct {
 	topo  string
 	nodes []*corev1.Node
 	pods  []*corev1.Pod
-	// deleted are the pods "this process" deleted (Observed.Deleted).
-	deleted map[types.UID]time.Time
-	created int
+	// deleted are the pods "this process" deleted (Observed.Deleted), numbered by deletedGen
+	// (Observed.DeletedGen) in a cluster of an even seed, renumbered on each change; 0 in the
+	// others.
+	deleted    map[types.UID]time.Time
+	deletedGen uint64
+	created    int
+}
+
+// deletedChanged renumbers deleted, if the cluster numbers it.
+func (c *memoCluster) deletedChanged() {
+	if c.deletedGen != 0 {
+		c.deletedGen++
+	}
 }
 
 func (c *memoCluster) nextRV() string {
@@ -39,7 +49,7 @@ func (c *memoCluster) nextRV() string {
 }
 
 func newMemoCluster(seed uint64, n int) *memoCluster {
-	c := &memoCluster{rng: rand.New(rand.NewPCG(seed, seed)), deleted: map[types.UID]time.Time{}}
+	c := &memoCluster{rng: rand.New(rand.NewPCG(seed, seed)), deleted: map[types.UID]time.Time{}, deletedGen: 1 - seed%2}
 	c.ds = &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "platform", UID: "ds-uid"}}
 	for i := range n {
 		name := fmt.Sprintf("node-%d", i)
@@ -112,9 +122,11 @@ func (c *memoCluster) change(now time.Time) string {
 		return "a pod's revision changed"
 	case 6:
 		c.deleted[c.pods[c.rng.IntN(len(c.pods))].UID] = now
+		c.deletedChanged()
 		return "the controller deleted a pod"
 	case 7:
 		clear(c.deleted)
+		c.deletedChanged()
 		return "the controller forgot its deletions"
 	case 8:
 		n := node()
@@ -178,7 +190,7 @@ func (c *memoCluster) change(now time.Time) string {
 }
 
 func (c *memoCluster) observed(now time.Time) Observed {
-	o := Observed{Now: now, DaemonSet: c.ds, TargetRevision: newRev, Deleted: c.deleted}
+	o := Observed{Now: now, DaemonSet: c.ds, TargetRevision: newRev, Deleted: c.deleted, DeletedGen: c.deletedGen}
 	o.Settings.TopologyKey = c.topo
 	// Lists in a new order each time, as an informer's store lists them.
 	o.Pods, o.Nodes = append([]*corev1.Pod(nil), c.pods...), append([]*corev1.Node(nil), c.nodes...)
