@@ -341,6 +341,11 @@ func TestFollowingReconcilerDecidesAsAScanningOne(t *testing.T) {
 			want, _ := c.reconcile(scanner)
 			if facts.Followed {
 				followed++
+				k := follower.kept[client.ObjectKeyFromObject(ds)]
+				if slices.ContainsFunc(k.pods[:cap(k.pods)], func(p *corev1.Pod) bool { return p != nil }) ||
+					slices.ContainsFunc(k.nodes[:cap(k.nodes)], func(n *corev1.Node) bool { return n != nil }) {
+					t.Fatalf("seed %d, step %d: a reconcile that followed holds on to the objects of the last read", seed, step)
+				}
 			}
 			if _, ok := follower.changes.byDS[client.ObjectKeyFromObject(ds)]; ok && facts.TargetRevision == "" {
 				t.Fatalf("seed %d, step %d: a reconcile that read nothing still follows its DaemonSet", seed, step)

@@ -87,7 +87,8 @@ type keptState struct {
 	// into again (appendingStore). Reconciles of one DaemonSet never overlap (the work queue hands
 	// out a key once at a time), and a reconcile's Facts do not outlive it, so the next reconcile
 	// may fill them again. Past the length of a list that shrank they keep the objects the cache
-	// held a reconcile ago, until the next read or forgetMemo.
+	// held a reconcile ago, until the next read, a reconcile that follows (which empties them) or
+	// forgetMemo.
 	pods  []*corev1.Pod
 	nodes []*corev1.Node
 }
@@ -223,6 +224,13 @@ func (r *Reconciler) read(ctx context.Context, o rolloutplan.Observed, kept *kep
 		if podNames, nodeNames, ok := r.changes.drain(key, ds.UID, o.Now); ok {
 			ch, err := s.changed(ds.Namespace, ds.UID, podNames, nodeNames)
 			if err == nil && kept.memo.Follow(o, ch) {
+				// The memo holds what it needs: let go of the objects the last read held, once
+				// (a read sets the lengths, and nothing else writes to the slices).
+				if len(kept.pods) > 0 || len(kept.nodes) > 0 {
+					clear(kept.pods[:cap(kept.pods)])
+					clear(kept.nodes[:cap(kept.nodes)])
+					kept.pods, kept.nodes = kept.pods[:0], kept.nodes[:0]
+				}
 				return nil, nil, true, nil
 			}
 		}
