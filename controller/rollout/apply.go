@@ -170,29 +170,37 @@ func (r *Reconciler) remember(refs []rolloutplan.PodRef, gone []bool, now time.T
 			next[types.UID(d.UID)] = now
 		}
 	}
+	if len(r.deleted) == 0 || now.Before(r.deletedOldest) {
+		r.deletedOldest = now
+	}
 	r.deleted = next
 	r.deletedGen++
 }
 
-// forgetSettled drops deletions older than the cache could plausibly lag, in a new map (see
-// Reconciler.deleted) when there are any.
+// deletionSettles is how long a deletion is remembered at least: longer than the cache could
+// plausibly lag behind it.
+const deletionSettles = time.Minute
+
+// forgetSettled drops, in a new map (see Reconciler.deleted), the deletions older than
+// deletionSettles, once the oldest is twice that old: a new map makes every memo mark the
+// deletions again (Observed.DeletedGen), and through a rollout some deletion turns a minute old
+// on nearly every reconcile. An entry past its minute matters only to a pod whose deletion was
+// lost, which then counts as terminating a minute longer.
 func (r *Reconciler) forgetSettled(now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cutoff := now.Add(-time.Minute)
-	settled := 0
-	for _, at := range r.deleted {
-		if at.Before(cutoff) {
-			settled++
-		}
-	}
-	if settled == 0 {
+	if len(r.deleted) == 0 || now.Sub(r.deletedOldest) < 2*deletionSettles {
 		return
 	}
-	next := make(map[types.UID]time.Time, len(r.deleted)-settled)
+	cutoff := now.Add(-deletionSettles)
+	next := make(map[types.UID]time.Time, len(r.deleted))
+	r.deletedOldest = time.Time{}
 	for uid, at := range r.deleted {
 		if !at.Before(cutoff) {
 			next[uid] = at
+			if r.deletedOldest.IsZero() || at.Before(r.deletedOldest) {
+				r.deletedOldest = at
+			}
 		}
 	}
 	r.deleted = next

@@ -2,7 +2,9 @@ package rollout
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -47,5 +49,64 @@ func TestDeletionsReadStayAsTheyWereRead(t *testing.T) {
 	}
 	if !maps.Equal(held, want) {
 		t.Errorf("the deletions read changed when every deletion settled: %v, want %v", held, want)
+	}
+}
+
+// The reconciler forgets a deletion within twice deletionSettles of it, never before
+// deletionSettles, and sets a new map of deletions to forget some (never none) at most once per
+// deletionSettles: over random deletions and reconciles a few seconds apart, as a rollout makes
+// them.
+func TestSettledDeletionsAreForgottenInBatches(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, seed))
+		r := &Reconciler{}
+		now, lastPrune, n := t0, time.Time{}, 0
+		for step := range 400 {
+			now = now.Add(time.Duration(1+rng.IntN(5000)) * time.Millisecond)
+			if rng.IntN(3) == 0 {
+				n++
+				r.remember([]rolloutplan.PodRef{{Name: fmt.Sprint(n), UID: fmt.Sprint(n)}}, []bool{true}, now)
+			}
+			gen, before := r.deletedGen, len(r.deleted)
+			r.forgetSettled(now)
+			if r.deletedGen != gen && len(r.deleted) == before {
+				t.Fatalf("seed %d, step %d: a new map of deletions that forgot none", seed, step)
+			}
+			if r.deletedGen != gen {
+				if !lastPrune.IsZero() && now.Sub(lastPrune) < deletionSettles {
+					t.Fatalf("seed %d, step %d: forgot deletions %v after the last time, within %v", seed, step, now.Sub(lastPrune), deletionSettles)
+				}
+				lastPrune = now
+			}
+			for uid, at := range r.deleted {
+				if age := now.Sub(at); age >= 2*deletionSettles {
+					t.Fatalf("seed %d, step %d: remembers %s deleted %v ago", seed, step, uid, age)
+				}
+			}
+			if r.deletedGen != gen {
+				for uid, at := range r.deleted {
+					if now.Sub(at) > deletionSettles {
+						t.Fatalf("seed %d, step %d: a new map still holds %s, settled", seed, step, uid)
+					}
+				}
+			}
+		}
+		if lastPrune.IsZero() {
+			t.Fatalf("seed %d: nothing was ever forgotten", seed)
+		}
+	}
+}
+
+// A deletion is remembered for deletionSettles at least, whatever the others.
+func TestADeletionIsRememberedUntilItSettles(t *testing.T) {
+	r := &Reconciler{}
+	r.remember([]rolloutplan.PodRef{{Name: "old", UID: "old"}}, []bool{true}, t0)
+	r.remember([]rolloutplan.PodRef{{Name: "new", UID: "new"}}, []bool{true}, t0.Add(2*deletionSettles-time.Second))
+	r.forgetSettled(t0.Add(2 * deletionSettles))
+	if _, ok := r.deleted["new"]; !ok {
+		t.Fatal("a deletion a second old was forgotten with a settled one")
+	}
+	if _, ok := r.deleted["old"]; ok {
+		t.Fatal("a deletion twice deletionSettles old is remembered")
 	}
 }

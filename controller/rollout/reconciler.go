@@ -65,9 +65,10 @@ type Reconciler struct {
 	mu      sync.Mutex
 	deleted map[types.UID]time.Time
 	// deletedGen numbers each map set in deleted (Observed.DeletedGen), so that a memo marks
-	// the deletions again only when they changed.
-	deletedGen uint64
-	reported   map[types.NamespacedName]time.Time // last progress report per DaemonSet
+	// the deletions again only when they changed; deletedOldest is when its oldest was deleted.
+	deletedGen    uint64
+	deletedOldest time.Time
+	reported      map[types.NamespacedName]time.Time // last progress report per DaemonSet
 	// recorded is the last rollout Event recorded per DaemonSet (see sameEventAgain).
 	recorded map[types.NamespacedName]recordedEvent
 	// kept is what each managed DaemonSet's reconciles keep from one to the next, dropped once it
