@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,7 +76,8 @@ func BenchmarkReconcileGatherDecide(b *testing.B) {
 					rev = newRev
 				}
 				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "mon", Name: "agent-" + name, UID: types.UID("uid-agent-" + name),
-					ResourceVersion: nextRV(), Labels: map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: rev},
+					// A string of its own, as each pod decoded from a watch event has.
+					ResourceVersion: nextRV(), Labels: map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: strings.Clone(rev)},
 					CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour)),
 					OwnerReferences:   []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: uid, Controller: ptr.To(true)}}},
 					Spec: corev1.PodSpec{NodeName: name},
