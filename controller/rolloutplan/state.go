@@ -521,7 +521,7 @@ func (m *Memo) current(o Observed) (in RolloutState, dirty map[string]bool, ok b
 		return m.update(o)
 	}
 	m.call++
-	plain := plainClassifier{matcher: m.matcher, topologyKey: m.topologyKey}
+	plain := m.plain()
 	dirty = m.clearDirty()
 	m.markDeleted(o.Deleted, o.DeletedGen, dirty)
 	return m.state(o, plain, dirty), dirty, true
@@ -546,7 +546,7 @@ func (m *Memo) update(o Observed) (in RolloutState, dirty map[string]bool, ok bo
 	if m.nodes == nil {
 		m.nodes, m.nodeAt = make(map[string]*memoNode, len(o.Nodes)), make(map[uintptr]*memoNode, len(o.Nodes))
 	}
-	plain := plainClassifier{matcher: m.matcher, topologyKey: m.topologyKey}
+	plain := m.plain()
 	dirty = m.clearDirty()
 
 	for _, p := range o.Pods {
@@ -683,10 +683,24 @@ func (m *Memo) Follow(o Observed, ch Changes) bool {
 	m.whole = false // until the end: a Follow that does not end leaves a memo that must read
 	m.call++
 	m.spec = &o.DaemonSet.Spec.Template.Spec
-	plain := plainClassifier{matcher: m.matcher, topologyKey: m.topologyKey}
+	plain := m.plain()
 	dirty := m.clearDirty()
+	m.take(plain, ch, o.Deleted, dirty)
+	// The changed nodes' Pods now, so that a later call finds every node as its pods are, whatever
+	// it is told of the changes (a call marks the pods of its own Deleted).
+	m.regroup(dirty)
+	if m.shared != nil {
+		m.sharedNodes(dirty)
+	}
+	m.whole = true
+	return true
+}
+
+// take writes ch's objects into the memo, classifying those that changed since, and drops the
+// ones it names gone (after any write): the changes Follow is told of, and a forecast's (applied).
+func (m *Memo) take(plain plainClassifier, ch Changes, deleted map[types.UID]time.Time, dirty map[string]bool) {
 	for _, p := range ch.Pods {
-		m.write(plain, p, m.pods[p.Name], o.Deleted, dirty)
+		m.write(plain, p, m.pods[p.Name], deleted, dirty)
 	}
 	for _, name := range ch.GonePods {
 		if e := m.pods[name]; e != nil {
@@ -701,14 +715,11 @@ func (m *Memo) Follow(o Observed, ch Changes) bool {
 			m.dropNode(e)
 		}
 	}
-	// The changed nodes' Pods now, so that a later call finds every node as its pods are, whatever
-	// it is told of the changes (a call marks the pods of its own Deleted).
-	m.regroup(dirty)
-	if m.shared != nil {
-		m.sharedNodes(dirty)
-	}
-	m.whole = true
-	return true
+}
+
+// plain is the classifier of the memo's template and topology key.
+func (m *Memo) plain() plainClassifier {
+	return plainClassifier{matcher: m.matcher, topologyKey: m.topologyKey}
 }
 
 // MustRead makes Follow refuse until a call has read every pod and node again: its caller drops
@@ -749,16 +760,9 @@ func (m *Memo) applied(o Observed, written []*corev1.Pod, gone []string) (Rollou
 	}
 	m.call++
 	m.whole = false // what a forecast simulates, not what a cache holds
-	plain := plainClassifier{matcher: m.matcher, topologyKey: m.topologyKey}
+	plain := m.plain()
 	dirty := m.clearDirty()
-	for _, p := range written {
-		m.write(plain, p, m.pods[p.Name], o.Deleted, dirty)
-	}
-	for _, name := range gone {
-		if e := m.pods[name]; e != nil {
-			m.drop(e, dirty)
-		}
-	}
+	m.take(plain, Changes{Pods: written, GonePods: gone}, o.Deleted, dirty)
 	m.markDeleted(o.Deleted, 0, dirty) // a forecast changes its Deleted as it goes
 	in := m.state(o, plain, dirty)
 	in.Nodes = m.sharedNodes(dirty)
