@@ -3,12 +3,13 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -191,12 +192,12 @@ type followingStore interface {
 func (s *informerStore) changed(namespace string, uid types.UID, pods, nodes []string) (rolloutplan.Changes, error) {
 	var ch rolloutplan.Changes
 	for _, name := range pods {
-		obj, ok, err := s.pods.GetByKey(namespace + "/" + name)
+		obj, ok, err := s.pods.GetByKey(toolscache.NewObjectName(namespace, name).String())
 		if err != nil {
 			return ch, fmt.Errorf("read pod %s/%s: %w", namespace, name, err)
 		}
-		p, _ := obj.(*corev1.Pod)
-		if ref := controllerRef(p); ok && ref != nil && ref.UID == uid {
+		// Controlled by uid as the pod index by controller files it (controllerUIDs).
+		if p, isPod := obj.(*corev1.Pod); ok && isPod && slices.Equal(controllerUIDs(p), []string{string(uid)}) {
 			ch.Pods = append(ch.Pods, p)
 		} else {
 			ch.GonePods = append(ch.GonePods, name)
@@ -214,12 +215,4 @@ func (s *informerStore) changed(namespace string, uid types.UID, pods, nodes []s
 		}
 	}
 	return ch, nil
-}
-
-// controllerRef is p's controller reference; nil for no pod or no controller.
-func controllerRef(p *corev1.Pod) *metav1.OwnerReference {
-	if p == nil {
-		return nil
-	}
-	return metav1.GetControllerOfNoCopy(p)
 }
