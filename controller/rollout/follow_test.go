@@ -413,17 +413,10 @@ func newFollowPair(t *testing.T, seed uint64) (c *followCluster, follower, scann
 	t.Helper()
 	ds := managedAgent("ds-uid", "agent:2")
 	ds.Annotations[rolloutapi.AnnotationMaxUnavailable] = "2"
-	revisions := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
-	for i, hash := range []string{oldRev, newRev} {
-		if err := revisions.Add(benchRevision(ds.UID, hash, int64(i+1))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c = &followCluster{t: t, rng: rand.New(rand.NewPCG(seed, seed)), ds: ds,
-		pods:  toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{controllerUIDIndex: controllerUID}),
-		nodes: toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})}
+	revisions := revisionIndexer(t, ds.UID)
+	store := indexedStore()
+	c = &followCluster{t: t, rng: rand.New(rand.NewPCG(seed, seed)), ds: ds, pods: store.pods, nodes: store.nodes}
 	clk = clocktesting.NewFakePassiveClock(t0)
-	store := &informerStore{pods: c.pods, nodes: c.nodes}
 	follower = &Reconciler{Client: indexerClient{revisions: revisions}, Store: store, Clock: clk, changes: newChanges(-1)}
 	scanner = &Reconciler{Client: indexerClient{revisions: revisions}, Store: store, Clock: clk}
 	c.podsOf = follower.changes.podsOf(controllingDaemonSet)

@@ -23,8 +23,8 @@ import (
 // since left out, and never the slices of another DaemonSet, whose reconciles may run at the
 // same time.
 func TestReconcilesReadIntoTheirDaemonSetsSlices(t *testing.T) {
-	podIndex := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{controllerUIDIndex: controllerUID})
-	nodeIndex := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	store := indexedStore()
+	podIndex, nodeIndex := store.pods, store.nodes
 	add := func(indexer toolscache.Indexer, obj any) {
 		t.Helper()
 		if err := indexer.Add(obj); err != nil {
@@ -45,7 +45,6 @@ func TestReconcilesReadIntoTheirDaemonSetsSlices(t *testing.T) {
 	revB, revBNew := revision(t, b.UID, "b-old", 1, "agent:1"), revision(t, b.UID, "b-new", 2, "agent:2")
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(a, b,
 		revision(t, a.UID, oldRev, 1, "agent:1"), revision(t, a.UID, newRev, 2, "agent:2"), revB, revBNew).Build()
-	store := &informerStore{pods: podIndex, nodes: nodeIndex}
 	r := &Reconciler{Client: c, Store: store, Clock: clocktesting.NewFakePassiveClock(t0)}
 	names := func(objs []metav1.Object) []string {
 		var out []string

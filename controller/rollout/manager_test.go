@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -34,19 +33,18 @@ func TestStoresReturnTheDaemonSetsPodsAndEveryNode(t *testing.T) {
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}},
 	}
-	podIndex := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{controllerUIDIndex: controllerUID})
-	nodeIndex := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	indexed := indexedStore()
 	for _, o := range objs {
-		target := podIndex
+		target := indexed.pods
 		if _, ok := o.(*corev1.Node); ok {
-			target = nodeIndex
+			target = indexed.nodes
 		}
 		if err := target.Add(o); err != nil {
 			t.Fatal(err)
 		}
 	}
 	stores := map[string]Store{
-		"informer index": &informerStore{pods: podIndex, nodes: nodeIndex},
+		"informer index": indexed,
 		"cache reader":   readerStore{fake.NewClientBuilder().WithObjects(objs...).Build()},
 	}
 	for name, s := range stores {

@@ -55,16 +55,9 @@ func BenchmarkReconcileGatherDecide(b *testing.B) {
 			ds.Annotations[rolloutapi.AnnotationSteps] = ""
 			rv := 0
 			nextRV := func() string { rv++; return strconv.Itoa(rv) }
-			revisions := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
-			for i, hash := range []string{oldRev, newRev} {
-				cr := benchRevision(uid, hash, int64(i+1))
-				cr.ResourceVersion = nextRV()
-				if err := revisions.Add(cr); err != nil {
-					b.Fatal(err)
-				}
-			}
-			podIndex := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{controllerUIDIndex: controllerUID})
-			nodeIndex := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+			revisions := revisionIndexer(b, uid)
+			store := indexedStore()
+			podIndex, nodeIndex := store.pods, store.nodes
 			var pods []*corev1.Pod
 			for i := range nodes {
 				name := fmt.Sprintf("node-%04d", i)
@@ -90,7 +83,7 @@ func BenchmarkReconcileGatherDecide(b *testing.B) {
 				}
 				pods = append(pods, pod)
 			}
-			r := &Reconciler{Client: indexerClient{revisions: revisions}, Store: &informerStore{pods: podIndex, nodes: nodeIndex},
+			r := &Reconciler{Client: indexerClient{revisions: revisions}, Store: store,
 				Clock: clocktesting.NewFakePassiveClock(t0)}
 			if bc.followed {
 				r.changes = newChanges(-1)
@@ -148,6 +141,30 @@ func benchRevision(uid types.UID, hash string, n int64) *appsv1.ControllerRevisi
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: uid, Controller: ptr.To(true)}}},
 		Revision: n,
 	}
+}
+
+// indexedStore is an informerStore on client-go indexers indexed as the manager's informers are
+// (newStore): the pods by their controller's UID.
+func indexedStore() *informerStore {
+	return &informerStore{
+		pods:  toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{controllerUIDIndex: controllerUID}),
+		nodes: toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{}),
+	}
+}
+
+// revisionIndexer holds the ControllerRevisions 1 and 2 (oldRev, newRev) of the DaemonSet of uid,
+// as benchRevision makes them, indexed by namespace as indexerClient lists them.
+func revisionIndexer(tb testing.TB, uid types.UID) toolscache.Indexer {
+	tb.Helper()
+	revisions := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
+	for i, hash := range []string{oldRev, newRev} {
+		cr := benchRevision(uid, hash, int64(i+1))
+		cr.ResourceVersion = strconv.Itoa(i + 1)
+		if err := revisions.Add(cr); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return revisions
 }
 
 // indexerClient lists ControllerRevisions as controller-runtime's cache reader does with
