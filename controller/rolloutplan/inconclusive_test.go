@@ -13,7 +13,10 @@ import (
 // back (the gate is due and measured with measured) or a moment after the last one, as a pod
 // event would bring it (between measurements, nothing measured).
 type reconcileStep struct {
-	between  bool                         // a reconcile one second after the last, before the gate is due
+	between bool // a reconcile one second after the last, before the gate is due
+	// With between: the reconcile comes 0.9 s before the gate is due instead, within the
+	// one-second floor of the wait it asks for.
+	lastSecond bool
 	measured *rolloutanalysis.Measurement // the answer when due; nil: the controller did not measure
 	// What the reconcile must report.
 	wantPhase rolloutapi.Phase
@@ -40,6 +43,7 @@ func TestAnInconclusiveGateStaysPaused(t *testing.T) {
 		"no data for ever: Paused throughout, one Event, the wait doubling up to five minutes": {
 			{measured: noA, wantPhase: paused, wantEvent: true, wantNext: 30 * time.Second, wantInMsg: "gate errors: no sample labelled node for 1 of 2 nodes: a"},
 			{between: true, wantPhase: paused, wantNext: 29 * time.Second, wantInMsg: "gate errors: no sample labelled node for 1 of 2 nodes: a"},
+			{between: true, lastSecond: true, wantPhase: paused, wantNext: time.Second},
 			{measured: noA, wantPhase: paused, wantNext: time.Minute},
 			{between: true, wantPhase: paused},
 			{measured: noA, wantPhase: paused, wantNext: 2 * time.Minute},
@@ -64,6 +68,7 @@ func TestAnInconclusiveGateStaysPaused(t *testing.T) {
 			{measured: noA, wantPhase: paused, wantNext: time.Minute},
 			{measured: pass, wantPhase: progressing, wantEvent: true, wantNext: 30 * time.Second, wantInMsg: "errors 1/3 passed"},
 			{between: true, wantPhase: progressing},
+			{between: true, lastSecond: true, wantPhase: progressing, wantNext: time.Second},
 			{measured: noA, wantPhase: paused, wantEvent: true, wantNext: 30 * time.Second},
 			{measured: pass, wantPhase: progressing, wantEvent: true, wantNext: 30 * time.Second, wantInMsg: "errors 2/3 passed"},
 		},
@@ -74,7 +79,8 @@ func TestAnInconclusiveGateStaysPaused(t *testing.T) {
 	}
 	for name, steps := range tests {
 		t.Run(name, func(t *testing.T) {
-			now := t0
+			// Measurements are due at a fraction of a second, as the controller's clock puts them.
+			now := t0.Add(900 * time.Millisecond)
 			status := analysing(2, 0)
 			status.Analysis.Gates[0].Next = now
 			var shown *Plan // the condition the DaemonSet shows
@@ -114,9 +120,12 @@ func TestAnInconclusiveGateStaysPaused(t *testing.T) {
 					t.Fatal(err)
 				}
 				shown = &plan
-				if step := i + 1; step < len(steps) && steps[step].between {
+				switch next := i + 1; {
+				case next < len(steps) && steps[next].lastSecond:
+					now = now.Add(plan.RequeueAfter - 900*time.Millisecond)
+				case next < len(steps) && steps[next].between:
 					now = now.Add(time.Second)
-				} else {
+				default:
 					now = now.Add(plan.RequeueAfter)
 				}
 			}

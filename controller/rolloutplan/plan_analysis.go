@@ -286,16 +286,17 @@ func (p *planner) analyse() (Plan, bool) {
 		p.status.Analysis = &rolloutapi.AnalysisStatus{VerifiedAt: p.in.Now, Gates: clearProgress(a.Gates)}
 		return Plan{}, false
 	}
-	p.plan.RequeueAfter = p.nextMeasurement(a)
+	next := nextMeasurement(a)
+	p.plan.RequeueAfter = max(next.Sub(p.in.Now), time.Second)
 	step := p.stepLabel(p.status.Step.Index)
 	if inconclusive := InconclusiveGates(&a); len(inconclusive) > 0 {
 		plan := p.finish(rolloutapi.PhasePaused, rolloutapi.ReasonAnalysisInconclusive, fmt.Sprintf("step %s: the analysis of %s is inconclusive: %s; nothing is replaced until it has data; measuring again at %s",
-			step, nodeCount(wave), strings.Join(inconclusive, "; "), p.at(p.plan.RequeueAfter)))
+			step, nodeCount(wave), strings.Join(inconclusive, "; "), shownAt(next)))
 		plan.CauseChanged = !slices.Equal(inconclusive, InconclusiveGates(p.in.Status.Analysis))
 		return plan, true
 	}
 	return p.finish(rolloutapi.PhaseProgressing, rolloutapi.ReasonAnalysisRunning, fmt.Sprintf("step %s: %d of %d nodes updated; analysing %s (%s): %s; next measurement at %s",
-		step, p.plan.Updated, p.plan.Desired, nodeCount(wave), kubetext.List(wave), strings.Join(waiting, ", "), p.at(p.plan.RequeueAfter))), true
+		step, p.plan.Updated, p.plan.Desired, nodeCount(wave), kubetext.List(wave), strings.Join(waiting, ", "), shownAt(next))), true
 }
 
 // maxInconclusiveDelay caps the wait before an inconclusive gate is measured again. Doubling
@@ -336,15 +337,15 @@ func InconclusiveGates(a *rolloutapi.AnalysisStatus) []string {
 	return out
 }
 
-// nextMeasurement is how long until the first gate's next measurement is due.
-func (p *planner) nextMeasurement(a rolloutapi.AnalysisStatus) time.Duration {
+// nextMeasurement is when the first gate's next measurement is due.
+func nextMeasurement(a rolloutapi.AnalysisStatus) time.Time {
 	var next time.Time
 	for _, g := range a.Gates {
 		if next.IsZero() || g.Next.Before(next) {
 			next = g.Next
 		}
 	}
-	return max(next.Sub(p.in.Now), time.Second)
+	return next
 }
 
 // clearProgress is the gates after a wave passed: their last measurements, no progress.
@@ -399,10 +400,12 @@ func nodeCount(nodes []string) string {
 	return fmt.Sprintf("%d nodes", len(nodes))
 }
 
-// at is the moment d from now, as messages show it: a time, not a wait, so that the message
-// stays the same between measurements and is not written again on every reconcile.
-func (p *planner) at(d time.Duration) string {
-	return p.in.Now.Add(d).UTC().Truncate(time.Second).Format(time.RFC3339)
+// shownAt is a moment as messages show it. Messages name the scheduled time, not a wait or the
+// time of the requeue (which has a floor): a message that depended on the reconcile's clock
+// would change between measurements, be written again, and look like a new cause to a
+// reconcile that reads the new annotations beside the old condition.
+func shownAt(t time.Time) string {
+	return t.UTC().Truncate(time.Second).Format(time.RFC3339)
 }
 
 // analysisFailedCause names the failed gates of an earlier reconcile's halt, as it recorded them.
