@@ -84,13 +84,9 @@ func TestRolloutSurvivesControlPlaneRestarts(t *testing.T) {
 			// The rollout may finish before the new sampler has listed (etcd's restart leaves the
 			// API server up, and the controller may finish within a second): the first sampler
 			// must have seen the canary step replace pods, the second sees what is left.
-			before, beforeSamples := s.MaxUnavailable(), s.Samples()
-			afterMax, afterSamples := after.MaxUnavailable(), after.Samples()
-			t.Logf("max unavailable %d over %d samples before the stop, %d over %d after the restart", before, beforeSamples, afterMax, afterSamples)
-			if m := max(before, afterMax); m > budget {
-				t.Errorf("%d reachable nodes were without an available pod at once, budget %d", m, budget)
-			}
-			if before == 0 {
+			s.CheckBudget(t, budget) // before the stop
+			after.CheckBudget(t, budget)
+			if before, beforeSamples := s.MaxUnavailable(), s.Samples(); before == 0 {
 				t.Errorf("the first sampler saw no pod replaced (max unavailable %d over %d samples)", before, beforeSamples)
 			}
 			for _, err := range []error{ctl.Running(), wh.Running()} {

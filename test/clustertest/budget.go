@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"sync"
@@ -36,6 +37,7 @@ type BudgetSampler struct {
 	nodes          map[string]*corev1.Node
 	pods           map[string]*corev1.Pod
 	maxUnavailable int
+	worst          string                     // why the nodes of the first sample with maxUnavailable lacked a pod
 	maxRunning     map[string]int             // image -> most non-terminating pods with it at once
 	imagesOn       map[string]map[string]bool // node -> images of its non-terminating pods, ever
 	samples        int
@@ -127,13 +129,17 @@ func (s *BudgetSampler) record(obj any, deleted bool) {
 func (s *BudgetSampler) sample() {
 	availableOn := map[string]bool{}
 	running := map[string]int{}
+	terminatingOn, notReadyOn := map[string]bool{}, map[string]bool{}
 	for _, p := range s.pods {
 		if p.DeletionTimestamp != nil {
+			terminatingOn[p.Spec.NodeName] = true
 			continue
 		}
 		image := p.Spec.Containers[0].Image
 		if PodReady(p) {
 			availableOn[p.Spec.NodeName] = true
+		} else {
+			notReadyOn[p.Spec.NodeName] = true
 		}
 		running[image]++
 		if p.Spec.NodeName != "" {
@@ -143,13 +149,27 @@ func (s *BudgetSampler) sample() {
 			s.imagesOn[p.Spec.NodeName][image] = true
 		}
 	}
-	unavailable := 0
-	for _, name := range s.countedNodes() {
-		if !availableOn[name] {
-			unavailable++
+	var notReady, terminating, missing []string
+	counted := s.countedNodes()
+	for _, name := range counted {
+		switch {
+		case availableOn[name]:
+		case notReadyOn[name]:
+			notReady = append(notReady, name)
+		case terminatingOn[name]:
+			terminating = append(terminating, name)
+		default:
+			missing = append(missing, name)
 		}
 	}
-	s.maxUnavailable = max(s.maxUnavailable, unavailable)
+	if unavailable := len(notReady) + len(terminating) + len(missing); unavailable > s.maxUnavailable {
+		s.maxUnavailable = unavailable
+		for _, names := range [][]string{notReady, terminating, missing} {
+			slices.Sort(names)
+		}
+		s.worst = fmt.Sprintf("%d of %d counted nodes (%d pods listed): a pod not Ready on %v, only terminating pods on %v, no pod on %v",
+			unavailable, len(counted), len(s.pods), notReady, terminating, missing)
+	}
 	for image, n := range running {
 		s.maxRunning[image] = max(s.maxRunning[image], n)
 	}
@@ -178,6 +198,14 @@ func (s *BudgetSampler) MaxUnavailable() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.maxUnavailable
+}
+
+// Worst says why the nodes of the first sample that saw MaxUnavailable lacked an available
+// pod: a pod not Ready, only terminating pods, or no pod at all.
+func (s *BudgetSampler) Worst() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.worst
 }
 
 // Samples is how many observations the sampler made.
@@ -213,7 +241,7 @@ func (s *BudgetSampler) CheckBudget(t testing.TB, budget int) {
 	maxUnavailable, samples := s.MaxUnavailable(), s.Samples()
 	t.Logf("at most %d nodes without an available pod at once, over %d samples", maxUnavailable, samples)
 	if maxUnavailable > budget {
-		t.Errorf("%d nodes were without an available pod at once, budget %d", maxUnavailable, budget)
+		t.Errorf("%d nodes were without an available pod at once, budget %d: %s", maxUnavailable, budget, s.Worst())
 	}
 }
 

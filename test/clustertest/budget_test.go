@@ -47,6 +47,9 @@ func TestBudgetSamplerCountsReachableNodesAfterEveryEvent(t *testing.T) {
 	if got := s.MaxUnavailable(); got != 1 {
 		t.Errorf("MaxUnavailable = %d, want 1", got)
 	}
+	if want := "1 of 2 counted nodes (1 pods listed): a pod not Ready on [], only terminating pods on [], no pod on [a]"; s.Worst() != want {
+		t.Errorf("Worst = %q, want %q", s.Worst(), want)
+	}
 	if got := s.Samples(); got != 6 {
 		t.Errorf("Samples = %d, want 6 (the first and one per event after it)", got)
 	}
@@ -65,5 +68,13 @@ func TestBudgetSamplerCountsNamedNodes(t *testing.T) {
 	s.startSampling()
 	if got := s.MaxUnavailable(); got != 2 {
 		t.Errorf("MaxUnavailable = %d, want 2 (b and c run no pod)", got)
+	}
+	terminating := pod("a-1", "a", "v1", true)
+	terminating.DeletionTimestamp = &metav1.Time{}
+	s.record(pod("b-1", "b", "v2", false), false) // still 2
+	s.record(terminating, false)                  // 3: this sample is the worst
+	s.record(pod("c-1", "c", "v2", false), false) // still 3
+	if want := "3 of 3 counted nodes (2 pods listed): a pod not Ready on [b], only terminating pods on [a], no pod on [c]"; s.Worst() != want {
+		t.Errorf("Worst = %q, want %q", s.Worst(), want)
 	}
 }
