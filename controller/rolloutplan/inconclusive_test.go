@@ -17,7 +17,7 @@ type reconcileStep struct {
 	// With between: the reconcile comes 0.9 s before the gate is due instead, within the
 	// one-second floor of the wait it asks for.
 	lastSecond bool
-	measured *rolloutanalysis.Measurement // the answer when due; nil: the controller did not measure
+	measured   *rolloutanalysis.Measurement // the answer when due; nil: the controller did not measure
 	// What the reconcile must report.
 	wantPhase rolloutapi.Phase
 	wantEvent bool          // an Event is recorded: the condition's phase or reason changed, or CauseChanged
