@@ -33,22 +33,23 @@ import (
 )
 
 // nodeCount is how many workers the cluster has (-args -nodes N): 1,000 by default; the plan's
-// target is 10 s on 5,000.
-var nodeCount = 1000
+// target is 10 s on 5,000. otherPodsPerNode is how many other pods each runs (-args -other-pods
+// N): 2 by default; 26 gives the scale benchmark's 30 pods per node.
+var nodeCount, otherPodsPerNode = 1000, 2
 
 func init() {
 	flag.IntVar(&nodeCount, "nodes", nodeCount, "kwok worker nodes of the benchmark's cluster")
+	flag.IntVar(&otherPodsPerNode, "other-pods", otherPodsPerNode, "pods per node besides the two DaemonSets' and the low-priority ones")
 }
 
 // The cluster the plans run against: nodeCount workers over three zones, each running both
 // DaemonSets' pods and otherPodsPerNode other pods; every fullEvery-th node also runs a
 // low-priority pod that leaves no room for a new daemon pod, which the plan then preempts.
 const (
-	otherPodsPerNode = 2
-	fullEvery        = 10
-	benchNamespace   = "bench"
-	workNamespace    = "workload"
-	lowPriority      = "bench-low"
+	fullEvery      = 10
+	benchNamespace = "bench"
+	workNamespace  = "workload"
+	lowPriority    = "bench-low"
 )
 
 // managedSteps are the managed DaemonSet's steps: a canary node, 10%, a timed pause, the rest,
@@ -216,9 +217,11 @@ func seed(b *testing.B, c *localcluster.Cluster) {
 			pods = append(pods, workload(fmt.Sprintf("app-%d-%d", i, j), node, "250m", ""))
 		}
 		if i%fullEvery == 0 {
-			// Fills the node: its 1k CPUs minus the 0.7 CPU the other pods ask, and 0.1 more,
-			// so a replaced daemon pod fits only by preempting it.
-			pods = append(pods, workload(fmt.Sprintf("batch-%d", i), node, "999400m", lowPriority))
+			// Fills the node: its 1k CPUs minus what the daemon pods (0.1 each) and the other
+			// pods (0.25 each) ask, and 0.1 more, so a replaced daemon pod fits only by
+			// preempting it.
+			batch := 1_000_000 - 2*100 - otherPodsPerNode*250 + 100
+			pods = append(pods, workload(fmt.Sprintf("batch-%d", i), node, fmt.Sprintf("%dm", batch), lowPriority))
 		}
 	}
 	createAll(b, c.Client, pods)
