@@ -372,8 +372,9 @@ func ActiveCondition(conds []appsv1.DaemonSetCondition) *appsv1.DaemonSetConditi
 //   - The memo holds the pods and nodes of the last call only (as Follow brought them up to
 //     date since): an entry not seen in a call is dropped at its end, so its size follows the
 //     DaemonSet's pods and the cluster's nodes: about 4 MiB for a DaemonSet on 5,000 nodes, and
-//     0.6 MiB more for the Nodes it lends and the planner's node views, kept from one plan to
-//     the next rather than allocated by each (72 and 48 bytes a node).
+//     1.1 MiB more for the Nodes it lends, the planner's node views and its remembered node
+//     classes, kept from one plan to the next rather than allocated by each (72, 48 and 112
+//     bytes a node, and a node's old pods in a slice of their own).
 //
 // A caller that makes the changes itself (a forecast, whose simulated cluster changes only the
 // pods it creates, deletes and makes Ready) names them (applied) instead of listing every object:
