@@ -18,8 +18,9 @@ func (c *Cluster) writeKwokConfig(cfg Config) (string, error) {
 	extra, podReadyDelay := cfg.ExtraKwokStages, cfg.PodReadyDelay
 	var buf bytes.Buffer
 	// Leases keep 1,000 fake nodes alive with a fraction of the status writes; the pod CIDR is wide
-	// enough that fake pod IPs never run out at benchmark scale. kwok serves /debug/pprof on its
-	// loopback server address, to see where the fake kubelets' CPU goes in a large cluster.
+	// enough that fake pod IPs never run out at benchmark scale. kwok serves /debug/pprof's index
+	// (heap, allocation and goroutine profiles; no CPU profile) on its loopback server address,
+	// to see where the fake kubelets' time goes in a large cluster.
 	fmt.Fprintf(&buf, `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
