@@ -40,9 +40,10 @@ const (
 	HostnameLabel     = "kubernetes.io/hostname"
 	// KwokNodeAnnotation marks the nodes kwok manages; nodes without it are left alone.
 	KwokNodeAnnotation = "kwok.x-k8s.io/node"
-	// UnstartedLabel on a pod bound to a kwok node keeps it Pending: kwok plays none of its start
-	// stages (it still deletes it). A benchmark that fills nodes with pods only their presence
-	// matters for spares the control plane a status write and an IP per pod.
+	// UnstartedLabel on a pod bound to a kwok node keeps it Pending: kwok disregards the pod and
+	// plays none of its stages, not even the deletion, so such a pod, once deleted, stays
+	// Terminating. A benchmark that fills nodes with pods only their presence matters for spares
+	// the control plane a status write and an IP per pod, and kwok the work of each pod's events.
 	UnstartedLabel = "kwok.daemonguard.io/unstarted"
 )
 
