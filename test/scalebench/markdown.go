@@ -162,6 +162,8 @@ func tableRows(runs []Run) []row {
 		rolloutCostRow("CPU of every process of the machine", "CPU of every process", "s", cpuOf("")),
 		rolloutCostRow("of it kube-controller-manager", "CPU of kube-controller-manager", "s", cpuOf("kube-controller")),
 		rolloutCostRow("of it daemonguard's controller", "CPU of daemonguard's controller", "s", cpuOf("daemonguard controller")),
+		rolloutCostRow("new pods scheduled to Ready, p50", "new pods scheduled to Ready, p50", "s", func(c RolloutCost) string { return seconds(c.ReadyP50Seconds) }),
+		rolloutCostRow("new pods scheduled to Ready, p99", "new pods scheduled to Ready, p99", "s", func(c RolloutCost) string { return seconds(c.ReadyP99Seconds) }),
 		{group: "rollout", label: "controller peak RSS", unit: "MiB", value: func(r Run) string { return mib(r.Rollout.ControllerPeakRSSMiB) }},
 		{group: "rollout", label: "controller CPU, start to the managed rollout's end", unit: "s", value: func(r Run) string { return seconds(r.Rollout.ControllerCPUSeconds) }},
 

@@ -169,6 +169,19 @@ func rollOut(t testing.TB, c *localcluster.Cluster, procs map[string]int, name, 
 	for proc, pid := range procs {
 		cost.CPUSeconds[proc] = (clustertest.CPUTime(pid) - cpu[proc]).Seconds()
 	}
+	ds, err := c.Client.AppsV1().DaemonSets(platformNamespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := c.Client.CoreV1().Pods(platformNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(ds.Spec.Selector)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted int
+	cost.ReadyP50Seconds, cost.ReadyP99Seconds, counted = readyAfterScheduled(pods.Items, image)
+	if counted < nodes {
+		t.Errorf("%d of the %d new pods of %s have the times of their scheduling and readiness", counted, nodes, name)
+	}
 	return took, cost
 }
 

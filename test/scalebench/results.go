@@ -55,6 +55,10 @@ type RolloutCost struct {
 	// CPUSeconds is the CPU time each process of the machine's cluster and daemonguard used
 	// during the rollout, by process name: on 2 cores shared by all, one's work slows the others.
 	CPUSeconds map[string]float64 `json:"cpuSeconds,omitempty"`
+	// ReadyP50Seconds and ReadyP99Seconds are how long the rollout's new pods took from their
+	// scheduling to Ready (readyAfterScheduled): kwok's ready delay while kwok keeps up.
+	ReadyP50Seconds float64 `json:"readyP50Seconds,omitempty"`
+	ReadyP99Seconds float64 `json:"readyP99Seconds,omitempty"`
 }
 
 // Webhook is the admission webhook on the populated cluster: its start, its memory, its review

@@ -23,9 +23,9 @@ func fixture() Results {
 			Nodes: nodes, Pods: nodes*30 + 100, DaemonSets: 3, Date: "2025-06-01", PopulateSeconds: 40 * scale,
 			Rollout: Rollout{BuiltinSeconds: 29.2 * scale, ManagedSeconds: 29.5 * scale, Budget: "10%", ControllerPeakRSSMiB: 75 * scale, ControllerCPUSeconds: 12.34 * scale,
 				Builtin: RolloutCost{DaemonSetSyncs: int(800 * scale), DaemonSetSyncSeconds: 20.5 * scale, DaemonSetWrites: int(900 * scale), Conflicts: 3,
-					CPUSeconds: map[string]float64{"kube-controller": 30 * scale, "kube-apiserver": 40 * scale, "daemonguard controller": 2}},
+					CPUSeconds: map[string]float64{"kube-controller": 30 * scale, "kube-apiserver": 40 * scale, "daemonguard controller": 2}, ReadyP50Seconds: 2, ReadyP99Seconds: 3 * scale},
 				Managed: RolloutCost{DaemonSetSyncs: int(1500 * scale), DaemonSetSyncSeconds: 30 * scale, DaemonSetWrites: int(1200 * scale), Conflicts: 40,
-					CPUSeconds: map[string]float64{"kube-controller": 25 * scale, "kube-apiserver": 35 * scale, "daemonguard controller": 8}}},
+					CPUSeconds: map[string]float64{"kube-controller": 25 * scale, "kube-apiserver": 35 * scale, "daemonguard controller": 8}, ReadyP50Seconds: 2, ReadyP99Seconds: 2}},
 			Webhook: Webhook{
 				StartupSeconds: 1.2 * scale, RSSMiB: 96 * scale, PeakRSSMiB: 120 * scale, ReviewP50Ms: 1.3, ReviewP99Ms: 21.04 * scale, Reviews: 10000,
 				JoinNodes: 500, JoinPods: 1500, JoinFailed: 0, JoinSeconds: 41.23,

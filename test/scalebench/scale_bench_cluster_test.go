@@ -141,6 +141,12 @@ func TestScaleSmoke(t *testing.T) {
 	if len(run.Plans) != len(plannedDaemonSets) {
 		t.Errorf("plans %+v, want %d", run.Plans, len(plannedDaemonSets))
 	}
+	// kwok's ready delay shows in every new pod: the API's times are whole seconds.
+	for _, c := range []RolloutCost{run.Rollout.Builtin, run.Rollout.Managed} {
+		if c.ReadyP50Seconds < (readyDelay-time.Second).Seconds() || c.ReadyP99Seconds < c.ReadyP50Seconds {
+			t.Errorf("new pods scheduled to Ready: p50 %v s, p99 %v s; want at least %v less a second", c.ReadyP50Seconds, c.ReadyP99Seconds, readyDelay)
+		}
+	}
 	// Each measurement is recorded as it ends, the audit's last.
 	if len(recorded) != 5 || recorded[0].Rollout.ManagedSeconds != 0 || recorded[3].Audit.Seconds != 0 || !reflect.DeepEqual(recorded[4], run) {
 		t.Errorf("recorded %d runs %+v, want one per measurement ending with the whole run", len(recorded), recorded)
