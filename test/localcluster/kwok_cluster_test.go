@@ -14,8 +14,9 @@ import (
 	"github.com/daemonguard/daemonguard/test/localcluster"
 )
 
-// kwok handles a node's pod events in order, so once a pod created after an unstarted one has been
-// started (or deleted), kwok has seen the unstarted pod's event too and left it alone.
+// kwok takes pod events in the order of its one pod watch, so once a pod created (or deleted)
+// after an unstarted one has been started (or deleted), kwok has seen the unstarted pod's event
+// too and left it alone.
 func TestUnstartedPodsAreLeftAloneByKwok(t *testing.T) {
 	localcluster.NeedCluster(t)
 	ns := cluster.NewTestNamespace(t)
